@@ -1,0 +1,14 @@
+"""gae: decision memory for agents, in PyTorch.
+
+``JudgmentMemory`` learns one prototype per (category, action) from verified decisions and
+scores new ones in microseconds; ``KNNMemory`` is the retrieval baseline it is measured
+against. Both share one API: ``forward`` (batched scoring), ``prequential_`` (exact
+score-before-learn), ``learn_``, and the single-decision ``score_one`` / ``learn_one``.
+"""
+
+from gae.judgment import JudgmentMemory
+from gae.knn import KNNMemory
+from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
+
+__all__ = ["GateLog", "JudgmentMemory", "KNNMemory", "LearnEvents", "MemoryOutput", "StreamStep"]
+__version__ = "0.1.0"

@@ -1,0 +1,156 @@
+"""What every decision memory shares: names, boundary checks and the single-decision API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gae import _validation as check
+from gae.types import LearnEvents, MemoryOutput, StreamStep
+
+INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
+
+
+class DecisionMemory(nn.Module):
+    """Base of :class:`~gae.JudgmentMemory` and :class:`~gae.KNNMemory`.
+
+    Subclasses set ``category_names`` (or None when categories are ignored),
+    ``action_names`` and ``n_factors``, and implement ``forward`` and ``_prequential``
+    on inputs that have already been validated.
+    """
+
+    category_names: Optional[tuple[str, ...]]
+    action_names: tuple[str, ...]
+    n_factors: int
+    backend: str = "compiled"
+
+    # -- the batched API -------------------------------------------------------------
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor],
+                     skip: Tensor) -> StreamStep:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def prequential_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor] = None,
+                     skip: Optional[Tensor] = None) -> StreamStep:
+        """Score every decision with the state left by the ones before it, then learn it.
+
+        The result equals a Python loop of single decisions. The whole batch is validated
+        before any state changes, so a rejected batch leaves the memory untouched.
+
+        Args:
+            x: (B, K) float factors.
+            category: (B,) integer category indices.
+            action: (B,) integer verified actions.
+            confirmed: (B,) bool, or None for "the memory's own pre-learning recommendation
+                equals ``action``".
+            skip: (B,) bool, True for uncertain outcomes that must not be learned. Default none.
+
+        Returns:
+            :class:`~gae.types.StreamStep` with the pre-learning outputs and the learn events.
+        """
+        x, category, action, confirmed, skip = self._check_stream(x, category, action, confirmed, skip)
+        return self._prequential(x, category, action, confirmed, skip)
+
+    @torch.no_grad()
+    def learn_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor] = None,
+               skip: Optional[Tensor] = None) -> LearnEvents:
+        """Learn a batch of verified decisions in stream order; see :meth:`prequential_`."""
+        return self.prequential_(x, category, action, confirmed, skip).events
+
+    # -- the single-decision API of the original implementation ------------------------
+    def score_one(self, factors: Union[Sequence[float], Tensor, np.ndarray],
+                  category: Union[str, int] = "general") -> tuple[Optional[str], float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``."""
+        x = self._one_factor_row(factors)
+        index = self._category_index(category)
+        with torch.no_grad():
+            out = self(x, torch.tensor([index], device=x.device))
+        return self._action_name(int(out.action[0])), float(out.confidence[0])
+
+    def learn_one(self, factors: Union[Sequence[float], Tensor, np.ndarray], action: Union[str, int],
+                  category: Union[str, int] = "general", confirmed: Optional[bool] = True,
+                  outcome: Optional[str] = None) -> dict[str, Any]:
+        """Learn one verified decision; ``outcome='__incorrect__'`` marks it uncertain (skipped).
+
+        Returns a dict like the original: ``{'skipped': True}`` or the gate's verdict with
+        ``gated``, ``eta``, ``disp`` and ``initialized``.
+        """
+        if outcome is not None and not isinstance(outcome, str):
+            raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+        if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
+            raise TypeError(f"confirmed must be a bool or None, got {confirmed!r}")
+        x = self._one_factor_row(factors)
+        device = x.device
+        category_index = torch.tensor([self._category_index(category)], device=device)
+        action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
+        confirmed_t = None if confirmed is None else torch.tensor([bool(confirmed)], device=device)
+        skip = torch.tensor([outcome == INCORRECT], device=device)
+        events = self.learn_(x, category_index, action_index, confirmed_t, skip)
+        if bool(events.skipped[0]):
+            return {"skipped": True}
+        return {"skipped": False, "gated": bool(events.gated[0]), "eta": float(events.eta[0]),
+                "disp": float(events.displacement[0]), "initialized": bool(events.initialized[0])}
+
+    # -- validation helpers -----------------------------------------------------------
+    @property
+    def _device(self) -> torch.device:
+        return next(self.buffers()).device
+
+    @property
+    def _n_categories(self) -> Optional[int]:
+        return None if self.category_names is None else len(self.category_names)
+
+    def _check_query(self, x: Tensor, category: Tensor) -> tuple[Tensor, Tensor]:
+        device = self._device
+        x = check.check_factors(x, self.n_factors, device)
+        category = check.check_index(category, "category", self._n_categories, x.shape[0], device,
+                                     self.category_names)
+        return x, category
+
+    def _check_stream(self, x, category, action, confirmed, skip):
+        x, category = self._check_query(x, category)
+        batch, device = x.shape[0], x.device
+        action = check.check_index(action, "action", len(self.action_names), batch, device, self.action_names)
+        confirmed = check.check_flags(confirmed, "confirmed", batch, device)
+        skip = check.check_flags(skip, "skip", batch, device)
+        if skip is None:
+            skip = torch.zeros(batch, dtype=torch.bool, device=device)
+        return x, category, action, confirmed, skip
+
+    def _one_factor_row(self, factors) -> Tensor:
+        if isinstance(factors, Tensor):
+            row = factors.detach().to(self._device, torch.float32)
+        else:
+            try:
+                row = torch.as_tensor(np.asarray(factors, dtype=np.float32), device=self._device)
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"factors must be {self.n_factors} numbers, got {factors!r}") from error
+        if row.shape != (self.n_factors,):
+            raise ValueError(f"factors must have {self.n_factors} values, got shape {tuple(row.shape)}")
+        return check.check_factors(row.unsqueeze(0), self.n_factors, self._device, "factors")
+
+    def _category_index(self, category: Union[str, int]) -> int:
+        if self.category_names is None:
+            if isinstance(category, str):
+                return 0  # categories are ignored by this memory; any name is fine
+            return check.check_int("category", category, low=0)
+        return check.lookup("category", category, self.category_names)
+
+    def _action_name(self, index: int) -> Optional[str]:
+        return None if index < 0 else self.action_names[index]
+
+    # -- names travel with the state ---------------------------------------------------
+    def _names_state(self) -> dict[str, Any]:
+        return {"category_names": None if self.category_names is None else list(self.category_names),
+                "action_names": list(self.action_names)}
+
+    def _check_names_state(self, state: dict[str, Any]) -> None:
+        for key in ("category_names", "action_names"):
+            mine = getattr(self, key)
+            mine = None if mine is None else list(mine)
+            if key in state and state[key] != mine:
+                raise ValueError(f"state_dict was saved with {key}={state[key]!r} but this memory has {mine!r}")

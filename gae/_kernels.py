@@ -1,0 +1,256 @@
+"""Compiled loops (numba) behind the exact online engine and CPU scoring.
+
+These functions are the fast path. Each one has a plain torch counterpart in
+:mod:`gae.engine` (the reference) and the tests hold the two equal. They trust their
+inputs: the modules validate everything before calling them, and they run on private
+copies of the state so that a failure can never leave a half-updated memory.
+
+Floating point: the online loops keep every stored quantity in float32 and evaluate the
+update ``c + eta * (x - c)`` in float32, like the torch reference, without fast-math, so
+that the two agree to rounding. The batched scoring kernel is allowed to reassociate sums
+(it is checked against torch with a tolerance, never used to learn).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+_FAST_MATH = {"reassoc", "contract", "nsz", "arcp"}  # no 'nnan'/'ninf': -inf marks absent prototypes
+_NEG_INF = np.float32(-np.inf)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FAST_MATH)
+def judgment_score(x, category, centroids, initialized, alpha, tau, logits, probs, action, confidence,
+                   min_confidence):  # pragma: no cover - compiled
+    """Batched scoring of JudgmentMemory into preallocated outputs (no learning)."""
+    n_decisions, n_factors = x.shape
+    n_actions = centroids.shape[1]
+    tau32 = np.float32(tau)
+    for b in range(n_decisions):
+        c = category[b]
+        best = -1
+        best_logit = _NEG_INF
+        for a in range(n_actions):
+            d = np.float32(0.0)
+            for k in range(n_factors):
+                diff = x[b, k] - centroids[c, a, k]
+                d += alpha[c, k] * (diff * diff)
+            if initialized[c, a]:
+                logit = -d / tau32
+                logits[b, a] = logit
+                if logit > best_logit:
+                    best_logit = logit
+                    best = a
+            else:
+                logits[b, a] = _NEG_INF
+        _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_confidence)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_confidence):  # pragma: no cover
+    n_actions = logits.shape[1]
+    if best < 0:
+        for a in range(n_actions):
+            probs[b, a] = 0.0
+        action[b] = -1
+        confidence[b] = 0.0
+        return
+    z = np.float32(0.0)
+    for a in range(n_actions):
+        if logits[b, a] == _NEG_INF:
+            probs[b, a] = 0.0
+        else:
+            p = np.float32(math.exp(logits[b, a] - best_logit))
+            probs[b, a] = p
+            z += p
+    for a in range(n_actions):
+        probs[b, a] = probs[b, a] / z
+    if probs[b, best] < min_confidence:
+        action[b] = -1
+        confidence[b] = 0.0
+    else:
+        action[b] = best
+        confidence[b] = probs[b, best]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def judgment_score_one(x, c, centroids, initialized, alpha, tau, min_confidence):  # pragma: no cover
+    """One decision, no allocation: returns (action or -1, confidence)."""
+    n_actions, n_factors = centroids.shape[1], centroids.shape[2]
+    tau32 = np.float32(tau)
+    best = -1
+    best_logit = _NEG_INF
+    logits = np.empty(n_actions, np.float32)
+    for a in range(n_actions):
+        d = np.float32(0.0)
+        for k in range(n_factors):
+            diff = x[k] - centroids[c, a, k]
+            d += alpha[c, k] * (diff * diff)
+        logits[a] = -d / tau32 if initialized[c, a] else _NEG_INF
+        if initialized[c, a] and logits[a] > best_logit:
+            best_logit = logits[a]
+            best = a
+    if best < 0:
+        return -1, 0.0
+    z = np.float32(0.0)
+    for a in range(n_actions):
+        if initialized[c, a]:
+            z += np.float32(math.exp(logits[a] - best_logit))
+    conf = np.float32(1.0) / z
+    if conf < min_confidence:
+        return -1, 0.0
+    return best, conf
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def judgment_loop(centroids, initialized, counts, alpha, x, category, action, confirmed, has_confirmed, skip,
+                  tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
+                  push_rate, min_confidence,
+                  logits, probs, out_action, confidence, sq_diff,
+                  applied, gated, skipped, first_touch, eta_out, displacement):  # pragma: no cover
+    """Score-before-learn over a batch in stream order, mutating the state in place."""
+    n_decisions, n_factors = x.shape
+    n_actions = centroids.shape[1]
+    tau32 = np.float32(tau)
+    eta_c32 = np.float32(eta_confirmed)
+    eta_o32 = np.float32(eta_override)
+    damping32 = np.float32(gate_damping)
+    push32 = np.float32(push_rate)
+    low32 = np.float32(clip_low)
+    high32 = np.float32(clip_high)
+    for b in range(n_decisions):
+        c = category[b]
+        # -- score with the state left by decisions 0..b-1
+        best = -1
+        best_logit = _NEG_INF
+        for a in range(n_actions):
+            d = np.float32(0.0)
+            for k in range(n_factors):
+                diff = x[b, k] - centroids[c, a, k]
+                sq = diff * diff
+                sq_diff[b, a, k] = sq
+                d += alpha[c, k] * sq
+            if initialized[c, a]:
+                logit = -d / tau32
+                logits[b, a] = logit
+                if logit > best_logit:
+                    best_logit = logit
+                    best = a
+            else:
+                logits[b, a] = _NEG_INF
+        _finish_softmax(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
+        recommended = out_action[b]
+        # -- learn
+        if skip[b]:
+            skipped[b] = True
+            continue
+        a = action[b]
+        is_confirmed = confirmed[b] if has_confirmed else recommended == a
+        eta = eta_c32 if is_confirmed else eta_o32
+        if not initialized[c, a]:
+            for k in range(n_factors):
+                value = x[b, k]
+                if do_clip:
+                    value = min(max(value, low32), high32)
+                centroids[c, a, k] = value
+            initialized[c, a] = True
+            first_touch[b] = True
+            eta = np.float32(1.0)
+        else:
+            total = np.float32(0.0)
+            for k in range(n_factors):
+                total += sq_diff[b, a, k]
+            disp = np.float32(math.sqrt(total))
+            displacement[b] = disp
+            if disp > drift_threshold:
+                eta = eta * damping32
+                gated[b] = True
+            for k in range(n_factors):
+                value = centroids[c, a, k] + eta * (x[b, k] - centroids[c, a, k])
+                if do_clip:
+                    value = min(max(value, low32), high32)
+                centroids[c, a, k] = value
+        counts[c, a] += 1
+        applied[b] = True
+        eta_out[b] = eta
+        if push32 > 0 and not is_confirmed and recommended >= 0 and recommended != a:
+            for k in range(n_factors):
+                value = centroids[c, recommended, k] - push32 * (x[b, k] - centroids[c, recommended, k])
+                if do_clip:
+                    value = min(max(value, low32), high32)
+                centroids[c, recommended, k] = value
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped, respect_skip,
+             x, category, action, skip, first_step,
+             probs, out_action, confidence, applied, skipped):  # pragma: no cover
+    """k-NN score-before-learn over a batch; ``ring = [size, head]`` is updated in place.
+
+    Neighbours are visited oldest first and replace a kept one only when strictly closer,
+    which reproduces the stable sort of the original implementation; the winning action is
+    the first, in neighbour order, whose vote total is the maximum (the original's dict order).
+    """
+    n_decisions, n_factors = x.shape
+    capacity = store_x.shape[0]
+    n_actions = probs.shape[1]
+    nb_dist = np.empty(k, np.float64)
+    nb_action = np.empty(k, np.int64)
+    votes = np.empty(n_actions, np.float64)
+    for b in range(n_decisions):
+        size, head = ring[0], ring[1]
+        oldest = (head - size) % capacity
+        found = 0
+        for j in range(size):
+            slot = (oldest + j) % capacity
+            if scoped and store_category[slot] != category[b]:
+                continue
+            total = 0.0
+            for f in range(n_factors):
+                diff = np.float64(x[b, f]) - np.float64(store_x[slot, f])
+                total += diff * diff
+            d = math.sqrt(total)
+            pos = min(found, k)
+            while pos > 0 and d < nb_dist[pos - 1]:
+                if pos < k:
+                    nb_dist[pos] = nb_dist[pos - 1]
+                    nb_action[pos] = nb_action[pos - 1]
+                pos -= 1
+            if pos < k:
+                nb_dist[pos] = d
+                nb_action[pos] = store_action[slot]
+            found += 1
+        if found < k:
+            for a in range(n_actions):
+                probs[b, a] = 0.0
+            out_action[b] = -1
+            confidence[b] = 0.0
+        else:
+            votes[:] = 0.0
+            for j in range(k):
+                votes[nb_action[j]] += 1.0 / (nb_dist[j] + 1e-8)
+            total_votes = 0.0
+            for a in range(n_actions):
+                total_votes += votes[a]
+            best = nb_action[0]
+            for j in range(1, k):
+                if votes[nb_action[j]] > votes[best]:
+                    best = nb_action[j]
+            for a in range(n_actions):
+                probs[b, a] = votes[a] / total_votes
+            out_action[b] = best
+            confidence[b] = votes[best] / total_votes
+        if respect_skip and skip[b]:
+            skipped[b] = True
+            continue
+        for f in range(n_factors):
+            store_x[head, f] = x[b, f]
+        store_action[head] = action[b]
+        store_category[head] = category[b]
+        store_step[head] = first_step + b
+        ring[1] = (head + 1) % capacity
+        ring[0] = min(size + 1, capacity)
+        applied[b] = True

@@ -1,0 +1,280 @@
+"""JudgmentMemory: one learned prototype per (category, action) and learned criterion attention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gae import _kernels
+from gae import _validation as check
+from gae import engine
+from gae import functional as F
+from gae._base import DecisionMemory
+from gae.types import GateLog, MemoryOutput, StreamStep
+
+Names = Union[int, Sequence[str]]
+
+
+class JudgmentMemory(DecisionMemory):
+    r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
+
+    A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
+    memory keeps one prototype :math:`\mu_{c,a}` per category and action and scores
+
+    .. math::
+        \alpha_c = K\,\mathrm{softmax}(\ell_c), \qquad
+        d_a = \sum_k \alpha_{c,k}\,(x_k - \mu_{c,a,k})^2, \qquad
+        p = \mathrm{softmax}(-d / \tau)
+
+    over the actions that have a prototype. A category without any prototype abstains
+    (action -1, confidence 0, probabilities all zero). Learning a verified action :math:`a`
+    (in stream order, outside autograd) is the gated rule of the original design:
+
+    .. math::
+        \eta = \begin{cases} \eta_{confirmed} & \text{recommendation was } a \\
+                              \eta_{override} & \text{otherwise} \end{cases},\quad
+        \eta \leftarrow \eta \cdot \gamma \text{ if } \lVert x - \mu_{c,a} \rVert_2 > \theta,\quad
+        \mu_{c,a} \leftarrow \mu_{c,a} + \eta\,(x - \mu_{c,a})
+
+    The first verified decision of a cell initialises its prototype to :math:`x`; uncertain
+    outcomes (``skip``) change nothing; every gated step is appended to :attr:`gate_log`.
+    The attention logits :math:`\ell` are the only parameters; they are trained by gradient
+    (see :meth:`attention_logits`), while the prototypes are buffers and get no gradient.
+
+    Args:
+        categories: number of categories, or their names.
+        actions: number of actions, or their names.
+        factors: number of criteria (factors), or their names.
+        tau: softmax temperature. Default: 0.1.
+        eta_confirmed: step size when the memory's recommendation was confirmed. Default: 0.05.
+        eta_override: step size when the verifier overrode it. Default: 0.01.
+        drift_threshold: displacement (unweighted L2) above which the step is damped. Default: 0.4.
+        gate_damping: factor applied to a gated step. Default: 0.5.
+        clip: ``(low, high)`` to clamp prototypes to after every update, or None. Default: None.
+        push_rate: on an override, move the wrongly recommended prototype away from ``x`` by
+            this rate. Default: 0 (off).
+        min_confidence: abstain (action -1) when the best probability is below this.
+            Default: 0 (off).
+
+    Shape:
+        - x: (B, K) float factors; category, action: (B,) integer indices.
+        - Output: :class:`~gae.types.MemoryOutput` with (B, A) logits and probs, (B,) action
+          and confidence.
+
+    Attributes:
+        criterion_logits: Parameter (C, K), attention logits, zero at initialisation.
+        centroids: buffer (C, A, K) float32, the prototypes.
+        initialized: buffer (C, A) bool, the prototype exists.
+        counts: buffer (C, A) int64, updates applied to each prototype.
+        num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
+
+    Examples::
+
+        >>> memory = JudgmentMemory(["invoice", "refund"], ["approve", "reject"], 3)
+        >>> memory.learn_one([0.9, 0.1, 0.5], "approve", "invoice")["initialized"]
+        True
+        >>> memory.learn_one([0.1, 0.9, 0.5], "reject", "invoice")["initialized"]
+        True
+        >>> memory.score_one([0.8, 0.2, 0.5], "invoice")[0]
+        'approve'
+        >>> memory.score_one([0.8, 0.2, 0.5], "refund")
+        (None, 0.0)
+    """
+
+    _version = 1
+
+    def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
+                 eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
+                 gate_damping: float = 0.5, clip: Optional[tuple[float, float]] = None, push_rate: float = 0.0,
+                 min_confidence: float = 0.0) -> None:
+        super().__init__()
+        self.category_names = check.resolve_names("categories", categories)
+        self.action_names = check.resolve_names("actions", actions)
+        self.factor_names = check.resolve_names("factors", factors)
+        self.n_factors = len(self.factor_names)
+        self.tau = check.check_real("tau", tau, low=0.0, low_open=True)
+        self.eta_confirmed = check.check_real("eta_confirmed", eta_confirmed, low=0.0, high=1.0, low_open=True)
+        self.eta_override = check.check_real("eta_override", eta_override, low=0.0, high=1.0, low_open=True)
+        self.drift_threshold = check.check_real("drift_threshold", drift_threshold, low=0.0)
+        self.gate_damping = check.check_real("gate_damping", gate_damping, low=0.0, high=1.0, low_open=True)
+        self.push_rate = check.check_real("push_rate", push_rate, low=0.0, high=1.0)
+        self.min_confidence = check.check_real("min_confidence", min_confidence, low=0.0, high=1.0)
+        self.clip = self._check_clip(clip)
+        n_categories, n_actions = len(self.category_names), len(self.action_names)
+        self.criterion_logits = nn.Parameter(torch.zeros(n_categories, self.n_factors))
+        self.register_buffer("centroids", torch.zeros(n_categories, n_actions, self.n_factors))
+        self.register_buffer("initialized", torch.zeros(n_categories, n_actions, dtype=torch.bool))
+        self.register_buffer("counts", torch.zeros(n_categories, n_actions, dtype=torch.int64))
+        self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+        self._gate_chunks: list[GateLog] = []
+        self._alpha_cache: tuple[Any, Optional[np.ndarray]] = (None, None)
+
+    @staticmethod
+    def _check_clip(clip: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+        if clip is None:
+            return None
+        if not isinstance(clip, Sequence) or len(clip) != 2:
+            raise TypeError(f"clip must be None or a (low, high) pair, got {clip!r}")
+        low = check.check_real("clip[0]", clip[0], low=-np.inf)
+        high = check.check_real("clip[1]", clip[1], low=-np.inf)
+        if not low < high:
+            raise ValueError(f"clip must have low < high, got {clip!r}")
+        return (low, high)
+
+    @property
+    def rule(self) -> engine.JudgmentRule:
+        """The learning rule's hyperparameters, as passed to the engine."""
+        return engine.JudgmentRule(self.tau, self.eta_confirmed, self.eta_override, self.drift_threshold,
+                                   self.gate_damping, self.clip, self.push_rate, self.min_confidence)
+
+    def criterion_attention(self) -> Tensor:
+        """(C, K) attention weights ``K * softmax(criterion_logits)``; all ones at initialisation."""
+        return F.criterion_attention(self.criterion_logits)
+
+    # -- scoring ----------------------------------------------------------------------
+    def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
+        """Score a batch against the current prototypes. No side effects.
+
+        Differentiable in ``x`` and ``criterion_logits``. When no gradient is needed
+        (``torch.no_grad()`` or frozen attention) on CPU, a compiled kernel computes the
+        same numbers without building the (B, A, K) intermediate.
+        """
+        if not torch.compiler.is_compiling():
+            x, category = self._check_query(x, category)
+        alpha = self.criterion_attention()  # (C, K)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
+        if x.device.type == "cpu" and not needs_grad and not torch.compiler.is_compiling():
+            return self._score_compiled(x, category, alpha)
+        sq_diff = F.squared_differences(x.to(self.centroids.dtype), self.centroids[category])  # (B, A, K)
+        logits = F.prototype_logits(sq_diff, alpha[category], self.initialized[category], self.tau)
+        return F.memory_output(logits, self.min_confidence)
+
+    def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor) -> MemoryOutput:
+        n, n_actions = x.shape[0], len(self.action_names)
+        logits, probs = torch.empty(n, n_actions), torch.empty(n, n_actions)
+        action, confidence = torch.empty(n, dtype=torch.int64), torch.empty(n)
+        _kernels.judgment_score(
+            x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
+            self.centroids.float().contiguous().numpy(), self.initialized.numpy(),
+            alpha.detach().float().contiguous().numpy(), self.tau,
+            logits.numpy(), probs.numpy(), action.numpy(), confidence.numpy(), self.min_confidence)
+        return MemoryOutput(logits, probs, action, confidence)
+
+    def score_one(self, factors, category: Union[str, int] = "general") -> tuple[Optional[str], float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``.
+
+        On a CPU module this takes a compiled path of a few microseconds, with no tensors made.
+        """
+        if self.centroids.device.type != "cpu" or self.centroids.dtype != torch.float32:
+            return super().score_one(factors, category)
+        index = self._category_index(category)
+        row = np.asarray(factors, dtype=np.float32) if not isinstance(factors, Tensor) else \
+            factors.detach().cpu().float().numpy()
+        if row.shape != (self.n_factors,) or not np.isfinite(row).all():
+            return super().score_one(factors, category)  # raises the full error message
+        action, confidence = _kernels.judgment_score_one(row, index, self.centroids.numpy(),
+                                                         self.initialized.numpy(), self._alpha_numpy(), self.tau,
+                                                         self.min_confidence)
+        return self._action_name(action), float(confidence)
+
+    def _alpha_numpy(self) -> np.ndarray:
+        key = (self.criterion_logits._version, self.criterion_logits.data_ptr())
+        if self._alpha_cache[0] != key:
+            with torch.no_grad():
+                alpha = self.criterion_attention().float().contiguous().numpy()
+            self._alpha_cache = (key, alpha)
+        return self._alpha_cache[1]
+
+    def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
+        """Differentiable (B, A) logits of a prequential step under the current attention.
+
+        Uses the squared differences recorded at scoring time, so no decision is scored with
+        knowledge of itself; the cross-entropy of these logits trains ``criterion_logits``.
+        Actions that had no prototype at scoring time stay ``-inf``.
+        """
+        available = torch.isfinite(step.output.logits)
+        return F.prototype_logits(step.sq_diff, self.criterion_attention()[category], available, self.tau)
+
+    # -- learning ---------------------------------------------------------------------
+    def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
+        device = self.centroids.device
+        state = [t.detach().to("cpu", copy=True) for t in (self.centroids.float(), self.initialized, self.counts)]
+        alpha = self.criterion_attention().detach().to("cpu", torch.float32).contiguous()
+        cpu = [None if t is None else t.detach().to("cpu").contiguous() for t in (category, action, confirmed, skip)]
+        step = engine.judgment_prequential(*state, alpha, x.detach().to("cpu", torch.float32).contiguous(), *cpu,
+                                           rule=self.rule, backend=self.backend)
+        for target, source in zip((self.centroids, self.initialized, self.counts), state):
+            target.copy_(source)
+        first = int(self.num_decisions)
+        self.num_decisions += x.shape[0]
+        self._record_gate_events(first, cpu[0], cpu[1], step.events)
+        if device.type == "cpu":
+            return step
+        return StreamStep(*(t.to(device) if isinstance(t, Tensor) else type(t)(*(f.to(device) for f in t))
+                            for t in step))
+
+    def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events) -> None:
+        where = events.gated.nonzero().squeeze(-1)
+        if where.numel():
+            self._gate_chunks.append(GateLog(where + first, category[where], action[where],
+                                             events.displacement[where], events.eta[where]))
+
+    @property
+    def gate_log(self) -> GateLog:
+        """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
+        if not self._gate_chunks:
+            return GateLog(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
+                           torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0))
+        if len(self._gate_chunks) > 1:
+            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks)))]
+        return self._gate_chunks[0]
+
+    def gate_records(self) -> list[dict[str, Any]]:
+        """:attr:`gate_log` as a list of dicts with category and action names."""
+        log = self.gate_log
+        return [{"step": int(s), "category": self.category_names[int(c)], "action": self.action_names[int(a)],
+                 "disp": float(d), "eta": float(e)}
+                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta)]
+
+    # -- inspection and state -----------------------------------------------------------
+    def parameter_inventory(self) -> dict[str, int]:
+        """Every number the memory holds, by tensor name, and their ``total``.
+
+        Learned by gradient: ``criterion_logits``. Learned online: ``centroids``. Bookkeeping:
+        ``initialized``, ``counts``, ``num_decisions``. The gate log grows with the stream
+        and is not counted (5 numbers per gate event).
+        """
+        inventory = {name: p.numel() for name, p in self.named_parameters()}
+        inventory.update({name: b.numel() for name, b in self.named_buffers()})
+        inventory["total"] = sum(inventory.values())
+        return inventory
+
+    def extra_repr(self) -> str:
+        return (f"categories={len(self.category_names)}, actions={len(self.action_names)}, "
+                f"factors={self.n_factors}, tau={self.tau}, eta_confirmed={self.eta_confirmed}, "
+                f"eta_override={self.eta_override}, drift_threshold={self.drift_threshold}, "
+                f"gate_damping={self.gate_damping}, clip={self.clip}, push_rate={self.push_rate}, "
+                f"min_confidence={self.min_confidence}")
+
+    def get_extra_state(self) -> dict[str, Any]:
+        state = self._names_state()
+        state["factor_names"] = list(self.factor_names)
+        state["gate_log"] = dict(self.gate_log._asdict())
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        log = state.get("gate_log")
+        self._gate_chunks = [GateLog(**{k: v.cpu() for k, v in log.items()})] if log else []
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        extra = state_dict.get(prefix + "_extra_state")
+        if extra is not None:  # refuse a mismatched memory before any tensor is copied
+            self._check_names_state(extra)
+            if extra.get("factor_names", list(self.factor_names)) != list(self.factor_names):
+                raise ValueError(f"state_dict was saved with factor_names={extra['factor_names']!r} "
+                                 f"but this memory has {list(self.factor_names)!r}")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

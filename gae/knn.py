@@ -1,0 +1,145 @@
+"""KNNMemory: the retrieval baseline, a ring buffer of traces voted by their k nearest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from gae import _validation as check
+from gae import engine
+from gae import functional as F
+from gae._base import DecisionMemory
+from gae.types import MemoryOutput, StreamStep
+
+Names = Union[int, Sequence[str]]
+_QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
+
+
+class KNNMemory(DecisionMemory):
+    r"""The original design's retrieval memory ("AgenticMemory"), on tensors.
+
+    Every learned decision is appended to a ring buffer of ``capacity`` traces (FIFO
+    eviction, one store shared by all categories). Scoring takes the ``k`` stored traces
+    nearest in Euclidean distance (ties: older first), lets each vote for its action with
+    weight :math:`1 / (d + 10^{-8})`, and recommends the action with the largest total
+    (ties: the action met first in neighbour order), with confidence = its share of the
+    votes. With fewer than ``k`` traces it abstains. Cost: O(N K) per decision.
+
+    Like the original it learns every decision whatever its outcome; ``respect_skip=True``
+    drops the uncertain ones. ``scoped=True`` lets a decision see only traces of its own
+    category (the store and its FIFO order stay shared).
+
+    Args:
+        factors: number of factors, or their names.
+        actions: number of actions, or their names.
+        k: neighbours that vote. Default: 5.
+        capacity: traces kept. Default: 200 (the original's ``cap``).
+        categories: number of categories, or their names; None ignores categories. Default: None.
+        scoped: restrict neighbours to the decision's category (needs ``categories``). Default: False.
+        respect_skip: do not store decisions marked ``skip``. Default: False.
+
+    Attributes:
+        store_factors: buffer (capacity, K) float32.
+        store_actions, store_categories, store_steps: buffers (capacity,) int64.
+        ring: buffer (2,) int64, ``[size, head]``: traces stored and the next slot to write.
+        num_decisions: buffer () int64, decisions seen.
+
+    Examples::
+
+        >>> memory = KNNMemory(2, ["approve", "reject"], k=1)
+        >>> memory.score_one([0.9, 0.1])
+        (None, 0.0)
+        >>> _ = memory.learn_one([0.9, 0.1], "approve")
+        >>> memory.score_one([0.8, 0.2])
+        ('approve', 1.0)
+    """
+
+    _version = 1
+
+    def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
+                 categories: Optional[Names] = None, scoped: bool = False, respect_skip: bool = False) -> None:
+        super().__init__()
+        self.factor_names = check.resolve_names("factors", factors)
+        self.action_names = check.resolve_names("actions", actions)
+        self.category_names = None if categories is None else check.resolve_names("categories", categories)
+        self.n_factors = len(self.factor_names)
+        self.k = check.check_int("k", k, low=1)
+        self.capacity = check.check_int("capacity", capacity, low=1)
+        if self.k > self.capacity:
+            raise ValueError(f"k must be <= capacity ({self.capacity}), got {k}: the memory could never score")
+        if scoped and categories is None:
+            raise ValueError("scoped=True needs categories (an int or a list of names), got categories=None")
+        self.scoped = bool(scoped)
+        self.respect_skip = bool(respect_skip)
+        self.register_buffer("store_factors", torch.zeros(capacity, self.n_factors))
+        self.register_buffer("store_actions", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("store_categories", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("store_steps", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("ring", torch.zeros(2, dtype=torch.int64))
+        self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+
+    def __len__(self) -> int:
+        return int(self.ring[0])
+
+    def _age_order(self) -> Tensor:
+        """Slots of the stored traces, oldest first."""
+        size, head = int(self.ring[0]), int(self.ring[1])
+        return (head - size + torch.arange(size, device=self.ring.device)) % self.capacity
+
+    def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
+        """Score a batch against the current store (no side effects), in chunks of queries."""
+        x, category = self._check_query(x, category)
+        order = self._age_order()
+        stored, stored_actions = self.store_factors[order], self.store_actions[order]
+        outputs = []
+        for start in range(0, x.shape[0], _QUERY_CHUNK):
+            queries, cats = x[start:start + _QUERY_CHUNK], category[start:start + _QUERY_CHUNK]
+            allowed = (cats.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
+            outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
+        return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs)))
+
+    def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
+        device = self.store_factors.device
+        buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
+        state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
+        cpu = [t.detach().to("cpu").contiguous() for t in (category, action, skip)]
+        output, events = engine.knn_prequential(state, x.detach().to("cpu", torch.float32).contiguous(), *cpu,
+                                                first_step=int(self.num_decisions), k=self.k, scoped=self.scoped,
+                                                respect_skip=self.respect_skip, n_actions=len(self.action_names),
+                                                backend=self.backend)
+        for target, source in zip(buffers, state):
+            target.copy_(source)
+        self.num_decisions += x.shape[0]
+        if device.type != "cpu":
+            output = MemoryOutput(*(t.to(device) for t in output))
+            events = type(events)(*(t.to(device) for t in events))
+        return StreamStep(output, events, None)
+
+    def parameter_inventory(self) -> dict[str, int]:
+        """Every number the memory holds, by buffer name, and their ``total``."""
+        inventory = {name: b.numel() for name, b in self.named_buffers()}
+        inventory["total"] = sum(inventory.values())
+        return inventory
+
+    def extra_repr(self) -> str:
+        categories = None if self.category_names is None else len(self.category_names)
+        return (f"factors={self.n_factors}, actions={len(self.action_names)}, k={self.k}, "
+                f"capacity={self.capacity}, categories={categories}, scoped={self.scoped}, "
+                f"respect_skip={self.respect_skip}")
+
+    def get_extra_state(self) -> dict[str, Any]:
+        state = self._names_state()
+        state["factor_names"] = list(self.factor_names)
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        pass  # names are checked before loading, in _load_from_state_dict
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        extra = state_dict.get(prefix + "_extra_state")
+        if extra is not None:
+            self._check_names_state(extra)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -1,0 +1,83 @@
+"""Named outputs of the memories.
+
+Every public method returns one of these instead of a bare tuple, so that a harness reads
+``out.action`` rather than ``out[2]`` and the fields are documented in one place.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from torch import Tensor
+
+
+class MemoryOutput(NamedTuple):
+    """What a memory says about a batch of decisions, before it learns from them.
+
+    Attributes:
+        logits: (B, A) float. ``-inf`` for an action the memory has no evidence for.
+        probs: (B, A) float. Rows sum to 1, or are all zero where the memory abstains
+            because it has no evidence at all for the decision's category.
+        action: (B,) int64. The recommended action, ``-1`` where the memory abstains.
+        confidence: (B,) float. Probability of the recommended action, ``0`` on abstention.
+    """
+
+    logits: Tensor
+    probs: Tensor
+    action: Tensor
+    confidence: Tensor
+
+
+class LearnEvents(NamedTuple):
+    """What learning did with each decision of a batch, in stream order.
+
+    Attributes:
+        applied: (B,) bool. The state was changed by this decision.
+        gated: (B,) bool. The drift gate damped the step (displacement > threshold).
+        skipped: (B,) bool. The outcome was uncertain and the decision was not learned.
+        initialized: (B,) bool. The decision created its prototype (first touch).
+        eta: (B,) float. The step size used; 1 for a first touch, 0 when not applied.
+        displacement: (B,) float. Unweighted L2 distance from the prototype before the
+            update; 0 when not applied or on a first touch.
+    """
+
+    applied: Tensor
+    gated: Tensor
+    skipped: Tensor
+    initialized: Tensor
+    eta: Tensor
+    displacement: Tensor
+
+
+class StreamStep(NamedTuple):
+    """Result of a prequential (score-before-learn) pass over a batch.
+
+    Attributes:
+        output: the pre-learning :class:`MemoryOutput` of every decision.
+        events: the :class:`LearnEvents` of the learning that followed each score.
+        sq_diff: (B, A, K) float, the per-criterion squared differences between each
+            decision and every prototype of its category at scoring time, or ``None`` for
+            memories without prototypes (:class:`~gae.KNNMemory`).
+    """
+
+    output: MemoryOutput
+    events: LearnEvents
+    sq_diff: Optional[Tensor]
+
+
+class GateLog(NamedTuple):
+    """Every drift-gate event, in stream order. All fields are 1-D tensors of one length.
+
+    Attributes:
+        step: int64, the sequence number of the decision in the memory's stream.
+        category: int64 category index.
+        action: int64 action index.
+        displacement: float, distance from the prototype that triggered the gate.
+        eta: float, the damped step size that was applied.
+    """
+
+    step: Tensor
+    category: Tensor
+    action: Tensor
+    displacement: Tensor
+    eta: Tensor
