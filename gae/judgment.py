@@ -172,9 +172,11 @@ class JudgmentMemory(DecisionMemory):
         if self.centroids.device.type != "cpu" or self.centroids.dtype != torch.float32:
             return super().score_one(factors, category)
         index = self._category_index(category)
-        row = np.asarray(factors, dtype=np.float32) if not isinstance(factors, Tensor) else \
-            factors.detach().cpu().float().numpy()
-        if row.shape != (self.n_factors,) or not np.isfinite(row).all():
+        try:
+            row = np.asarray(factors.detach().cpu() if isinstance(factors, Tensor) else factors, dtype=np.float32)
+        except (TypeError, ValueError):
+            row = None
+        if row is None or row.shape != (self.n_factors,) or not np.isfinite(row).all():
             return super().score_one(factors, category)  # raises the full error message
         action, confidence = _kernels.judgment_score_one(row, index, self.centroids.numpy(),
                                                          self.initialized.numpy(), self._alpha_numpy(), self.tau,

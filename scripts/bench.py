@@ -1,0 +1,301 @@
+"""Benchmark gae against its targets and against the per-decision loops it replaces.
+
+Measures, single-threaded, with C=4 categories x A=4 actions x K=8 factors and the median
+over repeats (after an untimed warm-up, so JIT compilation is excluded):
+
+1. exact online learning (``JudgmentMemory.prequential_``) against a per-decision numpy loop
+   of the same maths (the original implementation's style) and the per-decision torch
+   reference loop, checking that all three end with the same prototypes;
+2. batched scoring ``memory(x, category)`` without and with autograd;
+3. single-decision ``score_one`` latency against a numpy dict-of-centroids score;
+4. ``KNNMemory`` online learning, the retrieval baseline.
+
+Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the README
+has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them.
+
+Usage: ``python scripts/bench.py [--quick] [--repeats N] [--out PATH] [--readme PATH | --no-readme]``
+"""
+
+from __future__ import annotations
+
+import os
+
+# Thread pools are sized when numpy, torch and numba are imported, so this must come first.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["NUMBA_NUM_THREADS"] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from gae import JudgmentMemory, KNNMemory, engine  # noqa: E402
+
+C, A, K = 4, 4, 8
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+FULL_SIZES = {"online": 100_000, "numpy_loop": 5_000, "torch_loop": 2_000, "batch": 1_000_000,
+              "score_one": 20_000, "knn": 20_000}
+
+
+def make_stream(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded synthetic decisions: factors uniform in [0, 1], random categories and actions."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, K, generator=generator)
+    return x, torch.randint(0, C, (n,), generator=generator), torch.randint(0, A, (n,), generator=generator)
+
+
+def numpy_score(factors, prototypes: dict, weights: np.ndarray, tau: float = 0.1):
+    """The original's score: weighted distance to each known prototype, softmax, argmax."""
+    if not prototypes:
+        return None, 0.0
+    x = np.asarray(factors, dtype=np.float32)
+    names = list(prototypes)
+    distance = np.array([np.sum(weights * (x - prototypes[a]) ** 2) for a in names])
+    logits = -distance / np.float32(tau)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    best = int(np.argmax(probs))
+    return names[best], float(probs[best])
+
+
+def numpy_online(x: np.ndarray, category: np.ndarray, action: np.ndarray, weights: np.ndarray) -> list[dict]:
+    """The original's learning loop, one decision at a time: score, then the gated update."""
+    prototypes: list[dict] = [{} for _ in range(C)]
+    eta_confirmed, eta_override = np.float32(0.05), np.float32(0.01)
+    for row, c, a in zip(x, category.tolist(), action.tolist(), strict=True):
+        recommended, _ = numpy_score(row, prototypes[c], weights[c])
+        eta = eta_confirmed if recommended == a else eta_override
+        centroid = prototypes[c].get(a)
+        if centroid is None:
+            prototypes[c][a] = row.copy()
+            continue
+        if np.sqrt(np.sum((row - centroid) ** 2)) > 0.4:
+            eta = eta * np.float32(0.5)
+        centroid += eta * (row - centroid)
+    return prototypes
+
+
+def as_array(prototypes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy loop's prototypes as (C, A, K) centroids and a (C, A) initialized mask."""
+    centroids, initialized = np.zeros((C, A, K), np.float32), np.zeros((C, A), bool)
+    for c, cell in enumerate(prototypes):
+        for a, centroid in cell.items():
+            centroids[c, a], initialized[c, a] = centroid, True
+    return centroids, initialized
+
+
+def torch_online(memory: JudgmentMemory, x, category, action) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain torch reference loop of the engine, on fresh CPU copies of an empty state."""
+    centroids, initialized = torch.zeros(C, A, K), torch.zeros(C, A, dtype=torch.bool)
+    alpha = memory.criterion_attention().detach().contiguous()
+    engine.judgment_prequential(centroids, initialized, torch.zeros(C, A, dtype=torch.int64), alpha, x, category,
+                                action, None, torch.zeros(len(x), dtype=torch.bool), memory.rule,
+                                backend="reference")
+    return centroids, initialized
+
+
+def learned(x, category, action) -> JudgmentMemory:
+    """A fresh memory that has learned the given stream."""
+    memory = JudgmentMemory(C, A, K)
+    memory.prequential_(x, category, action)
+    return memory
+
+
+def seconds(run, repeats: int, prepare=lambda: None) -> list[float]:
+    """Wall time of ``run(prepare())`` for each repeat, after one untimed warm-up run."""
+    times = []
+    for i in range(repeats + 1):
+        state = prepare()
+        start = time.perf_counter()
+        run(state)
+        if i:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def latencies_us(score, inputs: list, repeats: int) -> tuple[list[float], list[float]]:
+    """p50 and p99 in microseconds of one call of ``score(*input)``, per repeat."""
+    for args in inputs[:100]:  # warm-up
+        score(*args)
+    p50, p99 = [], []
+    for _ in range(repeats):
+        ns = np.empty(len(inputs))
+        for i, args in enumerate(inputs):
+            start = time.perf_counter_ns()
+            score(*args)
+            ns[i] = time.perf_counter_ns() - start
+        p50.append(float(np.percentile(ns, 50)) / 1e3)
+        p99.append(float(np.percentile(ns, 99)) / 1e3)
+    return p50, p99
+
+
+def progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def rate(n: int, times: list[float]) -> dict:
+    """Raw seconds and decisions/s of each repeat, and the median rate."""
+    rates = [n / t for t in times]
+    return {"n": n, "seconds": times, "per_second": rates, "median": statistics.median(rates)}
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value / 1e6:,.2f} M/s" if value >= 1e6 else f"{value / 1e3:,.1f} k/s"
+
+
+def run_all(sizes: dict, repeats: int) -> tuple[dict, list[tuple[str, str, str, str]]]:
+    """Every measurement: the raw JSON record and the table rows (measurement, result, target, verdict)."""
+    results: dict = {}
+    x, category, action = make_stream(sizes["online"])
+    weights = JudgmentMemory(C, A, K).criterion_attention().detach().numpy()
+
+    progress(f"exact online: gae prequential_ on {sizes['online']:,} decisions")
+    results["online_gae"] = rate(sizes["online"], seconds(
+        lambda memory: memory.prequential_(x, category, action), repeats, lambda: JudgmentMemory(C, A, K)))
+    n_np, n_torch = sizes["numpy_loop"], sizes["torch_loop"]
+    progress(f"exact online: numpy per-decision loop on {n_np:,} decisions")
+    x_np, c_np, a_np = x[:n_np].numpy(), category[:n_np].numpy(), action[:n_np].numpy()
+    results["online_numpy"] = rate(n_np, seconds(lambda _: numpy_online(x_np, c_np, a_np, weights), repeats))
+    progress(f"exact online: torch reference loop on {n_torch:,} decisions")
+    memory = JudgmentMemory(C, A, K)
+    prefix = (x[:n_torch].clone(), category[:n_torch].clone(), action[:n_torch].clone())
+    results["online_torch"] = rate(n_torch, seconds(lambda _: torch_online(memory, *prefix), repeats))
+
+    # Speed means nothing unless the loops compute the same prototypes as gae.
+    np_centroids, np_init = as_array(numpy_online(x_np, c_np, a_np, weights))
+    gae_np = learned(x[:n_np], category[:n_np], action[:n_np])
+    numpy_diff = float(np.abs(np_centroids - gae_np.centroids.numpy()).max())
+    numpy_ok = bool((np_init == gae_np.initialized.numpy()).all()) and \
+        np.allclose(np_centroids, gae_np.centroids.numpy(), atol=1e-5)
+    torch_centroids, torch_init = torch_online(memory, *prefix)
+    gae_torch = learned(*prefix)
+    torch_diff = float((torch_centroids - gae_torch.centroids).abs().max())
+    torch_ok = torch.equal(torch_init, gae_torch.initialized) and \
+        torch.allclose(torch_centroids, gae_torch.centroids, atol=1e-5)
+    results["agreement"] = {"numpy_vs_gae": {"n": n_np, "max_abs_diff": numpy_diff, "allclose": numpy_ok},
+                            "torch_vs_gae": {"n": n_torch, "max_abs_diff": torch_diff, "allclose": torch_ok}}
+
+    progress(f"batched scoring: forward on B={sizes['batch']:,} (no_grad, then with autograd)")
+    trained = learned(x, category, action)
+    xb, cb, _ = make_stream(sizes["batch"], seed=1)
+
+    def score_no_grad(_):
+        with torch.no_grad():
+            trained(xb, cb)
+
+    results["batch_no_grad"] = rate(sizes["batch"], seconds(score_no_grad, repeats))
+    results["batch_grad"] = rate(sizes["batch"], seconds(
+        lambda leaf: trained(leaf, cb), repeats, lambda: xb.clone().requires_grad_()))
+
+    progress(f"single decision: score_one latency over {sizes['score_one']:,} calls, and the numpy score")
+    xs, cs, _ = make_stream(sizes["score_one"], seed=2)
+    names = [trained.category_names[c] for c in cs.tolist()]
+    calls = list(zip(xs.tolist(), names, strict=True))
+    p50, p99 = latencies_us(trained.score_one, calls, repeats)
+    results["score_one_us"] = {"n": len(calls), "p50": p50, "p99": p99,
+                               "median_p50": statistics.median(p50), "median_p99": statistics.median(p99)}
+    dict_memory = [{a: trained.centroids[c, a].numpy().copy() for a in range(A) if trained.initialized[c, a]}
+                   for c in range(C)]
+    numpy_calls = [(row, dict_memory[c], weights[c]) for row, c in zip(xs.tolist(), cs.tolist(), strict=True)]
+    p50, p99 = latencies_us(numpy_score, numpy_calls, repeats)
+    results["numpy_score_one_us"] = {"n": len(calls), "p50": p50, "p99": p99,
+                                     "median_p50": statistics.median(p50), "median_p99": statistics.median(p99)}
+
+    progress(f"k-NN baseline: KNNMemory prequential_ on {sizes['knn']:,} decisions (capacity 400)")
+    xk, ck, ak = x[:sizes["knn"]], category[:sizes["knn"]], action[:sizes["knn"]]
+    results["online_knn"] = rate(sizes["knn"], seconds(
+        lambda knn: knn.prequential_(xk, ck, ak), repeats, lambda: KNNMemory(K, A, k=5, capacity=400, categories=C)))
+
+    online, numpy_rate = results["online_gae"]["median"], results["online_numpy"]["median"]
+    speedup = online / numpy_rate
+    results["speedup_vs_numpy"] = speedup
+    batch = results["batch_no_grad"]["median"]
+    p50_gae = results["score_one_us"]["median_p50"]
+
+    def verdict(ok: bool) -> str:
+        return "pass" if ok else "miss"
+
+    rows = [
+        (f"exact online, gae `prequential_` ({sizes['online']:,} decisions)", fmt_rate(online), ">= 1 M/s",
+         verdict(online >= 1e6)),
+        ("exact online, gae vs numpy per-decision loop", f"{speedup:,.0f}x", ">= 20x", verdict(speedup >= 20)),
+        (f"numpy loop == gae prototypes ({n_np:,} decisions)", f"max abs diff {numpy_diff:.1e}", "allclose 1e-5",
+         verdict(numpy_ok)),
+        (f"torch loop == gae prototypes ({n_torch:,} decisions)", f"max abs diff {torch_diff:.1e}",
+         "allclose 1e-5", verdict(torch_ok)),
+        (f"batched scoring, `no_grad` (B={sizes['batch']:,})", fmt_rate(batch), ">= 20 M/s", verdict(batch >= 2e7)),
+        ("`score_one` latency p50 / p99", f"{p50_gae:.1f} / {results['score_one_us']['median_p99']:.1f} us",
+         "p50 <= 10 us", verdict(p50_gae <= 10)),
+        (f"ref: numpy per-decision loop ({n_np:,} decisions)", fmt_rate(numpy_rate), "—", "—"),
+        (f"ref: torch per-decision loop ({n_torch:,} decisions)", fmt_rate(results["online_torch"]["median"]),
+         "—", "—"),
+        ("ref: batched scoring with autograd (torch path)", fmt_rate(results["batch_grad"]["median"]), "—", "—"),
+        ("ref: numpy dict-of-centroids score p50 / p99", f"{results['numpy_score_one_us']['median_p50']:.1f} / "
+         f"{results['numpy_score_one_us']['median_p99']:.1f} us", "—", "—"),
+        (f"ref: `KNNMemory` prequential_, k=5, capacity 400 ({sizes['knn']:,} decisions)",
+         fmt_rate(results["online_knn"]["median"]), "—", "—"),
+    ]
+    return results, rows
+
+
+def markdown(rows: list[tuple[str, str, str, str]]) -> str:
+    lines = ["| measurement | result | target | verdict |", "|---|---|---|---|"]
+    return "\n".join(lines + [f"| {' | '.join(row)} |" for row in rows])
+
+
+def machine() -> str:
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+            f"Python {platform.python_version()}, 1 thread")
+
+
+def update_readme(path: Path, table: str, quick: bool) -> None:
+    """Replace the text between the bench markers, if the README has them."""
+    text = path.read_text() if path.exists() else ""
+    head, start, rest = text.partition(START)
+    body, end, tail = rest.partition(END)
+    if not start or not end:
+        progress(f"{path} has no {START} ... {END} markers; README left alone")
+        return
+    command = "make bench" + (" (with --quick: sizes / 10)" if quick else "")
+    note = f"Measured on {machine()}; regenerate with `{command}`."
+    path.write_text(f"{head}{START}\n{table}\n\n{note}\n{END}{tail}")
+    progress(f"updated the table in {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="every size / 10, for smoke tests")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
+    parser.add_argument("--out", type=Path, default=Path("results/bench/bench.json"), help="JSON output")
+    parser.add_argument("--readme", type=Path, default=Path("README.md"), help="README with bench markers")
+    parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    sizes = {name: n // 10 if args.quick else n for name, n in FULL_SIZES.items()}
+    began = time.perf_counter()
+    results, rows = run_all(sizes, args.repeats)
+    elapsed = time.perf_counter() - began
+    table = markdown(rows)
+    print(table)
+    print(f"\n{machine()}; {args.repeats} repeats, medians; total {elapsed:.1f} s")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"machine": machine(), "command": " ".join(sys.argv), "quick": args.quick, "repeats": args.repeats,
+              "sizes": sizes, "shape": {"categories": C, "actions": A, "factors": K}, "total_seconds": elapsed,
+              "results": results, "table": [dict(zip(("measurement", "result", "target", "verdict"), row, strict=True))
+                                            for row in rows]}
+    args.out.write_text(json.dumps(record, indent=2))
+    progress(f"wrote {args.out}")
+    if not args.no_readme:
+        update_readme(args.readme, table, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Shared fixtures: seeded decision streams and factories for every memory."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from gae import JudgmentMemory, KNNMemory
+
+CATEGORIES, ACTIONS, FACTORS = 4, 4, 8
+
+
+class Stream(NamedTuple):
+    x: torch.Tensor  # (N, K)
+    category: torch.Tensor  # (N,)
+    action: torch.Tensor  # (N,)
+    skip: torch.Tensor  # (N,)
+
+
+def clustered_stream(seed: int, n: int, *, noise: float = 0.12, skip_rate: float = 0.05,
+                     label_noise: float = 0.1, drift_at: int | None = None) -> Stream:
+    """Decisions clustered around a centre per (category, action), optional prototype permutation."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.rand(CATEGORIES, ACTIONS, FACTORS, generator=gen)
+    category = torch.randint(0, CATEGORIES, (n,), generator=gen)
+    action = torch.randint(0, ACTIONS, (n,), generator=gen)
+    source = action.clone()
+    if drift_at is not None:
+        source[drift_at:] = (action[drift_at:] + 1) % ACTIONS  # the world's mapping changes
+    x = (centres[category, source] + noise * torch.randn(n, FACTORS, generator=gen)).clamp(0, 1)
+    flip = torch.rand(n, generator=gen) < label_noise
+    action = torch.where(flip, torch.randint(0, ACTIONS, (n,), generator=gen), action)
+    skip = torch.rand(n, generator=gen) < skip_rate
+    return Stream(x, category, action, skip)
+
+
+def make_judgment(**kwargs) -> JudgmentMemory:
+    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, **kwargs)
+
+
+def make_knn(**kwargs) -> KNNMemory:
+    kwargs = {"k": 5, "capacity": 50, "categories": CATEGORIES, **kwargs}
+    return KNNMemory(FACTORS, ACTIONS, **kwargs)
+
+
+MEMORY_FACTORIES = {
+    "judgment": make_judgment,
+    "judgment_options": lambda: make_judgment(clip=(0.0, 1.0), push_rate=0.02, min_confidence=0.3),
+    "knn": make_knn,
+    "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
+}
+
+
+@pytest.fixture(params=sorted(MEMORY_FACTORIES))
+def memory_factory(request):
+    return MEMORY_FACTORIES[request.param]
+
+
+@pytest.fixture
+def stream() -> Stream:
+    return clustered_stream(0, 300, drift_at=150)

@@ -1,0 +1,146 @@
+"""One battery of checks applied to every memory."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+from gae import JudgmentMemory, KNNMemory
+from tests.conftest import clustered_stream
+
+
+def feed(memory, stream, start=0, stop=None):
+    sl = slice(start, stop)
+    return memory.prequential_(stream.x[sl], stream.category[sl], stream.action[sl], skip=stream.skip[sl])
+
+
+def assert_same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        if isinstance(sa[key], torch.Tensor):
+            assert torch.equal(sa[key], sb[key]), key
+
+
+def test_state_dict_round_trip_through_weights_only_load(memory_factory, stream):
+    memory = memory_factory()
+    feed(memory, stream, 0, 200)
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    buffer.seek(0)
+    restored = memory_factory()
+    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    assert_same_state(memory, restored)
+    # a restored memory continues exactly as the original would
+    a, b = feed(memory, stream, 200), feed(restored, stream, 200)
+    assert torch.equal(a.output.action, b.output.action) and torch.equal(a.output.probs, b.output.probs)
+    assert_same_state(memory, restored)
+
+
+def test_gate_log_survives_state_dict():
+    stream = clustered_stream(0, 300, drift_at=150)
+    memory = JudgmentMemory(4, 4, 8)
+    feed(memory, stream)
+    restored = JudgmentMemory(4, 4, 8)
+    restored.load_state_dict(memory.state_dict())
+    assert len(memory.gate_log.step) > 0
+    for a, b in zip(memory.gate_log, restored.gate_log):
+        assert torch.equal(a, b)
+
+
+def test_deepcopy_is_independent(memory_factory, stream):
+    memory = memory_factory()
+    feed(memory, stream, 0, 100)
+    twin = copy.deepcopy(memory)
+    assert_same_state(memory, twin)
+    feed(twin, stream, 100)
+    assert not torch.equal(memory.num_decisions, twin.num_decisions)
+    feed(memory, stream, 100)
+    assert_same_state(memory, twin)
+
+
+def test_to_converts_state_and_keeps_results(memory_factory, stream):
+    memory = memory_factory()
+    feed(memory, stream, 0, 150)
+    moved = copy.deepcopy(memory).to("cpu").to(torch.float64)
+    float_state = [t for t in moved.state_dict().values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    assert float_state and all(t.dtype == torch.float64 for t in float_state)
+    a, b = feed(memory, stream, 150), feed(moved, stream, 150)
+    assert torch.equal(a.output.action, b.output.action)
+    with torch.no_grad():
+        fa, fb = memory(stream.x, stream.category), moved(stream.x, stream.category)
+    assert torch.equal(fa.action, fb.action)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_module_matches_cpu(memory_factory, stream):
+    cpu, gpu = memory_factory(), memory_factory().cuda()
+    a = feed(cpu, stream)
+    b = gpu.prequential_(stream.x.cuda(), stream.category.cuda(), stream.action.cuda(), skip=stream.skip.cuda())
+    assert torch.equal(a.output.action, b.output.action.cpu())
+    with torch.no_grad():
+        fa, fb = cpu(stream.x, stream.category), gpu(stream.x.cuda(), stream.category.cuda())
+    assert torch.equal(fa.action, fb.action.cpu())
+    for (key, t), u in zip(cpu.state_dict().items(), gpu.state_dict().values()):
+        if isinstance(t, torch.Tensor):
+            torch.testing.assert_close(t, u.cpu(), msg=key)
+
+
+def test_learning_builds_no_graph(memory_factory, stream):
+    memory = memory_factory()
+    x = stream.x.clone().requires_grad_()
+    step = memory.prequential_(x, stream.category, stream.action, skip=stream.skip)
+    assert all(not t.requires_grad for t in step.output) and all(not t.requires_grad for t in step.events)
+    assert all(not b.requires_grad for b in memory.buffers())
+    assert all(p.grad is None for p in memory.parameters())
+
+
+def test_inputs_are_not_mutated(memory_factory, stream):
+    memory = memory_factory()
+    before = [t.clone() for t in stream]
+    feed(memory, stream)
+    with torch.no_grad():
+        memory(stream.x, stream.category)
+    for a, b in zip(before, stream):
+        assert torch.equal(a, b)
+
+
+def test_same_seed_same_result(memory_factory):
+    runs = []
+    for _ in range(2):
+        memory = memory_factory()
+        stream = clustered_stream(7, 250)
+        runs.append((feed(memory, stream), memory))
+    assert torch.equal(runs[0][0].output.probs, runs[1][0].output.probs)
+    assert_same_state(runs[0][1], runs[1][1])
+
+
+def test_names_round_trip():
+    names = dict(categories=["invoice", "refund"], actions=["approve", "review", "reject"], factors=["amount", "age"])
+    memory = JudgmentMemory(**names)
+    memory.learn_one([0.2, 0.9], "review", "refund")
+    restored = JudgmentMemory(**names)
+    restored.load_state_dict(memory.state_dict())
+    assert restored.score_one([0.2, 0.9], "refund") == memory.score_one([0.2, 0.9], "refund") == ("review", 1.0)
+    assert restored.gate_records() == memory.gate_records()
+    knn = KNNMemory(["amount", "age"], names["actions"], k=1, categories=names["categories"], scoped=True)
+    knn.learn_one([0.2, 0.9], "reject", "refund")
+    assert knn.score_one([0.2, 0.9], "refund") == ("reject", 1.0)
+    assert knn.score_one([0.2, 0.9], "invoice") == (None, 0.0)
+
+
+@pytest.mark.parametrize("cls,kwargs", [(JudgmentMemory, {"categories": ["a", "b"], "actions": 2, "factors": 2}),
+                                        (KNNMemory, {"categories": ["a", "b"], "actions": 2, "factors": 2})])
+def test_loading_state_with_other_names_is_refused_and_changes_nothing(cls, kwargs):
+    source = cls(**kwargs)
+    source.learn_one([0.5, 0.5], 1, "a")
+    target = cls(**{**kwargs, "categories": ["a", "c"]})
+    before = copy.deepcopy(target.state_dict())
+    with pytest.raises(ValueError, match="category_names"):
+        target.load_state_dict(source.state_dict())
+    for key, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, target.state_dict()[key])
