@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from gae import _validation as check
-from gae.types import LearnEvents, MemoryOutput, StreamStep
+from gae.types import LearnEvents, StreamStep
 
 INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
 
@@ -23,19 +23,19 @@ class DecisionMemory(nn.Module):
     on inputs that have already been validated.
     """
 
-    category_names: Optional[tuple[str, ...]]
+    category_names: tuple[str, ...] | None
     action_names: tuple[str, ...]
     n_factors: int
     backend: str = "compiled"
 
     # -- the batched API -------------------------------------------------------------
-    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor],
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor) -> StreamStep:
         raise NotImplementedError
 
     @torch.no_grad()
-    def prequential_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor] = None,
-                     skip: Optional[Tensor] = None) -> StreamStep:
+    def prequential_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
+                     skip: Tensor | None = None) -> StreamStep:
         """Score every decision with the state left by the ones before it, then learn it.
 
         The result equals a Python loop of single decisions. The whole batch is validated
@@ -56,14 +56,14 @@ class DecisionMemory(nn.Module):
         return self._prequential(x, category, action, confirmed, skip)
 
     @torch.no_grad()
-    def learn_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Optional[Tensor] = None,
-               skip: Optional[Tensor] = None) -> LearnEvents:
+    def learn_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
+               skip: Tensor | None = None) -> LearnEvents:
         """Learn a batch of verified decisions in stream order; see :meth:`prequential_`."""
         return self.prequential_(x, category, action, confirmed, skip).events
 
     # -- the single-decision API of the original implementation ------------------------
-    def score_one(self, factors: Union[Sequence[float], Tensor, np.ndarray],
-                  category: Union[str, int] = "general") -> tuple[Optional[str], float]:
+    def score_one(self, factors: Sequence[float] | Tensor | np.ndarray,
+                  category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``."""
         x = self._one_factor_row(factors)
         index = self._category_index(category)
@@ -71,9 +71,9 @@ class DecisionMemory(nn.Module):
             out = self(x, torch.tensor([index], device=x.device))
         return self._action_name(int(out.action[0])), float(out.confidence[0])
 
-    def learn_one(self, factors: Union[Sequence[float], Tensor, np.ndarray], action: Union[str, int],
-                  category: Union[str, int] = "general", confirmed: Optional[bool] = True,
-                  outcome: Optional[str] = None) -> dict[str, Any]:
+    def learn_one(self, factors: Sequence[float] | Tensor | np.ndarray, action: str | int,
+                  category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None) -> dict[str, Any]:
         """Learn one verified decision; ``outcome='__incorrect__'`` marks it uncertain (skipped).
 
         Returns a dict like the original: ``{'skipped': True}`` or the gate's verdict with
@@ -101,7 +101,7 @@ class DecisionMemory(nn.Module):
         return next(self.buffers()).device
 
     @property
-    def _n_categories(self) -> Optional[int]:
+    def _n_categories(self) -> int | None:
         return None if self.category_names is None else len(self.category_names)
 
     def _check_query(self, x: Tensor, category: Tensor) -> tuple[Tensor, Tensor]:
@@ -133,14 +133,14 @@ class DecisionMemory(nn.Module):
             raise ValueError(f"factors must have {self.n_factors} values, got shape {tuple(row.shape)}")
         return check.check_factors(row.unsqueeze(0), self.n_factors, self._device, "factors")
 
-    def _category_index(self, category: Union[str, int]) -> int:
+    def _category_index(self, category: str | int) -> int:
         if self.category_names is None:
             if isinstance(category, str):
                 return 0  # categories are ignored by this memory; any name is fine
             return check.check_int("category", category, low=0)
         return check.lookup("category", category, self.category_names)
 
-    def _action_name(self, index: int) -> Optional[str]:
+    def _action_name(self, index: int) -> str | None:
         return None if index < 0 else self.action_names[index]
 
     # -- names travel with the state ---------------------------------------------------

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-Names = Union[int, Sequence[str]]
+Names = int | Sequence[str]
 
 
 def resolve_names(argument: str, value: Names) -> tuple[str, ...]:
@@ -74,8 +73,8 @@ def check_factors(x: Tensor, n_factors: int, device: torch.device, argument: str
     return x
 
 
-def check_index(value: Tensor, argument: str, size: Optional[int], batch: int, device: torch.device,
-                names: Optional[tuple[str, ...]] = None) -> Tensor:
+def check_index(value: Tensor, argument: str, size: int | None, batch: int, device: torch.device,
+                names: tuple[str, ...] | None = None) -> Tensor:
     """An integer (B,) tensor with values in ``[0, size)`` (only ``>= 0`` when size is None)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{argument} must be a torch.Tensor of shape ({batch},), got {type(value).__name__}")
@@ -94,7 +93,7 @@ def check_index(value: Tensor, argument: str, size: Optional[int], batch: int, d
     return value.long()
 
 
-def check_flags(value: Optional[Tensor], argument: str, batch: int, device: torch.device) -> Optional[Tensor]:
+def check_flags(value: Tensor | None, argument: str, batch: int, device: torch.device) -> Tensor | None:
     """None, or a bool (B,) tensor."""
     if value is None:
         return None
@@ -108,7 +107,7 @@ def check_flags(value: Optional[Tensor], argument: str, batch: int, device: torc
     return value
 
 
-def lookup(argument: str, value: Union[int, str], names: tuple[str, ...]) -> int:
+def lookup(argument: str, value: int | str, names: tuple[str, ...]) -> int:
     """Index of a name, or an int index checked against the number of names."""
     if isinstance(value, str):
         try:

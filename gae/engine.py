@@ -12,7 +12,7 @@ and update the state tensors in place.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -31,14 +31,16 @@ class JudgmentRule(NamedTuple):
     eta_override: float
     drift_threshold: float
     gate_damping: float
-    clip: Optional[tuple[float, float]]
+    clip: tuple[float, float] | None
     push_rate: float
     min_confidence: float
 
 
 def _empty_events(n: int) -> LearnEvents:
-    flags = [torch.zeros(n, dtype=torch.bool) for _ in range(4)]
-    return LearnEvents(*flags, torch.zeros(n), torch.zeros(n))
+    def flags() -> Tensor:
+        return torch.zeros(n, dtype=torch.bool)
+
+    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n))
 
 
 def judgment_prequential(
@@ -49,7 +51,7 @@ def judgment_prequential(
     x: Tensor,  # (B, K) float32
     category: Tensor,  # (B,) int64
     action: Tensor,  # (B,) int64
-    confirmed: Optional[Tensor],  # (B,) bool or None: derive from the recommendation
+    confirmed: Tensor | None,  # (B,) bool or None: derive from the recommendation
     skip: Tensor,  # (B,) bool
     rule: JudgmentRule,
     backend: str = "compiled",
@@ -67,7 +69,7 @@ def judgment_prequential(
     sq_diff = torch.empty(n, n_actions, n_factors)
     events = _empty_events(n)
     has_confirmed = confirmed is not None
-    confirmed_np = (confirmed if has_confirmed else skip).numpy()
+    confirmed_np = (skip if confirmed is None else confirmed).numpy()  # unread when not has_confirmed
     clip_low, clip_high = rule.clip if rule.clip is not None else (0.0, 0.0)
     _kernels.judgment_loop(
         centroids.numpy(), initialized.numpy(), counts.numpy(), alpha.numpy(),
@@ -165,7 +167,8 @@ def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
     events = _empty_events(n)
-    _kernels.knn_loop(*(t.numpy() for t in state), k, scoped, respect_skip,
+    _kernels.knn_loop(state.factors.numpy(), state.actions.numpy(), state.categories.numpy(), state.steps.numpy(),
+                      state.ring.numpy(), k, scoped, respect_skip,
                       x.numpy(), category.numpy(), action.numpy(), skip.numpy(), first_step,
                       probs.numpy(), out_action.numpy(), confidence.numpy(),
                       events.applied.numpy(), events.skipped.numpy())

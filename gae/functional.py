@@ -6,8 +6,6 @@ differentiable where that makes sense and runs on any device.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -65,7 +63,7 @@ def knn_vote(
     stored_actions: Tensor,  # (N,) int64
     k: int,
     n_actions: int,
-    allowed: Optional[Tensor] = None,  # (B, N) bool, which stored traces each query may see
+    allowed: Tensor | None = None,  # (B, N) bool, which stored traces each query may see
 ) -> MemoryOutput:
     """Distance-weighted k-NN vote of the original retrieval memory, batched.
 

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gae import _kernels
+from gae import _kernels, engine
 from gae import _validation as check
-from gae import engine
 from gae import functional as F
 from gae._base import DecisionMemory
-from gae.types import GateLog, MemoryOutput, StreamStep
-
-Names = Union[int, Sequence[str]]
+from gae._validation import Names
+from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
 
 class JudgmentMemory(DecisionMemory):
@@ -86,10 +84,16 @@ class JudgmentMemory(DecisionMemory):
     """
 
     _version = 1
+    category_names: tuple[str, ...]
+    criterion_logits: nn.Parameter
+    centroids: Tensor
+    initialized: Tensor
+    counts: Tensor
+    num_decisions: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
-                 gate_damping: float = 0.5, clip: Optional[tuple[float, float]] = None, push_rate: float = 0.0,
+                 gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
                  min_confidence: float = 0.0) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
@@ -111,10 +115,10 @@ class JudgmentMemory(DecisionMemory):
         self.register_buffer("counts", torch.zeros(n_categories, n_actions, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
         self._gate_chunks: list[GateLog] = []
-        self._alpha_cache: tuple[Any, Optional[np.ndarray]] = (None, None)
+        self._alpha_cache: tuple[Any, np.ndarray] = (None, np.empty(0, np.float32))
 
     @staticmethod
-    def _check_clip(clip: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+    def _check_clip(clip: tuple[float, float] | None) -> tuple[float, float] | None:
         if clip is None:
             return None
         if not isinstance(clip, Sequence) or len(clip) != 2:
@@ -164,7 +168,7 @@ class JudgmentMemory(DecisionMemory):
             logits.numpy(), probs.numpy(), action.numpy(), confidence.numpy(), self.min_confidence)
         return MemoryOutput(logits, probs, action, confidence)
 
-    def score_one(self, factors, category: Union[str, int] = "general") -> tuple[Optional[str], float]:
+    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``.
 
         On a CPU module this takes a compiled path of a few microseconds, with no tensors made.
@@ -198,28 +202,34 @@ class JudgmentMemory(DecisionMemory):
         knowledge of itself; the cross-entropy of these logits trains ``criterion_logits``.
         Actions that had no prototype at scoring time stay ``-inf``.
         """
+        if step.sq_diff is None:
+            raise ValueError("step has no sq_diff: it was not made by a JudgmentMemory")
         available = torch.isfinite(step.output.logits)
         return F.prototype_logits(step.sq_diff, self.criterion_attention()[category], available, self.tau)
 
     # -- learning ---------------------------------------------------------------------
-    def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                     skip: Tensor) -> StreamStep:
         device = self.centroids.device
-        state = [t.detach().to("cpu", copy=True) for t in (self.centroids.float(), self.initialized, self.counts)]
+        # the kernel works on private CPU copies: a failure can never leave a half-updated memory
+        centroids = self.centroids.detach().to("cpu", torch.float32, copy=True)
+        initialized = self.initialized.to("cpu", copy=True)
+        counts = self.counts.to("cpu", copy=True)
         alpha = self.criterion_attention().detach().to("cpu", torch.float32).contiguous()
-        cpu = [None if t is None else t.detach().to("cpu").contiguous() for t in (category, action, confirmed, skip)]
-        step = engine.judgment_prequential(*state, alpha, x.detach().to("cpu", torch.float32).contiguous(), *cpu,
-                                           rule=self.rule, backend=self.backend)
-        for target, source in zip((self.centroids, self.initialized, self.counts), state):
-            target.copy_(source)
+        category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
+        confirmed = None if confirmed is None else confirmed.to("cpu").contiguous()
+        step = engine.judgment_prequential(centroids, initialized, counts, alpha,
+                                           x.detach().to("cpu", torch.float32).contiguous(), category, action,
+                                           confirmed, skip, self.rule, self.backend)
+        self.centroids.copy_(centroids)
+        self.initialized.copy_(initialized)
+        self.counts.copy_(counts)
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
-        self._record_gate_events(first, cpu[0], cpu[1], step.events)
-        if device.type == "cpu":
-            return step
-        return StreamStep(*(t.to(device) if isinstance(t, Tensor) else type(t)(*(f.to(device) for f in t))
-                            for t in step))
+        self._record_gate_events(first, category, action, step.events)
+        return step if device.type == "cpu" else _to_device(step, device)
 
-    def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events) -> None:
+    def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)
         if where.numel():
             self._gate_chunks.append(GateLog(where + first, category[where], action[where],
@@ -232,7 +242,7 @@ class JudgmentMemory(DecisionMemory):
             return GateLog(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
                            torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0))
         if len(self._gate_chunks) > 1:
-            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks)))]
+            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks, strict=False)))]
         return self._gate_chunks[0]
 
     def gate_records(self) -> list[dict[str, Any]]:
@@ -240,7 +250,7 @@ class JudgmentMemory(DecisionMemory):
         log = self.gate_log
         return [{"step": int(s), "category": self.category_names[int(c)], "action": self.action_names[int(a)],
                  "disp": float(d), "eta": float(e)}
-                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta)]
+                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta, strict=False)]
 
     # -- inspection and state -----------------------------------------------------------
     def parameter_inventory(self) -> dict[str, int]:
@@ -280,3 +290,9 @@ class JudgmentMemory(DecisionMemory):
                 raise ValueError(f"state_dict was saved with factor_names={extra['factor_names']!r} "
                                  f"but this memory has {list(self.factor_names)!r}")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def _to_device(step: StreamStep, device: torch.device) -> StreamStep:
+    output = MemoryOutput(*(t.to(device) for t in step.output))
+    events = LearnEvents(*(t.to(device) for t in step.events))
+    return StreamStep(output, events, None if step.sq_diff is None else step.sq_diff.to(device))

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -12,9 +11,9 @@ from gae import _validation as check
 from gae import engine
 from gae import functional as F
 from gae._base import DecisionMemory
+from gae._validation import Names
 from gae.types import MemoryOutput, StreamStep
 
-Names = Union[int, Sequence[str]]
 _QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
 
 
@@ -58,9 +57,15 @@ class KNNMemory(DecisionMemory):
     """
 
     _version = 1
+    store_factors: Tensor
+    store_actions: Tensor
+    store_categories: Tensor
+    store_steps: Tensor
+    ring: Tensor
+    num_decisions: Tensor
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
-                 categories: Optional[Names] = None, scoped: bool = False, respect_skip: bool = False) -> None:
+                 categories: Names | None = None, scoped: bool = False, respect_skip: bool = False) -> None:
         super().__init__()
         self.factor_names = check.resolve_names("factors", factors)
         self.action_names = check.resolve_names("actions", actions)
@@ -99,18 +104,17 @@ class KNNMemory(DecisionMemory):
             queries, cats = x[start:start + _QUERY_CHUNK], category[start:start + _QUERY_CHUNK]
             allowed = (cats.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
             outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
-        return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs)))
+        return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=False)))
 
     def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
         device = self.store_factors.device
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
-        cpu = [t.detach().to("cpu").contiguous() for t in (category, action, skip)]
-        output, events = engine.knn_prequential(state, x.detach().to("cpu", torch.float32).contiguous(), *cpu,
-                                                first_step=int(self.num_decisions), k=self.k, scoped=self.scoped,
-                                                respect_skip=self.respect_skip, n_actions=len(self.action_names),
-                                                backend=self.backend)
-        for target, source in zip(buffers, state):
+        category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
+        output, events = engine.knn_prequential(state, x.detach().to("cpu", torch.float32).contiguous(), category,
+                                                action, skip, int(self.num_decisions), self.k, self.scoped,
+                                                self.respect_skip, len(self.action_names), self.backend)
+        for target, source in zip(buffers, state, strict=False):
             target.copy_(source)
         self.num_decisions += x.shape[0]
         if device.type != "cpu":

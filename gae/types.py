@@ -6,7 +6,7 @@ Every public method returns one of these instead of a bare tuple, so that a harn
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from torch import Tensor
 
@@ -62,7 +62,7 @@ class StreamStep(NamedTuple):
 
     output: MemoryOutput
     events: LearnEvents
-    sq_diff: Optional[Tensor]
+    sq_diff: Tensor | None
 
 
 class GateLog(NamedTuple):
