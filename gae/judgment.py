@@ -242,7 +242,7 @@ class JudgmentMemory(DecisionMemory):
             return GateLog(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
                            torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0))
         if len(self._gate_chunks) > 1:
-            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks, strict=False)))]
+            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks, strict=True)))]
         return self._gate_chunks[0]
 
     def gate_records(self) -> list[dict[str, Any]]:
@@ -250,7 +250,7 @@ class JudgmentMemory(DecisionMemory):
         log = self.gate_log
         return [{"step": int(s), "category": self.category_names[int(c)], "action": self.action_names[int(a)],
                  "disp": float(d), "eta": float(e)}
-                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta, strict=False)]
+                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta, strict=True)]
 
     # -- inspection and state -----------------------------------------------------------
     def parameter_inventory(self) -> dict[str, int]:

@@ -104,7 +104,7 @@ class KNNMemory(DecisionMemory):
             queries, cats = x[start:start + _QUERY_CHUNK], category[start:start + _QUERY_CHUNK]
             allowed = (cats.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
             outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
-        return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=False)))
+        return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
 
     def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
         device = self.store_factors.device
@@ -114,7 +114,7 @@ class KNNMemory(DecisionMemory):
         output, events = engine.knn_prequential(state, x.detach().to("cpu", torch.float32).contiguous(), category,
                                                 action, skip, int(self.num_decisions), self.k, self.scoped,
                                                 self.respect_skip, len(self.action_names), self.backend)
-        for target, source in zip(buffers, state, strict=False):
+        for target, source in zip(buffers, state, strict=True):
             target.copy_(source)
         self.num_decisions += x.shape[0]
         if device.type != "cpu":

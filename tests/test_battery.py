@@ -47,7 +47,7 @@ def test_gate_log_survives_state_dict():
     restored = JudgmentMemory(4, 4, 8)
     restored.load_state_dict(memory.state_dict())
     assert len(memory.gate_log.step) > 0
-    for a, b in zip(memory.gate_log, restored.gate_log, strict=False):
+    for a, b in zip(memory.gate_log, restored.gate_log, strict=True):
         assert torch.equal(a, b)
 
 
@@ -84,7 +84,7 @@ def test_cuda_module_matches_cpu(memory_factory, stream):
     with torch.no_grad():
         fa, fb = cpu(stream.x, stream.category), gpu(stream.x.cuda(), stream.category.cuda())
     assert torch.equal(fa.action, fb.action.cpu())
-    for (key, t), u in zip(cpu.state_dict().items(), gpu.state_dict().values(), strict=False):
+    for (key, t), u in zip(cpu.state_dict().items(), gpu.state_dict().values(), strict=True):
         if isinstance(t, torch.Tensor):
             torch.testing.assert_close(t, u.cpu(), msg=key)
 
@@ -104,7 +104,7 @@ def test_inputs_are_not_mutated(memory_factory, stream):
     feed(memory, stream)
     with torch.no_grad():
         memory(stream.x, stream.category)
-    for a, b in zip(before, stream, strict=False):
+    for a, b in zip(before, stream, strict=True):
         assert torch.equal(a, b)
 
 

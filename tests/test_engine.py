@@ -33,7 +33,7 @@ def test_compiled_equals_reference(name, seed):
     stream = clustered_stream(seed, 400, drift_at=200)
     fast, slow = MEMORY_FACTORIES[name](), MEMORY_FACTORIES[name]()
     assert_steps_equal(run(fast, stream, "compiled"), run(slow, stream, "reference"))
-    for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=False):
+    for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=key)
 
@@ -66,7 +66,7 @@ def test_prequential_equals_single_decision_loop(memory_factory, stream):
                                   skip=stream.skip[i:i + 1])
         assert int(one.output.action[0]) == int(step.output.action[i])
         torch.testing.assert_close(one.output.probs[0], step.output.probs[i])
-    for a, b in zip(batched.state_dict().values(), single.state_dict().values(), strict=False):
+    for a, b in zip(batched.state_dict().values(), single.state_dict().values(), strict=True):
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b)
 
