@@ -51,6 +51,7 @@ def judgment_score(x, category, centroids, initialized, alpha, tau, logits, prob
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_confidence):  # pragma: no cover
+    """Softmax of row ``b`` of ``logits`` (-inf for absent actions: exp gives 0) and its argmax."""
     n_actions = logits.shape[1]
     if best < 0:
         for a in range(n_actions):
@@ -60,26 +61,31 @@ def _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_
         return
     z = np.float32(0.0)
     for a in range(n_actions):
-        if logits[b, a] == _NEG_INF:
-            probs[b, a] = 0.0
-        else:
-            p = np.float32(math.exp(logits[b, a] - best_logit))
-            probs[b, a] = p
-            z += p
+        p = np.float32(math.exp(logits[b, a] - best_logit))
+        probs[b, a] = p
+        z += p
+    scale = np.float32(1.0) / z
     for a in range(n_actions):
-        probs[b, a] = probs[b, a] / z
-    if probs[b, best] < min_confidence:
+        probs[b, a] *= scale
+    best_probability = probs[b, best]
+    if best_probability < min_confidence:
         action[b] = -1
         confidence[b] = 0.0
     else:
         action[b] = best
-        confidence[b] = probs[b, best]
+        confidence[b] = best_probability
+
+
+NOT_FINITE = -2  # judgment_score_one's answer to a NaN or Inf factor
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def judgment_score_one(x, c, centroids, initialized, alpha, tau, min_confidence):  # pragma: no cover
-    """One decision, no allocation: returns (action or -1, confidence)."""
+    """One decision, no allocation: returns (action, or -1 to abstain, or NOT_FINITE; confidence)."""
     n_actions, n_factors = centroids.shape[1], centroids.shape[2]
+    for k in range(n_factors):
+        if not math.isfinite(x[k]):
+            return NOT_FINITE, 0.0
     tau32 = np.float32(tau)
     best = -1
     best_logit = _NEG_INF
@@ -90,19 +96,18 @@ def judgment_score_one(x, c, centroids, initialized, alpha, tau, min_confidence)
             diff = x[k] - centroids[c, a, k]
             d += alpha[c, k] * (diff * diff)
         logits[a] = -d / tau32 if initialized[c, a] else _NEG_INF
-        if initialized[c, a] and logits[a] > best_logit:
+        if logits[a] > best_logit:
             best_logit = logits[a]
             best = a
     if best < 0:
         return -1, 0.0
     z = np.float32(0.0)
     for a in range(n_actions):
-        if initialized[c, a]:
-            z += np.float32(math.exp(logits[a] - best_logit))
-    conf = np.float32(1.0) / z
-    if conf < min_confidence:
+        z += np.float32(math.exp(logits[a] - best_logit))
+    confidence = np.float32(1.0) / z
+    if confidence < min_confidence:
         return -1, 0.0
-    return best, conf
+    return best, float(confidence)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

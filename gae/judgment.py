@@ -115,7 +115,8 @@ class JudgmentMemory(DecisionMemory):
         self.register_buffer("counts", torch.zeros(n_categories, n_actions, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
         self._gate_chunks: list[GateLog] = []
-        self._alpha_cache: tuple[Any, np.ndarray] = (None, np.empty(0, np.float32))
+        self._category_positions = {name: i for i, name in enumerate(self.category_names)}
+        self._score_cache: tuple | None = None
 
     @staticmethod
     def _check_clip(clip: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -151,7 +152,8 @@ class JudgmentMemory(DecisionMemory):
             x, category = self._check_query(x, category)
         alpha = self.criterion_attention()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
-        if x.device.type == "cpu" and not needs_grad and not torch.compiler.is_compiling():
+        if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
+                and not torch.compiler.is_compiling()):
             return self._score_compiled(x, category, alpha)
         sq_diff = F.squared_differences(x.to(self.centroids.dtype), self.centroids[category])  # (B, A, K)
         logits = F.prototype_logits(sq_diff, alpha[category], self.initialized[category], self.tau)
@@ -163,7 +165,7 @@ class JudgmentMemory(DecisionMemory):
         action, confidence = torch.empty(n, dtype=torch.int64), torch.empty(n)
         _kernels.judgment_score(
             x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
-            self.centroids.float().contiguous().numpy(), self.initialized.numpy(),
+            self.centroids.contiguous().numpy(), self.initialized.numpy(),
             alpha.detach().float().contiguous().numpy(), self.tau,
             logits.numpy(), probs.numpy(), action.numpy(), confidence.numpy(), self.min_confidence)
         return MemoryOutput(logits, probs, action, confidence)
@@ -171,29 +173,49 @@ class JudgmentMemory(DecisionMemory):
     def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``.
 
-        On a CPU module this takes a compiled path of a few microseconds, with no tensors made.
+        On a CPU module this takes a compiled path of a few microseconds with no tensor made;
+        anything unusual (bad input, another device or dtype) goes through :meth:`forward`.
         """
-        if self.centroids.device.type != "cpu" or self.centroids.dtype != torch.float32:
+        views = self._score_views()
+        index = None
+        if type(category) is int and 0 <= category < len(self.category_names):
+            index = category
+        elif isinstance(category, str):
+            index = self._category_positions.get(category)
+        if views is None or index is None:
             return super().score_one(factors, category)
-        index = self._category_index(category)
         try:
-            row = np.asarray(factors.detach().cpu() if isinstance(factors, Tensor) else factors, dtype=np.float32)
+            row = np.asarray(factors, dtype=np.float32)
         except (TypeError, ValueError):
-            row = None
-        if row is None or row.shape != (self.n_factors,) or not np.isfinite(row).all():
             return super().score_one(factors, category)  # raises the full error message
-        action, confidence = _kernels.judgment_score_one(row, index, self.centroids.numpy(),
-                                                         self.initialized.numpy(), self._alpha_numpy(), self.tau,
-                                                         self.min_confidence)
-        return self._action_name(action), float(confidence)
+        if row.shape != (self.n_factors,):
+            return super().score_one(factors, category)
+        action, confidence = _kernels.judgment_score_one(row, index, *views, self.tau, self.min_confidence)
+        if action == _kernels.NOT_FINITE:
+            return super().score_one(factors, category)
+        return self._action_name(action), confidence
 
-    def _alpha_numpy(self) -> np.ndarray:
-        key = (self.criterion_logits._version, self.criterion_logits.data_ptr())
-        if self._alpha_cache[0] != key:
-            with torch.no_grad():
-                alpha = self.criterion_attention().float().contiguous().numpy()
-            self._alpha_cache = (key, alpha)
-        return self._alpha_cache[1]
+    def _score_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """NumPy views of the CPU state for :meth:`score_one`, rebuilt when a tensor is replaced
+        (``.to()``, assignment) or the attention changes (its version counter moves)."""
+        centroids, initialized = self._buffers["centroids"], self._buffers["initialized"]
+        logits = self._parameters["criterion_logits"]
+        cache = self._score_cache
+        if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is logits
+                and cache[3] == logits._version):
+            return cache[4]
+        if centroids.device.type != "cpu" or centroids.dtype != torch.float32 or not centroids.is_contiguous():
+            return None
+        with torch.no_grad():
+            alpha = self.criterion_attention().float().contiguous().numpy()
+        views = (centroids.numpy(), initialized.numpy(), alpha)
+        self._score_cache = (centroids, initialized, logits, logits._version, views)
+        return views
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_score_cache"] = None  # views of this instance's tensors; a copy must build its own
+        return state
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
         """Differentiable (B, A) logits of a prequential step under the current attention.
