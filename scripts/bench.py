@@ -51,7 +51,7 @@ def make_stream(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def numpy_score(factors, prototypes: dict, weights: np.ndarray, tau: float = 0.1):
-    """The original's score: weighted distance to each known prototype, softmax, argmax."""
+    """Score in the original numpy style: weighted distance to each known prototype, softmax, argmax."""
     if not prototypes:
         return None, 0.0
     x = np.asarray(factors, dtype=np.float32)
@@ -65,7 +65,8 @@ def numpy_score(factors, prototypes: dict, weights: np.ndarray, tau: float = 0.1
 
 
 def numpy_online(x: np.ndarray, category: np.ndarray, action: np.ndarray, weights: np.ndarray) -> list[dict]:
-    """The original's learning loop, one decision at a time: score, then the gated update."""
+    """The learning loop in the original numpy style, one decision at a time: score, then the gated
+    update with JudgmentMemory's default rule (eta 0.05 / 0.01, gate above 0.4 halves eta)."""
     prototypes: list[dict] = [{} for _ in range(C)]
     eta_confirmed, eta_override = np.float32(0.05), np.float32(0.01)
     for row, c, a in zip(x, category.tolist(), action.tolist(), strict=True):
@@ -90,13 +91,11 @@ def as_array(prototypes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return centroids, initialized
 
 
-def torch_online(memory: JudgmentMemory, x, category, action) -> tuple[torch.Tensor, torch.Tensor]:
+def torch_online(x, category, action, alpha: torch.Tensor, rule) -> tuple[torch.Tensor, torch.Tensor]:
     """The plain torch reference loop of the engine, on fresh CPU copies of an empty state."""
     centroids, initialized = torch.zeros(C, A, K), torch.zeros(C, A, dtype=torch.bool)
-    alpha = memory.criterion_attention().detach().contiguous()
     engine.judgment_prequential(centroids, initialized, torch.zeros(C, A, dtype=torch.int64), alpha, x, category,
-                                action, None, torch.zeros(len(x), dtype=torch.bool), memory.rule,
-                                backend="reference")
+                                action, None, torch.zeros(len(x), dtype=torch.bool), rule, backend="reference")
     return centroids, initialized
 
 
@@ -121,7 +120,7 @@ def seconds(run, repeats: int, prepare=lambda: None) -> list[float]:
 
 def latencies_us(score, inputs: list, repeats: int) -> tuple[list[float], list[float]]:
     """p50 and p99 in microseconds of one call of ``score(*input)``, per repeat."""
-    for args in inputs[:100]:  # warm-up
+    for args in inputs[:100]:  # the first calls load compiled code and fill caches
         score(*args)
     p50, p99 = [], []
     for _ in range(repeats):
@@ -136,6 +135,7 @@ def latencies_us(score, inputs: list, repeats: int) -> tuple[list[float], list[f
 
 
 def progress(message: str) -> None:
+    """One line of progress on stderr, so stdout stays the table."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
@@ -146,15 +146,20 @@ def rate(n: int, times: list[float]) -> dict:
 
 
 def fmt_rate(value: float) -> str:
+    """Decisions per second, in M/s or k/s."""
     return f"{value / 1e6:,.2f} M/s" if value >= 1e6 else f"{value / 1e3:,.1f} k/s"
 
 
-def run_all(sizes: dict, repeats: int) -> tuple[dict, list[tuple[str, str, str, str]]]:
-    """Every measurement: the raw JSON record and the table rows (measurement, result, target, verdict)."""
-    results: dict = {}
-    x, category, action = make_stream(sizes["online"])
-    weights = JudgmentMemory(C, A, K).criterion_attention().detach().numpy()
+def latency_record(n: int, p50: list[float], p99: list[float]) -> dict:
+    """Per-repeat p50 / p99 in microseconds and their medians."""
+    return {"n": n, "p50": p50, "p99": p99, "median_p50": statistics.median(p50), "median_p99": statistics.median(p99)}
 
+
+def measure_online(results: dict, stream, sizes: dict, repeats: int) -> None:
+    """gae's exact online pass against the numpy and torch per-decision loops, and their agreement."""
+    x, category, action = stream
+    fresh = JudgmentMemory(C, A, K)
+    alpha, weights = fresh.criterion_attention().detach(), fresh.criterion_attention().detach().numpy()
     progress(f"exact online: gae prequential_ on {sizes['online']:,} decisions")
     results["online_gae"] = rate(sizes["online"], seconds(
         lambda memory: memory.prequential_(x, category, action), repeats, lambda: JudgmentMemory(C, A, K)))
@@ -163,125 +168,141 @@ def run_all(sizes: dict, repeats: int) -> tuple[dict, list[tuple[str, str, str, 
     x_np, c_np, a_np = x[:n_np].numpy(), category[:n_np].numpy(), action[:n_np].numpy()
     results["online_numpy"] = rate(n_np, seconds(lambda _: numpy_online(x_np, c_np, a_np, weights), repeats))
     progress(f"exact online: torch reference loop on {n_torch:,} decisions")
-    memory = JudgmentMemory(C, A, K)
-    prefix = (x[:n_torch].clone(), category[:n_torch].clone(), action[:n_torch].clone())
-    results["online_torch"] = rate(n_torch, seconds(lambda _: torch_online(memory, *prefix), repeats))
+    prefix = (x[:n_torch], category[:n_torch], action[:n_torch])
+    results["online_torch"] = rate(n_torch, seconds(lambda _: torch_online(*prefix, alpha, fresh.rule), repeats))
 
     # Speed means nothing unless the loops compute the same prototypes as gae.
     np_centroids, np_init = as_array(numpy_online(x_np, c_np, a_np, weights))
     gae_np = learned(x[:n_np], category[:n_np], action[:n_np])
-    numpy_diff = float(np.abs(np_centroids - gae_np.centroids.numpy()).max())
-    numpy_ok = bool((np_init == gae_np.initialized.numpy()).all()) and \
-        np.allclose(np_centroids, gae_np.centroids.numpy(), atol=1e-5)
-    torch_centroids, torch_init = torch_online(memory, *prefix)
+    torch_centroids, torch_init = torch_online(*prefix, alpha, fresh.rule)
     gae_torch = learned(*prefix)
-    torch_diff = float((torch_centroids - gae_torch.centroids).abs().max())
-    torch_ok = torch.equal(torch_init, gae_torch.initialized) and \
-        torch.allclose(torch_centroids, gae_torch.centroids, atol=1e-5)
-    results["agreement"] = {"numpy_vs_gae": {"n": n_np, "max_abs_diff": numpy_diff, "allclose": numpy_ok},
-                            "torch_vs_gae": {"n": n_torch, "max_abs_diff": torch_diff, "allclose": torch_ok}}
+    results["agreement"] = {
+        "numpy_vs_gae": {"n": n_np, "max_abs_diff": float(np.abs(np_centroids - gae_np.centroids.numpy()).max()),
+                         "allclose": bool((np_init == gae_np.initialized.numpy()).all()
+                                          and np.allclose(np_centroids, gae_np.centroids.numpy(), atol=1e-5))},
+        "torch_vs_gae": {"n": n_torch, "max_abs_diff": float((torch_centroids - gae_torch.centroids).abs().max()),
+                         "allclose": torch.equal(torch_init, gae_torch.initialized)
+                         and torch.allclose(torch_centroids, gae_torch.centroids, atol=1e-5)}}
+    results["speedup_vs_numpy"] = results["online_gae"]["median"] / results["online_numpy"]["median"]
 
-    progress(f"batched scoring: forward on B={sizes['batch']:,} (no_grad, then with autograd)")
-    trained = learned(x, category, action)
-    xb, cb, _ = make_stream(sizes["batch"], seed=1)
+
+def measure_scoring(results: dict, trained: JudgmentMemory, n: int, repeats: int) -> None:
+    """Batched ``forward`` without autograd (the compiled kernel) and with it (the torch path)."""
+    progress(f"batched scoring: forward on B={n:,} (no_grad, then with autograd)")
+    x, category, _ = make_stream(n, seed=1)
 
     def score_no_grad(_):
         with torch.no_grad():
-            trained(xb, cb)
+            trained(x, category)
 
-    results["batch_no_grad"] = rate(sizes["batch"], seconds(score_no_grad, repeats))
-    results["batch_grad"] = rate(sizes["batch"], seconds(
-        lambda leaf: trained(leaf, cb), repeats, lambda: xb.clone().requires_grad_()))
+    results["batch_no_grad"] = rate(n, seconds(score_no_grad, repeats))
+    results["batch_grad"] = rate(n, seconds(lambda leaf: trained(leaf, category), repeats,
+                                            lambda: x.clone().requires_grad_()))
 
-    progress(f"single decision: score_one latency over {sizes['score_one']:,} calls, and the numpy score")
-    xs, cs, _ = make_stream(sizes["score_one"], seed=2)
-    names = [trained.category_names[c] for c in cs.tolist()]
-    calls = list(zip(xs.tolist(), names, strict=True))
-    p50, p99 = latencies_us(trained.score_one, calls, repeats)
-    results["score_one_us"] = {"n": len(calls), "p50": p50, "p99": p99,
-                               "median_p50": statistics.median(p50), "median_p99": statistics.median(p99)}
-    dict_memory = [{a: trained.centroids[c, a].numpy().copy() for a in range(A) if trained.initialized[c, a]}
-                   for c in range(C)]
-    numpy_calls = [(row, dict_memory[c], weights[c]) for row, c in zip(xs.tolist(), cs.tolist(), strict=True)]
-    p50, p99 = latencies_us(numpy_score, numpy_calls, repeats)
-    results["numpy_score_one_us"] = {"n": len(calls), "p50": p50, "p99": p99,
-                                     "median_p50": statistics.median(p50), "median_p99": statistics.median(p99)}
 
-    progress(f"k-NN baseline: KNNMemory prequential_ on {sizes['knn']:,} decisions (capacity 400)")
-    xk, ck, ak = x[:sizes["knn"]], category[:sizes["knn"]], action[:sizes["knn"]]
-    results["online_knn"] = rate(sizes["knn"], seconds(
-        lambda knn: knn.prequential_(xk, ck, ak), repeats, lambda: KNNMemory(K, A, k=5, capacity=400, categories=C)))
+def measure_single(results: dict, trained: JudgmentMemory, n: int, repeats: int) -> None:
+    """``score_one`` latency, and that of the numpy-style score on the same prototypes."""
+    progress(f"single decision: score_one latency over {n:,} calls, and the numpy score")
+    x, category, _ = make_stream(n, seed=2)
+    rows, cats = x.tolist(), category.tolist()
+    calls = [(row, trained.category_names[c]) for row, c in zip(rows, cats, strict=True)]
+    results["score_one_us"] = latency_record(n, *latencies_us(trained.score_one, calls, repeats))
+    weights = trained.criterion_attention().detach().numpy()
+    prototypes = [{a: trained.centroids[c, a].numpy().copy() for a in range(A) if trained.initialized[c, a]}
+                  for c in range(C)]
+    numpy_calls = [(row, prototypes[c], weights[c]) for row, c in zip(rows, cats, strict=True)]
+    results["numpy_score_one_us"] = latency_record(n, *latencies_us(numpy_score, numpy_calls, repeats))
 
-    online, numpy_rate = results["online_gae"]["median"], results["online_numpy"]["median"]
-    speedup = online / numpy_rate
-    results["speedup_vs_numpy"] = speedup
-    batch = results["batch_no_grad"]["median"]
-    p50_gae = results["score_one_us"]["median_p50"]
 
+def measure_knn(results: dict, stream, n: int, repeats: int) -> None:
+    """The retrieval baseline's exact online pass; its store is full after 400 decisions."""
+    progress(f"k-NN baseline: KNNMemory prequential_ on {n:,} decisions (capacity 400)")
+    x, category, action = (t[:n] for t in stream)
+    results["online_knn"] = rate(n, seconds(lambda knn: knn.prequential_(x, category, action), repeats,
+                                            lambda: KNNMemory(K, A, k=5, capacity=400, categories=C)))
+
+
+def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
+    """(measurement, result, target, verdict) for every target, then the reference numbers."""
     def verdict(ok: bool) -> str:
         return "pass" if ok else "miss"
 
-    rows = [
+    def latency(key: str) -> str:
+        return f"{results[key]['median_p50']:.1f} / {results[key]['median_p99']:.1f} us"
+
+    online, batch = results["online_gae"]["median"], results["batch_no_grad"]["median"]
+    speedup, p50 = results["speedup_vs_numpy"], results["score_one_us"]["median_p50"]
+    numpy_check, torch_check = results["agreement"]["numpy_vs_gae"], results["agreement"]["torch_vs_gae"]
+    return [
         (f"exact online, gae `prequential_` ({sizes['online']:,} decisions)", fmt_rate(online), ">= 1 M/s",
          verdict(online >= 1e6)),
         ("exact online, gae vs numpy per-decision loop", f"{speedup:,.0f}x", ">= 20x", verdict(speedup >= 20)),
-        (f"numpy loop == gae prototypes ({n_np:,} decisions)", f"max abs diff {numpy_diff:.1e}", "allclose 1e-5",
-         verdict(numpy_ok)),
-        (f"torch loop == gae prototypes ({n_torch:,} decisions)", f"max abs diff {torch_diff:.1e}",
-         "allclose 1e-5", verdict(torch_ok)),
+        (f"numpy loop == gae prototypes ({numpy_check['n']:,} decisions)",
+         f"max abs diff {numpy_check['max_abs_diff']:.1e}", "allclose 1e-5", verdict(numpy_check["allclose"])),
+        (f"torch loop == gae prototypes ({torch_check['n']:,} decisions)",
+         f"max abs diff {torch_check['max_abs_diff']:.1e}", "allclose 1e-5", verdict(torch_check["allclose"])),
         (f"batched scoring, `no_grad` (B={sizes['batch']:,})", fmt_rate(batch), ">= 20 M/s", verdict(batch >= 2e7)),
-        ("`score_one` latency p50 / p99", f"{p50_gae:.1f} / {results['score_one_us']['median_p99']:.1f} us",
-         "p50 <= 10 us", verdict(p50_gae <= 10)),
-        (f"ref: numpy per-decision loop ({n_np:,} decisions)", fmt_rate(numpy_rate), "—", "—"),
-        (f"ref: torch per-decision loop ({n_torch:,} decisions)", fmt_rate(results["online_torch"]["median"]),
-         "—", "—"),
+        ("`score_one` latency p50 / p99", latency("score_one_us"), "p50 <= 10 us", verdict(p50 <= 10)),
+        (f"ref: numpy per-decision loop ({sizes['numpy_loop']:,} decisions)",
+         fmt_rate(results["online_numpy"]["median"]), "—", "—"),
+        (f"ref: torch per-decision loop ({sizes['torch_loop']:,} decisions)",
+         fmt_rate(results["online_torch"]["median"]), "—", "—"),
         ("ref: batched scoring with autograd (torch path)", fmt_rate(results["batch_grad"]["median"]), "—", "—"),
-        ("ref: numpy dict-of-centroids score p50 / p99", f"{results['numpy_score_one_us']['median_p50']:.1f} / "
-         f"{results['numpy_score_one_us']['median_p99']:.1f} us", "—", "—"),
+        ("ref: numpy dict-of-centroids score p50 / p99", latency("numpy_score_one_us"), "—", "—"),
         (f"ref: `KNNMemory` prequential_, k=5, capacity 400 ({sizes['knn']:,} decisions)",
          fmt_rate(results["online_knn"]["median"]), "—", "—"),
     ]
-    return results, rows
 
 
 def markdown(rows: list[tuple[str, str, str, str]]) -> str:
+    """The rows as a Markdown table."""
     lines = ["| measurement | result | target | verdict |", "|---|---|---|---|"]
     return "\n".join(lines + [f"| {' | '.join(row)} |" for row in rows])
 
 
 def machine() -> str:
+    """One line naming the machine and software the numbers come from."""
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
             f"Python {platform.python_version()}, 1 thread")
 
 
-def update_readme(path: Path, table: str, quick: bool) -> None:
+def update_readme(path: Path, table: str) -> None:
     """Replace the text between the bench markers, if the README has them."""
     text = path.read_text() if path.exists() else ""
     head, start, rest = text.partition(START)
-    body, end, tail = rest.partition(END)
+    _, end, tail = rest.partition(END)
     if not start or not end:
         progress(f"{path} has no {START} ... {END} markers; README left alone")
         return
-    command = "make bench" + (" (with --quick: sizes / 10)" if quick else "")
-    note = f"Measured on {machine()}; regenerate with `{command}`."
+    note = f"Measured on {machine()}; regenerate with `make bench`."
     path.write_text(f"{head}{START}\n{table}\n\n{note}\n{END}{tail}")
     progress(f"updated the table in {path}")
 
 
 def main() -> None:
+    """Parse the flags, run every measurement, print the table, write the JSON and README."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="every size / 10, for smoke tests")
+    parser.add_argument("--quick", action="store_true", help="sizes / 10, for smoke tests; never writes the README")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
     parser.add_argument("--out", type=Path, default=Path("results/bench/bench.json"), help="JSON output")
     parser.add_argument("--readme", type=Path, default=Path("README.md"), help="README with bench markers")
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
 
     torch.set_num_threads(1)
     sizes = {name: n // 10 if args.quick else n for name, n in FULL_SIZES.items()}
     began = time.perf_counter()
-    results, rows = run_all(sizes, args.repeats)
+    results: dict = {}
+    stream = make_stream(sizes["online"])
+    measure_online(results, stream, sizes, args.repeats)
+    trained = learned(*stream)
+    measure_scoring(results, trained, sizes["batch"], args.repeats)
+    measure_single(results, trained, sizes["score_one"], args.repeats)
+    measure_knn(results, stream, sizes["knn"], args.repeats)
     elapsed = time.perf_counter() - began
+    rows = table_rows(results, sizes)
     table = markdown(rows)
     print(table)
     print(f"\n{machine()}; {args.repeats} repeats, medians; total {elapsed:.1f} s")
@@ -293,8 +314,10 @@ def main() -> None:
                                             for row in rows]}
     args.out.write_text(json.dumps(record, indent=2))
     progress(f"wrote {args.out}")
-    if not args.no_readme:
-        update_readme(args.readme, table, args.quick)
+    if args.quick:
+        progress("--quick numbers are for smoke tests only; README left alone")
+    elif not args.no_readme:
+        update_readme(args.readme, table)
 
 
 if __name__ == "__main__":
