@@ -80,12 +80,26 @@ NOT_FINITE = -2  # judgment_score_one's answer to a NaN or Inf factor
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def judgment_score_one(x, c, centroids, initialized, alpha, tau, min_confidence):  # pragma: no cover
-    """One decision, no allocation: returns (action, or -1 to abstain, or NOT_FINITE; confidence)."""
+def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_confidence):  # pragma: no cover
+    """One decision, no allocation: returns (action, or -1 to abstain, or NOT_FINITE; confidence).
+
+    The attention ``K * softmax(criterion_logits[c])`` is computed here, from the live
+    parameter, so no cached copy can go stale.
+    """
     n_actions, n_factors = centroids.shape[1], centroids.shape[2]
     for k in range(n_factors):
         if not math.isfinite(x[k]):
             return NOT_FINITE, 0.0
+    alpha = np.empty(n_factors, np.float32)
+    top = criterion_logits[c, 0]
+    for k in range(1, n_factors):
+        top = max(top, criterion_logits[c, k])
+    total = np.float32(0.0)
+    for k in range(n_factors):
+        alpha[k] = np.float32(math.exp(criterion_logits[c, k] - top))
+        total += alpha[k]
+    for k in range(n_factors):
+        alpha[k] = np.float32(n_factors) * (alpha[k] / total)
     tau32 = np.float32(tau)
     best = -1
     best_logit = _NEG_INF
@@ -94,7 +108,7 @@ def judgment_score_one(x, c, centroids, initialized, alpha, tau, min_confidence)
         d = np.float32(0.0)
         for k in range(n_factors):
             diff = x[k] - centroids[c, a, k]
-            d += alpha[c, k] * (diff * diff)
+            d += alpha[k] * (diff * diff)
         logits[a] = -d / tau32 if initialized[c, a] else _NEG_INF
         if logits[a] > best_logit:
             best_logit = logits[a]

@@ -107,7 +107,7 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
         if initialized[c].any():
             probs[b] = torch.softmax(logits[b], dim=0)
             best = int(logits[b].argmax())
-            if probs[b, best] >= rule.min_confidence:
+            if float(probs[b, best]) >= rule.min_confidence:  # compared in float64, like the kernels
                 recommended = best
         else:
             probs[b] = 0.0
@@ -126,7 +126,7 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
         else:
             disp = sq[a].sum().sqrt()
             displacement[b] = disp
-            if disp > rule.drift_threshold:
+            if float(disp) > rule.drift_threshold:  # float32 displacement against the float64 threshold
                 eta = eta * torch.tensor(rule.gate_damping, dtype=torch.float32)
                 gated[b] = True
             centroids[c, a] = clip_(centroids[c, a] + eta * (x[b] - centroids[c, a]))

@@ -53,7 +53,8 @@ def memory_output(logits: Tensor, min_confidence: float = 0.0) -> MemoryOutput:
     probs = torch.softmax(safe, dim=-1) * known
     action = safe.argmax(-1)
     confidence = probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    abstain = ~known.squeeze(-1) | (confidence < min_confidence)
+    # the threshold is compared in float64, exactly as the compiled kernels compare it
+    abstain = ~known.squeeze(-1) | (confidence.detach().double() < min_confidence)
     return MemoryOutput(logits, probs, action.masked_fill(abstain, -1), confidence.masked_fill(abstain, 0.0))
 
 

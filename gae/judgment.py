@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -196,20 +196,22 @@ class JudgmentMemory(DecisionMemory):
         return self._action_name(action), confidence
 
     def _score_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """NumPy views of the CPU state for :meth:`score_one`, rebuilt when a tensor is replaced
-        (``.to()``, assignment) or the attention changes (its version counter moves)."""
-        centroids, initialized = self._buffers["centroids"], self._buffers["initialized"]
-        logits = self._parameters["criterion_logits"]
+        """NumPy views of the CPU state for :meth:`score_one`. Views follow in-place writes;
+        they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
+        # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
+        centroids = cast(Tensor, self._buffers["centroids"])
+        initialized = cast(Tensor, self._buffers["initialized"])
+        logits = cast(Tensor, self._parameters["criterion_logits"])
+        key = (centroids.data_ptr(), initialized.data_ptr(), logits.data_ptr())
         cache = self._score_cache
         if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is logits
-                and cache[3] == logits._version):
+                and cache[3] == key):
             return cache[4]
-        if centroids.device.type != "cpu" or centroids.dtype != torch.float32 or not centroids.is_contiguous():
+        if any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous()
+               for t in (centroids, logits)):
             return None
-        with torch.no_grad():
-            alpha = self.criterion_attention().float().contiguous().numpy()
-        views = (centroids.numpy(), initialized.numpy(), alpha)
-        self._score_cache = (centroids, initialized, logits, logits._version, views)
+        views = (centroids.numpy(), initialized.numpy(), logits.detach().numpy())
+        self._score_cache = (centroids, initialized, logits, key, views)
         return views
 
     def __getstate__(self) -> dict[str, Any]:

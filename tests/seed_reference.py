@@ -24,7 +24,7 @@ __all__ = ["AgenticMemory", "JudgmentMemory", "euclidean", "norm"]
 
 def euclidean(a, b):
     """Euclidean distance of two equal-length sequences (the seed's ``euclidean``)."""
-    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=True)))
 
 
 def norm(v):
@@ -105,7 +105,7 @@ class JudgmentMemory:
             return None, 0.0
 
         C = self.centroids[category]
-        dists = {a: sum((f - c) ** 2 for f, c in zip(factors, mu)) for a, mu in C.items()}
+        dists = {a: sum((f - c) ** 2 for f, c in zip(factors, mu)) for a, mu in C.items()}  # noqa: B905
         exps = {a: math.exp(-d / self.tau) for a, d in dists.items()}
         Z = sum(exps.values())
         # Ties go to the action whose prototype was created first in this category (dict
@@ -137,7 +137,7 @@ class JudgmentMemory:
         mu = cell[action]
 
         # Conservation gate
-        disp = norm([f - c for f, c in zip(factors, mu)])  # the seed's norm(factors - mu)
+        disp = norm([f - c for f, c in zip(factors, mu)])  # noqa: B905  (the seed's norm(factors - mu))
         if disp > self.drift_thresh:
             eta *= 0.5  # dampen outlier
             self.gate_log.append({"disp": disp, "action": action})

@@ -58,7 +58,7 @@ class Decision:
         self.factors, self.category, self.action, self.outcome = factors, category, action, outcome
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def make_stream(rng_seed: int, drift_at, n: int = N, noise: float = 0.08, label_noise: float = 0.1,
                 incorrect_rate: float = 0.1) -> tuple[Decision, ...]:
     rng = random.Random(rng_seed)
@@ -99,7 +99,7 @@ def assert_close(got: float, want: float, what: str, rel: float = REL, abs_: flo
 # ---------------------------------------------------------------------------------------
 # JudgmentMemory
 # ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run_seed_judgment(rng_seed: int, drift_at):
     """Feed the seed memory; the caller confirms iff the memory's own pre-learning
     recommendation equals the verified action, as in the seed's head-to-head."""
@@ -144,14 +144,14 @@ def assert_gate_log(memory: JudgmentMemory, seed_memory, results, decisions) -> 
     log = memory.gate_log
     assert len(log.step) == len(seed_memory.gate_log) == len(gated_steps)
     assert log.step.tolist() == gated_steps
-    for i, (step, entry) in enumerate(zip(gated_steps, seed_memory.gate_log)):
+    for i, (step, entry) in enumerate(zip(gated_steps, seed_memory.gate_log, strict=True)):
         assert int(log.action[i]) == ACTIONS.index(entry["action"])
         assert int(log.category[i]) == CATEGORIES.index(decisions[step].category)
         assert_close(float(log.displacement[i]), entry["disp"], f"gate log disp #{i}")
         assert_close(float(log.eta[i]), results[step]["eta"], f"gate log eta #{i}")
     records = memory.gate_records()
-    assert [(r["step"], r["action"]) for r in records] == [(s, e["action"])
-                                                            for s, e in zip(gated_steps, seed_memory.gate_log)]
+    want = [(s, e["action"]) for s, e in zip(gated_steps, seed_memory.gate_log, strict=True)]
+    assert [(r["step"], r["action"]) for r in records] == want
 
 
 def test_streams_exercise_every_branch():
@@ -171,7 +171,7 @@ def test_streams_exercise_every_branch():
         all_etas |= etas
         assert scores[0] == (None, 0.0)  # the very first decision abstains
         half = len(decisions) // 2
-        correct = sum(s[0] == d.action for s, d in zip(scores[:half], decisions[:half]))
+        correct = sum(s[0] == d.action for s, d in zip(scores[:half], decisions[:half], strict=True))
         assert correct > 0.6 * half  # clustered data: far above the 25 % of chance
     assert 0.01 in all_etas  # an ungated override somewhere
     assert gates[1] > 2 * max(gates[0], gates[2])  # the drift shows in the gate
@@ -238,7 +238,7 @@ def test_judgment_prequential_matches_seed(rng_seed, drift_at, backend):
 # ---------------------------------------------------------------------------------------
 # KNNMemory vs AgenticMemory
 # ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run_seed_knn(rng_seed: int, drift_at):
     memory = seed.AgenticMemory(k=5, cap=KNN_CAP)
     scores = []
@@ -307,7 +307,7 @@ def test_knn_stream_is_not_trivial():
         assert scores[:5] == [(None, 0.0)] * 5 and scores[5][0] is not None  # k=5: 5 traces needed
         confidences = [c for a, c in scores if a is not None]
         assert min(confidences) < 0.6 < max(confidences)  # split votes and clear ones
-        correct = sum(s[0] == d.action for s, d in zip(scores, decisions))
+        correct = sum(s[0] == d.action for s, d in zip(scores, decisions, strict=True))
         assert correct > 0.3 * len(decisions)
 
 
