@@ -18,7 +18,8 @@ import math
 import numba
 import numpy as np
 
-_FAST_MATH = {"reassoc", "contract", "nsz", "arcp"}  # no 'nnan'/'ninf': -inf marks absent prototypes
+# reassociate sums and approximate exp, but no 'nnan'/'ninf': -inf marks absent prototypes
+_FAST_MATH = {"reassoc", "contract", "nsz", "arcp", "afn"}
 _NEG_INF = np.float32(-np.inf)
 
 
@@ -61,7 +62,7 @@ def _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_
         return
     z = np.float32(0.0)
     for a in range(n_actions):
-        p = np.float32(math.exp(logits[b, a] - best_logit))
+        p = np.exp(logits[b, a] - best_logit)  # float32 exp: math.exp would round-trip through float64
         probs[b, a] = p
         z += p
     scale = np.float32(1.0) / z
