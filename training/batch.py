@@ -22,7 +22,7 @@ class DecisionBatch(NamedTuple):
         skip: (B,) bool, the outcome is uncertain and must not be learned.
         timestamp: (B,) float64 seconds.
         id: (B,) int64 decision id.
-        index: (B,) int64 position of the decision in the stream (0-based).
+        position: (B,) int64 position of the decision in the stream (0-based).
     """
 
     x: Tensor
@@ -34,4 +34,4 @@ class DecisionBatch(NamedTuple):
     skip: Tensor
     timestamp: Tensor
     id: Tensor
-    index: Tensor
+    position: Tensor

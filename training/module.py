@@ -1,0 +1,202 @@
+"""The Lightning loop: stream decisions through the memories, score before learning, log everything.
+
+Each training step is one prequential pass over a batch of the stream (``prequential_``):
+every decision is scored with the state left by the decisions before it, the metrics are
+updated from those pre-learning predictions, and the memories then learn. The loss the
+optimizer sees is the cross-entropy of the prequential logits with respect to the criterion
+attention only; prototypes are buffers, learned online, never by gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gae import JudgmentMemory, KNNMemory
+from gae._validation import Names
+from gae.types import StreamStep
+from training import metrics as M
+from training.batch import DecisionBatch
+from training.plots import attention_heatmap
+
+GATE_LOG_ROWS = 100  # the gate log text shows the most recent events; the count says how many in all
+
+
+class DecisionMemoryModule(L.LightningModule):
+    """A :class:`~gae.JudgmentMemory` (and optionally a :class:`~gae.KNNMemory`) on a decision stream.
+
+    Args:
+        categories, actions, factors: counts or names (linked from the data module by the CLI).
+        tau, eta_confirmed, eta_override, drift_threshold, gate_damping: the memory's rule.
+        learn_attention: train ``criterion_logits`` by gradient; False keeps the original
+            design's plain Euclidean distance (no optimizer at all). Default: True.
+        lr: Adam learning rate of the attention. Default: 0.05.
+        knn: also feed a :class:`~gae.KNNMemory` the same stream, for the head-to-head. Default: True.
+        knn_k, knn_capacity, knn_scoped: the baseline's settings. Default: 5, 400, False.
+        rolling_window: decisions in the rolling accuracy. Default: 50.
+        curve_points_per_batch: rolling-accuracy points logged per batch against the decision
+            index (a per-decision curve on short streams, a thinned one on long ones). Default: 10.
+        figure_every_n_steps: how often the attention heatmap, per-criterion scalars and
+            prototype histograms are written. Default: 20.
+    """
+
+    def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
+                 eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
+                 gate_damping: float = 0.5, learn_attention: bool = True, lr: float = 0.05, knn: bool = True,
+                 knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
+                 curve_points_per_batch: int = 10, figure_every_n_steps: int = 20) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
+                                     eta_override=eta_override, drift_threshold=drift_threshold,
+                                     gate_damping=gate_damping)
+        self.memory.criterion_logits.requires_grad_(learn_attention)
+        self.knn = KNNMemory(factors, actions, k=knn_k, capacity=knn_capacity, categories=categories,
+                             scoped=knn_scoped) if knn else None
+        # decisions of the stream already learned: a resumed run skips them, whatever the loader replays
+        self.register_buffer("stream_position", torch.zeros((), dtype=torch.int64))
+        # every rank feeds its metrics the same global stream, so computing needs no sync
+        self.jm_metrics = M.StreamMetrics("jm", rolling_window, sync_on_compute=False)
+        self.knn_metrics = M.StreamMetrics("knn", rolling_window, sync_on_compute=False) if knn else None
+        self.gate_rate = M.GateRate(sync_on_compute=False)
+        self.drift = M.PrototypeDrift(sync_on_compute=False)
+        self._curve_points = curve_points_per_batch
+        self._figure_every = figure_every_n_steps
+
+    stream_position: Tensor
+
+    def configure_optimizers(self) -> Any:
+        if not self.hparams["learn_attention"]:
+            return None
+        return torch.optim.Adam([self.memory.criterion_logits], lr=self.hparams["lr"])
+
+    # -- the step -----------------------------------------------------------------------
+    def training_step(self, batch: DecisionBatch, batch_idx: int) -> Tensor | None:
+        batch = self._unseen(batch)
+        if batch is None:
+            return None
+        before = self.memory.centroids.clone()
+        step = self.memory.prequential_(batch.x, batch.category, batch.action, _confirmed(batch.confirmed),
+                                        batch.skip)
+        self.stream_position.fill_(int(batch.position[-1]) + 1)
+        self._update_metrics(self.jm_metrics, step, batch)
+        self.gate_rate.update(step.events.gated, step.events.applied)
+        self.drift.update(before, self.memory.centroids, self.memory.initialized)
+        if self.knn is not None and self.knn_metrics is not None:
+            knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
+            self._update_metrics(self.knn_metrics, knn_step, batch)
+        self._log_step(batch)
+        return self._attention_loss(step, batch) if self.hparams["learn_attention"] else None
+
+    def _unseen(self, batch: DecisionBatch) -> DecisionBatch | None:
+        """The part of the batch the memory has not learned yet (all of it, except on a replay)."""
+        fresh = batch.position >= self.stream_position
+        if bool(fresh.all()):
+            return batch
+        if not bool(fresh.any()):
+            return None
+        return DecisionBatch(*(field[fresh] for field in batch))
+
+    @staticmethod
+    def _update_metrics(collection: M.StreamMetrics, step: StreamStep, batch: DecisionBatch) -> None:
+        collection.update(step.output.action, batch.truth, step.output.confidence)
+
+    def _attention_loss(self, step: StreamStep, batch: DecisionBatch) -> Tensor | None:
+        """Cross-entropy of the prequential logits under the current attention, verified decisions only."""
+        logits = self.memory.attention_logits(step, batch.category)  # (B, A), prototypes detached
+        known = torch.isfinite(logits.gather(1, batch.action.unsqueeze(1))).squeeze(1)
+        usable = known & ~batch.skip
+        if not bool(usable.any()):
+            return None  # nothing to learn from yet (first touches); Lightning skips the optimizer step
+        loss = F.cross_entropy(logits[usable], batch.action[usable])
+        self.log("loss/attention", loss, prog_bar=False, logger=False, batch_size=int(usable.sum()))
+        return loss
+
+    # -- logging --------------------------------------------------------------------------
+    def _writer(self) -> Any:
+        experiment = getattr(self.logger, "experiment", None)
+        return experiment if hasattr(experiment, "add_scalar") else None
+
+    def _log_step(self, batch: DecisionBatch) -> None:
+        decision = int(self.stream_position)
+        scalars = {**self.jm_metrics.compute(), **self.gate_rate.compute(), **self.drift.compute()}
+        if self.knn_metrics is not None:
+            scalars.update(self.knn_metrics.compute())
+        self.log_dict({"acc_jm": scalars["acc/rolling_jm"],
+                       **({"acc_knn": scalars["acc/rolling_knn"]} if self.knn_metrics is not None else {})},
+                      prog_bar=True, logger=False, batch_size=len(batch.position))
+        writer = self._writer()
+        if writer is None:
+            return
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, float(value), decision)
+        self._log_rolling_curve(writer, batch)
+        if self.global_step % self._figure_every == 0:
+            self._log_figures(writer, decision)
+
+    def _log_rolling_curve(self, writer: Any, batch: DecisionBatch) -> None:
+        """Rolling accuracy at evenly spaced decisions of the batch, against the decision index."""
+        collections = [("jm", self.jm_metrics)]
+        if self.knn_metrics is not None:
+            collections.append(("knn", self.knn_metrics))
+        n = len(batch.position)
+        stride = max(1, n // max(1, self._curve_points))
+        positions = torch.arange(stride - 1, n, stride)
+        for name, collection in collections:
+            curve = collection.rolling_curve()  # (n,) rolling accuracy after each decision of the batch
+            for position in positions.tolist():
+                writer.add_scalar(f"curve/rolling_{name}", float(curve[position]), int(batch.position[position]) + 1)
+
+    def _log_figures(self, writer: Any, decision: int) -> None:
+        attention = self.memory.criterion_attention().detach().cpu()
+        names = self.memory.category_names, self.memory.factor_names
+        writer.add_figure("attention/heatmap", attention_heatmap(attention, *names), decision)
+        for c, category in enumerate(names[0]):
+            for k, criterion in enumerate(names[1]):
+                writer.add_scalar(f"attention/{category}/{criterion}", float(attention[c, k]), decision)
+            known = self.memory.initialized[c]
+            if bool(known.any()):
+                writer.add_histogram(f"prototypes/{category}", self.memory.centroids[c][known].cpu(), decision)
+
+    def on_train_end(self) -> None:
+        writer = self._writer()
+        if writer is None:
+            return
+        decision = int(self.stream_position)
+        self._log_figures(writer, decision)
+        writer.add_text("gate/log", self.gate_log_table(), decision)
+        final = {f"final/{tag}": float(value) for tag, value in self.final_metrics().items()}
+        if self.logger is not None:
+            self.logger.log_hyperparams(dict(self.hparams), final)
+
+    def final_metrics(self) -> dict[str, float]:
+        """Every metric as it stands, by its namespaced key."""
+        values = {**self.jm_metrics.compute(), **self.gate_rate.compute(), **self.drift.compute()}
+        if self.knn_metrics is not None:
+            values.update(self.knn_metrics.compute())
+        return {tag: float(value) for tag, value in values.items()}
+
+    def gate_log_table(self) -> str:
+        """The most recent gate events as a Markdown table (TensorBoard's text plugin renders it)."""
+        records = self.memory.gate_records()
+        lines = [f"{len(records)} gate events in {int(self.stream_position)} decisions"
+                 + (f"; the last {GATE_LOG_ROWS} shown" if len(records) > GATE_LOG_ROWS else ""), "",
+                 "| step | category | action | displacement | eta |", "|---:|---|---|---:|---:|"]
+        lines += [f"| {r['step']} | {r['category']} | {r['action']} | {r['disp']:.3f} | {r['eta']:.4f} |"
+                  for r in records[-GATE_LOG_ROWS:]]
+        return "\n".join(lines)
+
+
+def _confirmed(confirmed: Tensor) -> Tensor | None:
+    """The stream's confirmation flags for ``prequential_``: None lets the memory derive them."""
+    unknown = confirmed < 0
+    if bool(unknown.all()):
+        return None
+    if bool(unknown.any()):
+        raise ValueError("a batch mixes known and unknown confirmations (confirmed = -1); "
+                         "a stream must give the confirmed column for every decision or for none")
+    return confirmed > 0
