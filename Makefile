@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # never the multi-GB CUDA download that a bare `pip install torch` would pick.
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench train lint clean
 
 install: $(STAMP)
 
@@ -27,8 +27,11 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) scripts/bench.py
 
+train: $(STAMP)
+	$(PY) scripts/train.py fit --config configs/default.yaml
+
 lint: $(STAMP)
-	$(PY) -m ruff check gae tests scripts
+	$(PY) -m ruff check gae training tests scripts
 	$(PY) -m mypy
 
 clean:

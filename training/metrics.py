@@ -186,7 +186,7 @@ class _StreamMetric(Metric):
         loaded = {name: state_dict[prefix + name] for name in self._defaults if prefix + name in state_dict}
         for name, value in loaded.items():  # refuse before anything is set (e.g. another window size)
             default = self._defaults[name]
-            if default.numel() and value.shape != default.shape:
+            if isinstance(default, Tensor) and default.numel() and value.shape != default.shape:
                 raise ValueError(f"{prefix + name} has shape {tuple(value.shape)} in the state_dict but "
                                  f"{type(self).__name__} expects {tuple(default.shape)}")
         if strict:

@@ -75,8 +75,8 @@ class DecisionMemoryModule(L.LightningModule):
         return torch.optim.Adam([self.memory.criterion_logits], lr=self.hparams["lr"])
 
     # -- the step -----------------------------------------------------------------------
-    def training_step(self, batch: DecisionBatch, batch_idx: int) -> Tensor | None:
-        batch = self._unseen(batch)
+    def training_step(self, stream_batch: DecisionBatch, batch_idx: int) -> Tensor | None:
+        batch = self._unseen(stream_batch)
         if batch is None:
             return None
         before = self.memory.centroids.clone()

@@ -1,0 +1,113 @@
+"""The Lightning loop end to end: every config, TensorBoard event files, exact resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
+
+from scripts.train import main
+from training.data import DecisionStream, DecisionStreamDataModule
+from training.module import DecisionMemoryModule
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+SMALL = ["--data.stream.init_args.n_decisions=400", "--data.stream.init_args.drift_at=200",
+         "--trainer.enable_progress_bar=false"]
+
+
+def fit(tmp_path: Path, *extra: str, config: str = "default.yaml"):
+    args = ["fit", f"--config={CONFIGS / 'default.yaml'}"]
+    if config != "default.yaml":
+        args.append(f"--config={CONFIGS / config}")
+    return main([*args, f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
+
+
+@pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml"])
+def test_every_config_runs_fast_dev_run(tmp_path, config):
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false", config=config)
+    assert int(cli.model.stream_position) == cli.datamodule.batch_size
+    assert int(cli.model.memory.num_decisions) == cli.datamodule.batch_size
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_overlay_runs(tmp_path):
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", *SMALL, config="gpu.yaml")
+    assert cli.model.memory.centroids.device.type == "cuda"
+
+
+def test_names_are_linked_from_the_data(tmp_path):
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false", config="file.yaml")
+    assert cli.model.memory.category_names == cli.datamodule.category_names
+    assert cli.model.memory.factor_names[0] == "amount"
+
+
+def test_tensorboard_event_files_hold_every_tag(tmp_path):
+    cli = fit(tmp_path, *SMALL)
+    log_dir = Path(cli.trainer.logger.log_dir)
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 0, "histograms": 0,
+                                                            "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    for tag in ("acc/rolling_jm", "acc/rolling_knn", "acc/cumulative_jm", "acc/cumulative_knn",
+                "calibration/ece_jm", "abstain/rate_jm", "gate/rate", "gate/events", "drift/shift",
+                "drift/from_start", "curve/rolling_jm", "curve/rolling_knn", "attention/invoice/amount",
+                "final/acc/cumulative_jm"):
+        assert tag in tags["scalars"], tag
+    assert "attention/heatmap" in tags["images"]
+    assert "prototypes/invoice" in tags["histograms"]
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(events.PluginTagToContent("hparams"))
+    rolling = events.Scalars("acc/rolling_jm")
+    assert [event.step for event in rolling] == list(range(50, 401, 50))  # against the decision index
+    assert all(0.0 <= event.value <= 1.0 for event in rolling)
+    assert [event.step for event in events.Scalars("curve/rolling_jm")] == list(range(1, 401))  # every decision
+    gate_events = [event.value for event in events.Scalars("gate/events")]
+    assert gate_events == sorted(gate_events) and gate_events[-1] == len(cli.model.memory.gate_log.step)
+    attention = sum(events.Scalars(f"attention/invoice/{name}")[-1].value for name in cli.model.memory.factor_names)
+    assert attention == pytest.approx(8.0, rel=1e-5)  # the weights of a category sum to K
+    text = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
+    assert f"{len(cli.model.memory.gate_log.step)} gate events in 400 decisions" in text
+
+
+def state(model: DecisionMemoryModule) -> dict[str, torch.Tensor]:
+    return {key: value for key, value in model.state_dict().items() if isinstance(value, torch.Tensor)}
+
+
+def test_resume_mid_stream_ends_where_an_uninterrupted_run_ends(tmp_path):
+    checkpoints = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                   "--trainer.callbacks.every_n_train_steps=3", "--trainer.callbacks.save_last=true"]
+    whole = fit(tmp_path / "whole", *SMALL)
+    cut = fit(tmp_path / "cut", *SMALL, "--trainer.max_steps=4", "--trainer.callbacks=[]", *checkpoints)
+    assert 0 < int(cut.model.stream_position) < 400
+    last = next((tmp_path / "cut").rglob("last.ckpt"))
+    assert torch.load(last, weights_only=True)["state_dict"]  # checkpoints load without pickle code
+    resumed = fit(tmp_path / "resumed", *SMALL, f"--ckpt_path={last}")
+    assert int(resumed.model.stream_position) == 400
+    expected, got = state(whole.model), state(resumed.model)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0, msg=key)
+    assert resumed.model.final_metrics() == whole.model.final_metrics()
+    for a, b in zip(resumed.model.memory.gate_log, whole.model.memory.gate_log, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_replayed_batch_is_not_learned_twice():
+    data = DecisionStreamDataModule(DecisionStream(300, seed=1), batch_size=100)
+    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, knn=False)
+    batches = list(data.train_dataloader())
+    for batch in (batches[0], batches[1], batches[0], batches[1]):
+        model.training_step(batch, 0)
+    assert int(model.memory.num_decisions) == 200 and int(model.stream_position) == 200
+
+
+def test_frozen_attention_is_the_seed_rule():
+    data = DecisionStreamDataModule(DecisionStream(300, seed=2), batch_size=100)
+    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, learn_attention=False)
+    assert model.configure_optimizers() is None
+    for batch in data.train_dataloader():
+        assert model.training_step(batch, 0) is None
+    assert torch.equal(model.memory.criterion_logits, torch.zeros(4, 8))
