@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import _kernels, engine
@@ -230,6 +231,22 @@ class JudgmentMemory(DecisionMemory):
             raise ValueError("step has no sq_diff: it was not made by a JudgmentMemory")
         available = torch.isfinite(step.output.logits)
         return F.prototype_logits(step.sq_diff, self.criterion_attention()[category], available, self.tau)
+
+    def attention_loss(self, step: StreamStep, category: Tensor, action: Tensor,
+                       skip: Tensor | None = None) -> Tensor | None:
+        """Cross-entropy of :meth:`attention_logits` against the verified actions.
+
+        Only decisions whose verified action had a prototype at scoring time, and that are not
+        skipped, count. Returns None when no decision counts (nothing to learn from yet).
+        The gradient reaches ``criterion_logits`` only: prototypes are buffers.
+        """
+        logits = self.attention_logits(step, category)  # (B, A)
+        usable = torch.isfinite(logits.gather(1, action.unsqueeze(1))).squeeze(1)
+        if skip is not None:
+            usable &= ~skip
+        if not bool(usable.any()):
+            return None
+        return nnf.cross_entropy(logits[usable], action[usable])
 
     # -- learning ---------------------------------------------------------------------
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,

@@ -72,7 +72,8 @@ def test_attention_learns_informative_criteria():
     for start in range(0, n, 100):
         sl = slice(start, start + 100)
         step = memory.prequential_(x[sl], category[sl], action[sl])
-        loss = masked_cross_entropy(memory.attention_logits(step, category[sl]), action[sl])
+        loss = memory.attention_loss(step, category[sl], action[sl])
+        torch.testing.assert_close(loss, masked_cross_entropy(memory.attention_logits(step, category[sl]), action[sl]))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

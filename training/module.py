@@ -13,7 +13,6 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from gae import JudgmentMemory, KNNMemory
@@ -106,15 +105,10 @@ class DecisionMemoryModule(L.LightningModule):
         collection.update(step.output.action, batch.truth, step.output.confidence)
 
     def _attention_loss(self, step: StreamStep, batch: DecisionBatch) -> Tensor | None:
-        """Cross-entropy of the prequential logits under the current attention, verified decisions only."""
-        logits = self.memory.attention_logits(step, batch.category)  # (B, A), prototypes detached
-        known = torch.isfinite(logits.gather(1, batch.action.unsqueeze(1))).squeeze(1)
-        usable = known & ~batch.skip
-        if not bool(usable.any()):
-            return None  # nothing to learn from yet (first touches); Lightning skips the optimizer step
-        loss = F.cross_entropy(logits[usable], batch.action[usable])
-        self.log("loss/attention", loss, prog_bar=False, logger=False, batch_size=int(usable.sum()))
-        return loss
+        loss = self.memory.attention_loss(step, batch.category, batch.action, batch.skip)
+        if loss is not None:
+            self.log("loss/attention", loss, prog_bar=False, logger=False, batch_size=len(batch.position))
+        return loss  # None (nothing to learn from yet): Lightning skips the optimizer step
 
     # -- logging --------------------------------------------------------------------------
     def _writer(self) -> Any:
