@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) scripts/evaluate.py
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

@@ -1,0 +1,158 @@
+"""The head-to-head report: judgment memory vs k-NN retrieval, drift recovery, ablations with CIs.
+
+    python scripts/evaluate.py                       # the protocol of docs/protocol.md (make demo)
+    python scripts/evaluate.py --seeds 5 --n_decisions 600 --out /tmp/quick
+    python scripts/evaluate.py --readme README.md    # also refresh the README's table and figures
+
+Writes report.md, report.json, rolling_accuracy.png (and one per further drift setting),
+ablations.png and the TensorBoard logs of one seed (tensorboard/) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import auto_cli
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing the package
+    sys.path.insert(0, str(ROOT))
+
+from training import evaluation as E  # noqa: E402
+from training import report as R  # noqa: E402
+from training.report_plots import ablations_figure, rolling_accuracy_figure  # noqa: E402
+from training.stats import Interval  # noqa: E402
+
+START, END = "<!-- report:start -->", "<!-- report:end -->"
+
+
+def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | None = None,
+             contestants: list[str] | None = None, resamples: int = 500, out: Path = Path("results"),
+             readme: Path | None = None, tensorboard: bool = True) -> dict[str, Any]:
+    """Run the head-to-head and write the report.
+
+    Args:
+        seeds: stream seeds (0..seeds-1); every figure is a mean over them with a bootstrap CI.
+        n_decisions: stream length; the drift is at its middle (1,000 in the protocol).
+        settings: drift kinds, among ``permute`` (the harshest) and ``shift``. Default: both.
+        contestants: among jm, jm_attention, knn, knn_scoped. Default: all; ablation variants
+            run whenever an ablation's two sides are available.
+        resamples: bootstrap resamples over seeds.
+        out: folder for the report files.
+        readme: a README with report markers to refresh (table and figures under docs/figures/).
+        tensorboard: also write the Lightning loop's TensorBoard logs of seed 0.
+    """
+    settings = settings or list(E.SETTINGS)
+    chosen = contestants or list(E.CONTESTANTS)
+    unknown = [name for name in [*settings, *chosen] if name not in {**E.SETTINGS, **E.CONTESTANTS}]
+    if unknown or seeds < 2 or n_decisions < 200:
+        raise ValueError(f"bad arguments: unknown names {unknown}, seeds={seeds} (>= 2), "
+                         f"n_decisions={n_decisions} (>= 200)")
+    roster = {name: E.CONTESTANTS[name] for name in chosen}
+    roster.update({name: variant for name, variant in E.VARIANTS.items()
+                   if any(without == name and with_ in roster for _, with_, without in E.ABLATIONS)})
+    drift_at = n_decisions // 2
+    began = time.perf_counter()
+    runs: dict[str, dict[str, list]] = {setting: {name: [] for name in roster} for setting in settings}
+    with tqdm(total=len(settings) * seeds, desc="head-to-head", unit="stream") as progress:
+        for setting in settings:
+            for seed in range(seeds):
+                stream = E.make_stream(setting, seed, n_decisions)
+                for name, contestant in roster.items():
+                    runs[setting][name].append(E.figures(E.run(contestant, stream), drift_at))
+                progress.update()
+    summary = R.summarize(runs, drift_at, n_decisions, resamples)
+    claim_list = R.claims(summary)
+    protocol = {"seeds": seeds, "n_decisions": n_decisions, "drift_at": drift_at, "settings": settings,
+                "stream": {**E.STREAM, "n_decisions": n_decisions, "drift_at": drift_at},
+                "drift_settings": {s: E.SETTINGS[s] for s in settings}, "window": E.WINDOW,
+                "batch": E.BATCH, "recovery_after": E.RECOVERY_AFTER, "resamples": resamples, "level": 0.95,
+                "ablation_metric": R.ABLATION_METRIC, "seconds": time.perf_counter() - began}
+    report = {"protocol": protocol,
+              "contestants": {name: {"label": c.label, "kind": c.kind, "options": c.options,
+                                     "learn_attention": c.learn_attention, "skip_uncertain": c.skip_uncertain}
+                              for name, c in roster.items()},
+              "metrics": summary["metrics"], "differences": summary["differences"],
+              "ablations": summary["ablations"], "claims": claim_list}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    (out / "report.md").write_text(R.markdown(summary, claim_list, protocol))
+    figures = write_figures(summary, settings, drift_at, out)
+    if tensorboard:
+        log_tensorboard(settings[0], n_decisions, out / "tensorboard")
+    print(R.claims_table(claim_list))
+    print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
+    print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
+          + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
+    if readme is not None:
+        update_readme(readme, summary, claim_list, figures, settings[0])
+    return report
+
+
+def write_figures(summary: dict[str, Any], settings: list[str], drift_at: int, out: Path) -> list[Path]:
+    paths = []
+    for i, setting in enumerate(settings):
+        curves = {E.CONTESTANTS[name].label: ci for name, ci in summary["curves"][setting].items()}
+        figure = rolling_accuracy_figure(curves, drift_at, mark_at=drift_at + E.RECOVERY_AFTER,
+                                         title=f"rolling accuracy (w={E.WINDOW}), {setting} drift, "
+                                               "mean and 95% CI over seeds")
+        paths.append(out / ("rolling_accuracy.png" if i == 0 else f"rolling_accuracy_{setting}.png"))
+        figure.savefig(paths[-1], dpi=110)
+    differences = {f"{label} ({setting})": Interval(ci["mean"], ci["low"], ci["high"], 0, 0.95)
+                   for setting in settings for label, ci in summary["ablations"][setting].items()}
+    original = R.ORIGINAL_ABLATION
+    reference = {label: Interval(original[0] / 100, original[1] / 100, original[2] / 100, 500, 0.95)
+                 for label in differences if label.startswith(E.ABLATIONS[0][0])}
+    figure = ablations_figure(differences, reference=reference, reference_label="original claim",
+                              title="ablations: paired difference in cumulative accuracy, 95% CI")
+    paths.append(out / "ablations.png")
+    figure.savefig(paths[-1], dpi=110)
+    return paths
+
+
+def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
+    """One seed through the Lightning loop, so its TensorBoard logs sit next to the report."""
+    import lightning as L
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from training.data import DecisionStreamDataModule
+    from training.module import DecisionMemoryModule
+
+    data = DecisionStreamDataModule(E.make_stream(setting, 0, n_decisions), batch_size=E.BATCH)
+    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
+                                 curve_points_per_batch=E.BATCH)
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=TensorBoardLogger(folder, name=setting,
+                                                                                  default_hp_metric=False),
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        log_every_n_steps=1)
+    trainer.fit(model, datamodule=data)
+
+
+def update_readme(path: Path, summary: dict[str, Any], claim_list: list, figures: list[Path], setting: str) -> None:
+    """Put the headline tables between the README's report markers and its figures in docs/figures/."""
+    text = path.read_text()
+    head, start, rest = text.partition(START)
+    _, end, tail = rest.partition(END)
+    if not start or not end:
+        print(f"{path} has no {START} ... {END} markers; README left alone")
+        return
+    target = path.parent / "docs" / "figures"
+    target.mkdir(parents=True, exist_ok=True)
+    for figure in figures:
+        shutil.copyfile(figure, target / figure.name)
+    body = (f"{R.claims_table(claim_list)}\n\n{setting} drift, mean [95% CI] over seeds:\n\n"
+            f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
+            "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"
+            "Regenerate with `python scripts/evaluate.py --readme README.md`.")
+    path.write_text(f"{head}{START}\n{body}\n{END}{tail}")
+    print(f"updated {path} and {target}")
+
+
+if __name__ == "__main__":
+    auto_cli(evaluate)

@@ -1,0 +1,58 @@
+"""The head-to-head script: a small run produces every file, with the documented schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts.evaluate import END, START, evaluate
+from training import evaluation as E
+
+
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    readme = out / "README.md"
+    readme.write_text(f"# title\n\n{START}\nold\n{END}\n\ntail\n")
+    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme)
+    return out, report
+
+
+def test_every_file_is_written(small_report):
+    out, _ = small_report
+    for name in ("report.md", "report.json", "rolling_accuracy.png", "rolling_accuracy_shift.png", "ablations.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (out / "docs" / "figures" / "rolling_accuracy.png").exists()
+
+
+def test_report_schema(small_report):
+    out, report = small_report
+    on_disk = json.loads((out / "report.json").read_text())
+    assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims"}
+    assert on_disk["protocol"]["seeds"] == 2 and on_disk["protocol"]["drift_at"] == 150
+    assert set(on_disk["contestants"]) == {*E.CONTESTANTS, *E.VARIANTS}
+    for setting in ("permute", "shift"):
+        for name in E.CONTESTANTS:
+            figures = on_disk["metrics"][setting][name]
+            for key in ("cumulative", "before_drift", "after_drift", "at_recovery_point", "recovery_decisions",
+                        "ece", "latency_us"):
+                low, mean, high = figures[key]["low"], figures[key]["mean"], figures[key]["high"]
+                assert low <= mean <= high, (setting, name, key)
+        assert len(on_disk["ablations"][setting]) == len(E.ABLATIONS)
+        assert "jm - knn" in on_disk["differences"][setting]
+    assert len(on_disk["claims"]) == 3
+    for claim in on_disk["claims"]:
+        assert {entry["verdict"] for entry in claim["settings"].values()} <= {"reproduced", "not reproduced"}
+
+
+def test_readme_section_is_replaced(small_report):
+    out, _ = small_report
+    text = (out / "README.md").read_text()
+    assert "old" not in text and "| original claim |" in text and text.endswith("tail\n")
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown names \\['sideways'\\]"):
+        evaluate(seeds=2, n_decisions=300, settings=["sideways"], out=tmp_path)

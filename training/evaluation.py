@@ -1,0 +1,127 @@
+"""The head-to-head protocol: contestants, one prequential run per (contestant, stream seed), figures.
+
+Every contestant sees the same stream and scores each decision strictly before it learns it
+(``prequential_`` in batches, exactly a loop of single decisions). The protocol and the
+reason for every choice is written down in ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from gae import JudgmentMemory, KNNMemory
+from training.metrics_functional import calibration_error, correctness, rolling_accuracy
+from training.streams import DecisionStream
+
+WINDOW = 50  # rolling accuracy window of the original design
+RECOVERY_AFTER = 150  # the original claim's "N=1,150" is 150 decisions after its drift at 1,000
+BATCH = 50  # decisions per prequential call (and per attention step); results do not depend on it
+
+
+@dataclass(frozen=True)
+class Contestant:
+    """One memory configuration in the head-to-head.
+
+    Attributes:
+        label: how tables and plots name it.
+        kind: ``'judgment'`` or ``'knn'``.
+        options: keyword arguments of the memory's constructor.
+        learn_attention: train the criterion attention online (Adam on the prequential loss).
+        skip_uncertain: pass the stream's uncertain-outcome flags on (False learns from them).
+    """
+
+    label: str
+    kind: Literal["judgment", "knn"]
+    options: dict[str, Any] = field(default_factory=dict)
+    learn_attention: bool = False
+    skip_uncertain: bool = True
+
+
+CONTESTANTS: dict[str, Contestant] = {
+    "jm": Contestant("JudgmentMemory (defaults)", "judgment"),
+    "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", learn_attention=True),
+    "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
+    "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
+}
+# variants of JudgmentMemory that exist only to be ablated against "jm"
+VARIANTS: dict[str, Contestant] = {
+    "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", {"gate_damping": 1.0}),
+    "jm_equal_eta": Contestant("JudgmentMemory, equal rates 0.05/0.05", "judgment", {"eta_override": 0.05}),
+    "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment",
+                                     skip_uncertain=False),
+}
+# (name, with, without): each ablation is the paired difference with - without
+ABLATIONS: list[tuple[str, str, str]] = [
+    ("judgment memory present vs removed (falls back to k-NN)", "jm", "knn"),
+    ("drift gate on vs off", "jm", "jm_no_gate"),
+    ("eta differential 0.05/0.01 vs equal 0.05", "jm", "jm_equal_eta"),
+    ("attention learned vs fixed", "jm_attention", "jm"),
+    ("uncertain outcomes skipped vs learned", "jm", "jm_learn_uncertain"),
+]
+# The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
+STREAM: dict[str, Any] = {"n_decisions": 2000, "categories": 4, "actions": 4, "factors": 8, "informative": 4,
+          "factor_noise": 0.1, "label_noise": 0.1, "uncertain": 0.05, "drift_at": 1000}
+SETTINGS: dict[str, dict[str, Any]] = {"permute": {"drift_kind": "permute"}, "shift": {"drift_kind": "shift", "drift_shift": 0.3}}
+
+
+def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> DecisionStream:
+    """The protocol's stream for a drift setting and seed (drift at the middle of the stream)."""
+    spec = {**STREAM, **SETTINGS[setting], "seed": seed}
+    if n_decisions is not None:
+        spec.update(n_decisions=n_decisions, drift_at=n_decisions // 2)
+    return DecisionStream(**spec)
+
+
+def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KNNMemory:
+    names = stream.category_names, stream.action_names, stream.factor_names
+    if contestant.kind == "judgment":
+        return JudgmentMemory(*names, **contestant.options)
+    return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
+
+
+def run(contestant: Contestant, stream: DecisionStream, lr: float = 0.05) -> dict[str, np.ndarray]:
+    """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct`` and the
+    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step)."""
+    memory = build(contestant, stream)
+    optimizer = torch.optim.Adam(memory.parameters(), lr=lr) if contestant.learn_attention else None
+    actions, confidences, latencies = [], [], []
+    for start in range(0, len(stream), BATCH):
+        batch = stream.batch(start, start + BATCH)
+        skip = batch.skip if contestant.skip_uncertain else None
+        began = time.perf_counter()
+        step = memory.prequential_(batch.x, batch.category, batch.action, skip=skip)
+        if optimizer is not None and isinstance(memory, JudgmentMemory):
+            loss = memory.attention_loss(step, batch.category, batch.action, skip)
+            if loss is not None:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        latencies.append((time.perf_counter() - began) * 1e6 / len(batch.x))
+        actions.append(step.output.action)
+        confidences.append(step.output.confidence)
+    action, confidence = torch.cat(actions), torch.cat(confidences)
+    truth = stream.tensors().truth
+    return {"action": action.numpy(), "confidence": confidence.numpy(),
+            "correct": correctness(action, truth).numpy(), "latency_us": np.asarray(latencies)}
+
+
+def figures(result: dict[str, np.ndarray], drift_at: int) -> dict[str, Any]:
+    """The protocol's figures of one run (abstentions count as wrong)."""
+    correct = result["correct"].astype(np.float64)
+    rolling = rolling_accuracy(torch.from_numpy(result["correct"]), WINDOW).numpy()
+    return {
+        "rolling": rolling,
+        "cumulative": float(correct.mean()),
+        "mean_rolling": float(rolling.mean()),
+        "before_drift": float(correct[:drift_at].mean()),
+        "after_drift": float(correct[drift_at:].mean()),
+        "at_recovery_point": float(rolling[min(drift_at + RECOVERY_AFTER, len(rolling)) - 1]),
+        "ece": float(calibration_error(torch.from_numpy(result["confidence"]).double(),
+                                       torch.from_numpy(result["correct"]))),
+        "latency_us": float(np.median(result["latency_us"])),
+    }
