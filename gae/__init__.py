@@ -6,9 +6,13 @@ against. Both share one API: ``forward`` (batched scoring), ``prequential_`` (ex
 score-before-learn), ``learn_``, and the single-decision ``score_one`` / ``learn_one``.
 """
 
+from gae.admission import Admission, AdmissionPolicy
+from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
 from gae.judgment import JudgmentMemory
 from gae.knn import KNNMemory
+from gae.retrieval import RetrievalScorer
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
-__all__ = ["GateLog", "JudgmentMemory", "KNNMemory", "LearnEvents", "MemoryOutput", "StreamStep"]
+__all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentMemory", "KNNMemory",
+           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalScorer", "StreamStep"]
 __version__ = "0.1.0"

@@ -1,0 +1,380 @@
+"""EpisodicMemory: a bounded tensor store of embedded traces with scopes, validity, deletes and audit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor, nn
+
+from gae import _validation as check
+from gae.admission import Admission, AdmissionPolicy
+from gae.retrieval import RetrievalScorer, top_k
+
+EVICTIONS = ("lowest_score", "fifo", "importance_recency")
+MEMORY_TYPES = ("episode", "semantic")
+_COLUMNS = {  # name: dtype of the per-memory columns, each a buffer of ``allocated`` rows
+    "ids": torch.int64, "created_at": torch.float64, "importance": torch.float32, "scope": torch.int64,
+    "memory_type": torch.int64, "confidence": torch.float32, "valid_from": torch.float64,
+    "valid_until": torch.float64, "inserted": torch.int64,
+}
+
+
+class Retrieval(NamedTuple):
+    """The ``k`` best memories of each query (padded with id -1 and score ``-inf``).
+
+    Attributes:
+        ids: (Q, k) int64 stable memory ids. scores: (Q, k) full scores.
+        similarity, recency, importance: (Q, k) the three unweighted terms (0 where padded).
+        version: the store version the answer was computed on.
+    """
+
+    ids: Tensor
+    scores: Tensor
+    similarity: Tensor
+    recency: Tensor
+    importance: Tensor
+    version: int
+
+
+class AuditRecord(NamedTuple):
+    """One mutation (add, evict, delete, expire) or admission refusal (reject)."""
+
+    action: str
+    time: float
+    ids: tuple[int, ...]
+    reason: str
+    version: int
+
+
+class EpisodicMemory(nn.Module):
+    r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
+
+    Every memory has a unit-norm embedding, ``created_at`` and validity window (seconds), an
+    importance in [0, 1], a scope (an int or a name), a type (episode | semantic), a
+    confidence, provenance (``source_ids``) and a stable id. Retrieval ranks, for each query,
+
+    .. math:: w_{sim} \cos(q, m) + w_{rec} e^{-(now - t_m)/\tau} + w_{imp}\, importance_m
+
+    over the memories the query may see: scope in its allowed scopes, ``valid_from <= now <
+    valid_until``, not deleted. Over ``capacity`` the eviction rule removes memories:
+    ``'lowest_score'`` (the original rule: the lowest score against the current query),
+    ``'fifo'`` (oldest inserted) or ``'importance_recency'`` (lowest ``importance * recency``,
+    query-independent). A batch added at once evicts exactly what adding its memories one by
+    one would (scores against one query at one ``now`` do not change between them).
+
+    ``version`` increases by one on every mutation (add, eviction, delete, expiry) and the
+    audit log holds one record per mutation and per refused admission. Deletes are physical
+    in this index; the audit keeps their record. Time is explicit: ``now`` is an argument.
+
+    Args:
+        dim: embedding width D.
+        capacity: memories kept. Default: 30 (the original design).
+        scorer: the :class:`~gae.RetrievalScorer`; default weights 0.60/0.25/0.15, tau 15 s.
+        eviction: one of ``'lowest_score'``, ``'fifo'``, ``'importance_recency'``.
+        device: where the store lives.
+
+    Examples::
+
+        >>> memory = EpisodicMemory(2, capacity=2)
+        >>> memory.add(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0.9, 0.1]), now=0.0).tolist()
+        [0, 1]
+        >>> memory.retrieve(torch.tensor([[1.0, 0.1]]), now=1.0, k=1).ids.tolist()
+        [[0]]
+    """
+
+    embeddings: Tensor
+    size: Tensor
+    version_counter: Tensor
+    next_id: Tensor
+
+    def __init__(self, dim: int, capacity: int = 30, *, scorer: RetrievalScorer | None = None,
+                 eviction: str = "lowest_score", device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.dim = check.check_int("dim", dim, low=1)
+        self.capacity = check.check_int("capacity", capacity, low=1)
+        if eviction not in EVICTIONS:
+            raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
+        self.eviction = eviction
+        self.scorer = scorer if scorer is not None else RetrievalScorer()
+        self.register_buffer("embeddings", torch.zeros(0, dim, device=device))
+        for name, dtype in _COLUMNS.items():
+            self.register_buffer(name, torch.zeros(0, dtype=dtype, device=device))
+        self.register_buffer("size", torch.zeros((), dtype=torch.int64, device=device))
+        self.register_buffer("version_counter", torch.zeros((), dtype=torch.int64, device=device))
+        self.register_buffer("next_id", torch.zeros((), dtype=torch.int64, device=device))
+        self.scope_names: list[str] = []
+        self.source_ids: list[tuple[int, ...]] = []  # provenance, row-aligned with the columns
+        self.audit_log: list[AuditRecord] = []
+        if device is not None:
+            self.scorer.to(device)
+
+    def __len__(self) -> int:
+        return int(self.size)
+
+    @property
+    def version(self) -> int:
+        return int(self.version_counter)
+
+    def _column(self, name: str) -> Tensor:
+        return getattr(self, name)[: int(self.size)]
+
+    # -- adding -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def add(self, embeddings: Tensor, importance: Tensor, *, created_at: Tensor | float | None = None,
+            scope: Any = 0, memory_type: str | Sequence[str] = "episode", confidence: Any = 1.0,
+            source_ids: Sequence[Sequence[int]] | None = None, valid_from: Any = None, valid_until: Any = None,
+            query: Tensor | None = None, now: float | None = None) -> Tensor:
+        """Store B memories, then evict down to ``capacity``; returns their (B,) ids.
+
+        Args:
+            embeddings: (B, D) float, normalised here.
+            importance: (B,) in [0, 1].
+            created_at: (B,) or one time in seconds. Default: ``now``, else 0.
+            scope: one scope (int or name) or one per memory. Names are registered on first use.
+            memory_type: ``'episode'`` or ``'semantic'``, one or one per memory.
+            confidence: (B,) or one float. Default: 1.
+            source_ids: per memory, the ids of the episodes it came from. Default: none.
+            valid_from, valid_until: (B,) or one time. Default: always valid.
+            query: (D,) the current query, for ``'lowest_score'`` eviction. Default: the last
+                embedding added (the most recent context).
+            now: the current time in seconds, for eviction scores. Default: the latest ``created_at``.
+        """
+        device = self.embeddings.device
+        x = check.check_factors(embeddings, self.dim, device, "embeddings")
+        n = x.shape[0]
+        importance = self._per_memory("importance", importance, n, low=0.0, high=1.0)
+        created = self._per_memory("created_at", created_at if created_at is not None else
+                                   (now if now is not None else 0.0), n, dtype=torch.float64)
+        now_value = float(created.max()) if now is None else check.check_real("now", now, low=-float("inf"))
+        columns = {
+            "created_at": created, "importance": importance,
+            "scope": self._scopes(scope, n), "memory_type": self._memory_types(memory_type, n),
+            "confidence": self._per_memory("confidence", confidence, n, low=0.0, high=1.0),
+            "valid_from": self._per_memory("valid_from", -float("inf") if valid_from is None else valid_from, n,
+                                           dtype=torch.float64, finite=False),
+            "valid_until": self._per_memory("valid_until", float("inf") if valid_until is None else valid_until, n,
+                                            dtype=torch.float64, finite=False),
+        }
+        sources = [tuple(int(s) for s in row) for row in source_ids] if source_ids is not None else [()] * n
+        if len(sources) != n:
+            raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(sources)}")
+        if query is not None:
+            query = check.check_factors(query.reshape(1, -1), self.dim, device, "query")
+        ids = torch.arange(int(self.next_id), int(self.next_id) + n, device=device)
+        columns["ids"] = ids
+        columns["inserted"] = ids  # insertion order, for FIFO
+        self._append(nnf.normalize(x.float(), dim=-1), columns, sources)
+        self.next_id += n
+        self._record("add", now_value, ids, "")
+        overflow = int(self.size) - self.capacity
+        if overflow > 0:
+            probe = query if query is not None else self.embeddings[int(self.size) - 1: int(self.size)]
+            self._evict(overflow, probe, now_value)
+        return ids
+
+    def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]]) -> None:
+        start, n = int(self.size), unit.shape[0]
+        needed = start + n
+        if needed > self.embeddings.shape[0]:  # grow by doubling: amortised O(1) per memory
+            rows = max(needed, 2 * self.embeddings.shape[0], 16)
+            for name in ("embeddings", *_COLUMNS):
+                old = getattr(self, name)
+                grown = old.new_zeros((rows, *old.shape[1:]))
+                grown[:start] = old[:start]
+                setattr(self, name, grown)
+        self.embeddings[start:needed] = unit
+        for name, values in columns.items():
+            getattr(self, name)[start:needed] = values
+        self.source_ids.extend(sources)
+        self.size.fill_(needed)
+
+    def _eviction_scores(self, query: Tensor, now: float) -> Tensor:
+        age = (now - self._column("created_at")).float()
+        if self.eviction == "fifo":
+            return self._column("inserted").double()
+        if self.eviction == "importance_recency":
+            return (self._column("importance") * torch.exp(-age / self.scorer.tau)).double()
+        return self.scorer(query, self._column("embeddings"), age, self._column("importance"))[0].double()
+
+    def _evict(self, count: int, query: Tensor, now: float) -> None:
+        scores = self._eviction_scores(query, now)
+        # the lowest scores go; ties: the older (lower row) first, like one-by-one eviction
+        order = torch.argsort(scores, stable=True)
+        rows = order[:count]
+        evicted = self._column("ids")[rows]
+        self._remove(rows)
+        self._record("evict", now, evicted, f"over capacity {self.capacity} ({self.eviction})")
+
+    def _remove(self, rows: Tensor) -> None:
+        keep = torch.ones(int(self.size), dtype=torch.bool, device=rows.device)
+        keep[rows] = False
+        kept = int(keep.sum())
+        for name in ("embeddings", *_COLUMNS):
+            column = getattr(self, name)
+            column[:kept] = column[: int(self.size)][keep].clone()
+        self.source_ids = [s for s, k in zip(self.source_ids, keep.tolist(), strict=True) if k]
+        self.size.fill_(kept)
+
+    # -- retrieving ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def retrieve(self, queries: Tensor, *, now: float, k: int = 5, scopes: Any = None) -> Retrieval:
+        """The ``k`` best memories for each of Q queries, among those each query may see.
+
+        Args:
+            queries: (Q, D).
+            now: the current time in seconds.
+            k: memories per query.
+            scopes: None (every scope), a list of scopes shared by every query, or one list per query.
+        """
+        device = self.embeddings.device
+        queries = check.check_factors(queries, self.dim, device, "queries")
+        now = check.check_real("now", now, low=-float("inf"))
+        k = check.check_int("k", k, low=1)
+        allowed = self._allowed(scopes, queries.shape[0])  # (Q, N) or (N,) bool, or None
+        created, importance = self._column("created_at"), self._column("importance")
+        w_sim, w_rec, w_imp = self.scorer.weights.detach()
+        recency = torch.exp(-(now - created).float() / self.scorer.tau)
+        valid = (self._column("valid_from") <= now) & (now < self._column("valid_until"))
+        if allowed is not None and allowed.dim() == 1:
+            valid &= allowed
+            allowed = None
+        bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
+        best = top_k(self.scorer, queries.float(), self._column("embeddings"), bias, k, allowed)
+        rows = best.index.clamp_min(0)
+        found = best.index >= 0
+        unit = nnf.normalize(queries.float(), dim=-1)
+        similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
+        zero = torch.zeros_like(similarity)
+        return Retrieval(self._column("ids")[rows].masked_fill(~found, -1), best.scores,
+                         torch.where(found, similarity, zero), torch.where(found, recency[rows], zero),
+                         torch.where(found, importance[rows], zero), self.version)
+
+    def _allowed(self, scopes: Any, n_queries: int) -> Tensor | None:
+        if scopes is None:
+            return None
+        memory_scope = self._column("scope")
+        per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
+        if not per_query:
+            wanted = torch.tensor([self._scope_index(s, create=False) for s in scopes], dtype=torch.int64,
+                                  device=memory_scope.device)
+            return torch.isin(memory_scope, wanted)
+        if len(scopes) != n_queries:
+            raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
+        wanted_per_query = [torch.tensor([self._scope_index(s, create=False) for s in allowed], dtype=torch.int64,
+                                         device=memory_scope.device) for allowed in scopes]
+        return torch.stack([torch.isin(memory_scope, wanted) for wanted in wanted_per_query])  # (Q, N)
+
+    # -- deleting -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def delete(self, ids: Sequence[int] | Tensor, *, now: float = 0.0, reason: str = "deleted") -> int:
+        """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
+        wanted = torch.as_tensor(ids, dtype=torch.int64, device=self.embeddings.device).reshape(-1)
+        present = torch.isin(wanted, self._column("ids"))
+        if not bool(present.all()):
+            raise ValueError(f"ids not in the memory: {wanted[~present].tolist()}")
+        if wanted.numel() == 0:
+            return 0
+        rows = torch.isin(self._column("ids"), wanted).nonzero().squeeze(1)
+        self._remove(rows)
+        self._record("delete", now, wanted, reason)
+        return int(wanted.numel())
+
+    @torch.no_grad()
+    def expire(self, now: float) -> int:
+        """Remove every memory whose validity has ended (``valid_until <= now``)."""
+        rows = (self._column("valid_until") <= now).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return 0
+        expired = self._column("ids")[rows]
+        self._remove(rows)
+        self._record("expire", now, expired, "valid_until <= now")
+        return int(rows.numel())
+
+    # -- admission ----------------------------------------------------------------------------
+    def admit_and_add(self, traces: Sequence[dict[str, Any]], policy: AdmissionPolicy, *, now: float,
+                      query: Tensor | None = None) -> Tensor:
+        """Store the traces the policy accepts (one batch), log a 'reject' record for each refusal.
+
+        A trace is a dict with ``embedding`` (D,), ``importance`` and the fields the policy reads
+        (``outcome``, ``quality``, ``scope``); ``confidence`` and ``source_ids`` are optional.
+        """
+        accepted: list[dict[str, Any]] = []
+        for trace in traces:
+            verdict: Admission = policy.admit(trace)
+            if verdict.accepted:
+                accepted.append(trace)
+            else:
+                self._record("reject", now, (), verdict.reason)
+        if not accepted:
+            return torch.zeros(0, dtype=torch.int64, device=self.embeddings.device)
+        return self.add(torch.stack([torch.as_tensor(t["embedding"], dtype=torch.float32) for t in accepted]),
+                        torch.tensor([float(t["importance"]) for t in accepted]),
+                        scope=[t.get("scope", 0) for t in accepted],
+                        confidence=torch.tensor([float(t.get("confidence", 1.0)) for t in accepted]),
+                        source_ids=[t.get("source_ids", ()) for t in accepted], query=query, now=now)
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def _record(self, action: str, now: float, ids: Any, reason: str) -> None:
+        if action != "reject":
+            self.version_counter += 1
+        id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
+        self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, self.version))
+
+    def _per_memory(self, name: str, value: Any, n: int, *, low: float = -float("inf"), high: float = float("inf"),
+                    dtype: torch.dtype = torch.float32, finite: bool = True) -> Tensor:
+        tensor = torch.as_tensor(value, dtype=dtype, device=self.embeddings.device)
+        if tensor.dim() == 0:
+            tensor = tensor.expand(n)
+        if tensor.shape != (n,):
+            raise ValueError(f"{name} must be one value or ({n},), got shape {tuple(tensor.shape)}")
+        bad = torch.isnan(tensor) | (~torch.isfinite(tensor) if finite else torch.zeros_like(tensor, dtype=torch.bool))
+        bad |= (tensor < low) | (tensor > high)
+        if bool(bad.any()):
+            raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], "
+                             f"got {float(tensor[bad][0])}")
+        return tensor
+
+    def _scope_index(self, scope: Any, *, create: bool) -> int:
+        """Int scopes are stored as given (>= 0); names are registered and stored as -1, -2, ..."""
+        if isinstance(scope, str):
+            if scope not in self.scope_names:
+                if not create:
+                    raise ValueError(f"unknown scope {scope!r}; known: {self.scope_names}")
+                self.scope_names.append(scope)
+            return -1 - self.scope_names.index(scope)
+        if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
+            raise ValueError(f"scope must be a name or an int >= 0, got {scope!r}")
+        return scope
+
+    def _scopes(self, scope: Any, n: int) -> Tensor:
+        values = [scope] * n if isinstance(scope, (str, int)) else list(scope)
+        if len(values) != n:
+            raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
+        return torch.tensor([self._scope_index(s, create=True) for s in values], dtype=torch.int64,
+                            device=self.embeddings.device)
+
+    def _memory_types(self, memory_type: Any, n: int) -> Tensor:
+        values = [memory_type] * n if isinstance(memory_type, str) else list(memory_type)
+        unknown = [v for v in values if v not in MEMORY_TYPES]
+        if unknown or len(values) != n:
+            raise ValueError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
+        return torch.tensor([MEMORY_TYPES.index(v) for v in values], device=self.embeddings.device)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],
+                "audit_log": [[r.action, r.time, list(r.ids), r.reason, r.version] for r in self.audit_log]}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.scope_names = list(state["scope_names"])
+        self.source_ids = [tuple(s) for s in state["source_ids"]]
+        self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        for name in ("embeddings", *_COLUMNS):  # the store's size is the checkpoint's, not ours
+            incoming = state_dict.get(prefix + name)
+            if incoming is not None and incoming.shape != getattr(self, name).shape:
+                setattr(self, name, getattr(self, name).new_zeros(incoming.shape))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
