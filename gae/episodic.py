@@ -158,7 +158,8 @@ class EpisodicMemory(nn.Module):
             "valid_until": self._per_memory("valid_until", float("inf") if valid_until is None else valid_until, n,
                                             dtype=torch.float64, finite=False),
         }
-        sources = [tuple(int(s) for s in row) for row in source_ids] if source_ids is not None else [()] * n
+        sources: list[tuple[int, ...]] = [tuple(int(s) for s in row) for row in source_ids] \
+            if source_ids is not None else [() for _ in range(n)]
         if len(sources) != n:
             raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(sources)}")
         if query is not None:
@@ -243,8 +244,8 @@ class EpisodicMemory(nn.Module):
             allowed = None
         bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
         best = top_k(self.scorer, queries.float(), self._column("embeddings"), bias, k, allowed)
-        rows = best.index.clamp_min(0)
-        found = best.index >= 0
+        rows = best.rows.clamp_min(0)
+        found = best.rows >= 0
         unit = nnf.normalize(queries.float(), dim=-1)
         similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
         zero = torch.zeros_like(similarity)

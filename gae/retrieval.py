@@ -101,7 +101,7 @@ class TopK(NamedTuple):
     """Best ``k`` memories per query: (Q, k) scores (``-inf`` padding) and row indices (-1 padding)."""
 
     scores: Tensor
-    index: Tensor
+    rows: Tensor
 
 
 @torch.no_grad()
