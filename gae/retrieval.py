@@ -73,9 +73,10 @@ class RetrievalScorer(nn.Module):
         self.register_buffer("tau", torch.tensor(check.check_real("tau", tau, low=0.0, low_open=True)))
 
     @classmethod
-    def hourly(cls, **kwargs: float) -> RetrievalScorer:
+    def hourly(cls, w_sim: float = 0.60, w_rec: float = 0.25, w_imp: float = 0.15,
+               learnable: bool = False) -> RetrievalScorer:
         """The same score with memories fading over an hour (``tau = 3600`` s)."""
-        return cls(**{"tau": SECONDS_PER_HOUR, **kwargs})
+        return cls(w_sim, w_rec, w_imp, tau=SECONDS_PER_HOUR, learnable=learnable)
 
     def components(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor) -> ScoreComponents:
         """The unweighted terms; see :class:`ScoreComponents`."""
