@@ -11,8 +11,9 @@ from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
 from gae.judgment import JudgmentMemory
 from gae.knn import KNNMemory
 from gae.retrieval import RetrievalScorer
+from gae.retrieval_memory import RetrievalMemory
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
 __all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentMemory", "KNNMemory",
-           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalScorer", "StreamStep"]
+           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory", "RetrievalScorer", "StreamStep"]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentMemory, KNNMemory, RetrievalMemory
 
 CATEGORIES, ACTIONS, FACTORS = 4, 4, 8
 
@@ -45,12 +45,20 @@ def make_knn(**kwargs) -> KNNMemory:
     return KNNMemory(FACTORS, ACTIONS, **kwargs)
 
 
+def make_retrieval(**kwargs) -> RetrievalMemory:
+    kwargs = {"k": 5, "capacity": 50, "categories": CATEGORIES, **kwargs}
+    return RetrievalMemory(FACTORS, ACTIONS, **kwargs)
+
+
 MEMORY_FACTORIES = {
     "judgment": make_judgment,
     "judgment_options": lambda: make_judgment(clip=(0.0, 1.0), push_rate=0.02, min_confidence=0.3),
     "knn": make_knn,
     "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
+    "retrieval": lambda: make_retrieval(scoped=True),
 }
+# the memories whose online loop has a compiled kernel and a torch reference
+ENGINE_FACTORIES = {name: MEMORY_FACTORIES[name] for name in ("judgment", "judgment_options", "knn", "knn_scoped")}
 
 
 @pytest.fixture(params=sorted(MEMORY_FACTORIES))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gae import engine
-from tests.conftest import MEMORY_FACTORIES, clustered_stream, make_judgment, make_knn
+from tests.conftest import ENGINE_FACTORIES, clustered_stream, make_judgment, make_knn
 
 
 def run(memory, stream, backend, confirmed=None):
@@ -27,11 +27,11 @@ def assert_steps_equal(fast, slow):
         torch.testing.assert_close(fast.sq_diff, slow.sq_diff)
 
 
-@pytest.mark.parametrize("name", sorted(MEMORY_FACTORIES))
+@pytest.mark.parametrize("name", sorted(ENGINE_FACTORIES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_compiled_equals_reference(name, seed):
     stream = clustered_stream(seed, 400, drift_at=200)
-    fast, slow = MEMORY_FACTORIES[name](), MEMORY_FACTORIES[name]()
+    fast, slow = ENGINE_FACTORIES[name](), ENGINE_FACTORIES[name]()
     assert_steps_equal(run(fast, stream, "compiled"), run(slow, stream, "reference"))
     for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=True):
         if isinstance(a, torch.Tensor):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentMemory, KNNMemory, RetrievalMemory
 from training.metrics_functional import calibration_error, correctness, rolling_accuracy
 from training.streams import DecisionStream
 
@@ -29,14 +29,14 @@ class Contestant:
 
     Attributes:
         label: how tables and plots name it.
-        kind: ``'judgment'`` or ``'knn'``.
+        kind: ``'judgment'``, ``'knn'`` or ``'retrieval'``.
         options: keyword arguments of the memory's constructor.
         learn_attention: train the criterion attention online (Adam on the prequential loss).
         skip_uncertain: pass the stream's uncertain-outcome flags on (False learns from them).
     """
 
     label: str
-    kind: Literal["judgment", "knn"]
+    kind: Literal["judgment", "knn", "retrieval"]
     options: dict[str, Any] = field(default_factory=dict)
     learn_attention: bool = False
     skip_uncertain: bool = True
@@ -47,6 +47,8 @@ CONTESTANTS: dict[str, Contestant] = {
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", learn_attention=True),
     "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
     "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
+    "retrieval": Contestant("RetrievalMemory (recency-weighted score, cap 400, scoped)", "retrieval",
+                            {"k": 5, "capacity": 400, "scoped": True}),
 }
 # variants of JudgmentMemory that exist only to be ablated against "jm"
 VARIANTS: dict[str, Contestant] = {
@@ -77,10 +79,12 @@ def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> Deci
     return DecisionStream(**spec)
 
 
-def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KNNMemory:
+def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
     names = stream.category_names, stream.action_names, stream.factor_names
     if contestant.kind == "judgment":
         return JudgmentMemory(*names, **contestant.options)
+    if contestant.kind == "retrieval":
+        return RetrievalMemory(names[2], names[1], categories=names[0], **contestant.options)
     return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
 
 

@@ -1,0 +1,160 @@
+"""RetrievalMemory: a decision memory that retrieves with the recency-weighted score and votes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gae import _validation as check
+from gae._base import DecisionMemory
+from gae._validation import Names
+from gae.episodic import EpisodicMemory
+from gae.retrieval import RetrievalScorer
+from gae.types import LearnEvents, MemoryOutput, StreamStep
+
+
+class RetrievalMemory(DecisionMemory):
+    r"""Decisions stored in an :class:`~gae.EpisodicMemory`, answered by the top-``k`` vote.
+
+    Each verified decision is stored with its factor vector, centred on ``center`` (so that
+    cosine similarity separates factor vectors in [0, 1]), as the embedding, its action as the
+    label and its category as the scope. A decision is scored by retrieving the ``k`` memories
+    with the highest ``w_sim cos + w_rec exp(-age / tau) + w_imp importance`` (restricted to
+    its category when ``scoped``); each votes for its action with its score, and the memory
+    recommends the action with the largest total (confidence = its share). With fewer than
+    ``k`` memories in reach it abstains. Recency lets it forget a world that has changed.
+
+    The clock is the decision count: decision ``t`` happens at ``t * seconds_per_decision``.
+
+    Args:
+        factors, actions: counts or names.
+        k: memories that vote. Default: 5.
+        capacity: memories kept (eviction: the lowest score against the decision being stored,
+            the original rule). Default: 400.
+        categories: counts or names; None ignores categories. Default: None.
+        scoped: only memories of the decision's category vote (needs categories). Default: False.
+        scorer: the retrieval score. Default: :class:`~gae.RetrievalScorer` (0.60/0.25/0.15, tau 15 s).
+        seconds_per_decision: the simulated time between decisions. Default: 1.
+        center: subtracted from the factors to make the embedding. Default: 0.5.
+        respect_skip: do not store uncertain outcomes. Default: True.
+
+    Examples::
+
+        >>> memory = RetrievalMemory(2, ["approve", "reject"], k=1)
+        >>> _ = memory.learn_one([0.9, 0.1], "approve")
+        >>> memory.score_one([0.8, 0.2])[0]
+        'approve'
+    """
+
+    labels: Tensor
+    num_decisions: Tensor
+
+    def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 400,
+                 categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
+                 seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True) -> None:
+        super().__init__()
+        self.factor_names = check.resolve_names("factors", factors)
+        self.action_names = check.resolve_names("actions", actions)
+        self.category_names = None if categories is None else check.resolve_names("categories", categories)
+        self.n_factors = len(self.factor_names)
+        self.k = check.check_int("k", k, low=1)
+        if scoped and categories is None:
+            raise ValueError("scoped=True needs categories (an int or a list of names), got categories=None")
+        if self.k > capacity:
+            raise ValueError(f"k must be <= capacity ({capacity}), got {k}: the memory could never score")
+        self.scoped = bool(scoped)
+        self.respect_skip = bool(respect_skip)
+        self.seconds_per_decision = check.check_real("seconds_per_decision", seconds_per_decision, low=0.0,
+                                                     low_open=True)
+        self.center = check.check_real("center", center, low=-float("inf"))
+        self.store = EpisodicMemory(self.n_factors, capacity, scorer=scorer, eviction="lowest_score")
+        self.register_buffer("labels", torch.zeros(0, dtype=torch.int64))  # action of each memory id
+        self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+
+    def _now(self) -> float:
+        return float(self.num_decisions) * self.seconds_per_decision
+
+    def _vote(self, x: Tensor, category: Tensor, now: float) -> MemoryOutput:
+        n, n_actions = x.shape[0], len(self.action_names)
+        scopes = [[int(c)] for c in category.tolist()] if self.scoped else None
+        queries = (x - self.center).to(self.store.embeddings.dtype)
+        found = self.store.retrieve(queries, now=now, k=self.k, scopes=scopes) if len(self.store) else None
+        probs = torch.zeros(n, n_actions)
+        action = torch.full((n,), -1, dtype=torch.int64)
+        confidence = torch.zeros(n)
+        if found is not None:
+            complete = (found.ids >= 0).all(dim=1)  # fewer than k memories in reach: abstain
+            weights = found.scores.clamp_min(1e-8).masked_fill(found.ids < 0, 0.0)
+            votes = torch.zeros(n, n_actions).scatter_add_(1, self.labels[found.ids.clamp_min(0)], weights)
+            share = votes / votes.sum(1, keepdim=True).clamp_min(1e-30)
+            best = share.argmax(1)
+            probs = torch.where(complete.unsqueeze(1), share, probs)
+            action = torch.where(complete, best, action)
+            confidence = torch.where(complete, share.gather(1, best.unsqueeze(1)).squeeze(1), confidence)
+        return MemoryOutput(probs.log(), probs, action, confidence)
+
+    def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
+        """Score a batch against the current store at the current time (no side effects)."""
+        x, category = self._check_query(x, category)
+        with torch.no_grad():
+            out = self._vote(x.detach().cpu().float(), category.cpu(), self._now())
+        return MemoryOutput(*(t.to(x.device) for t in out))
+
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                     skip: Tensor) -> StreamStep:
+        x, category, action, skip = x.detach().cpu().float(), category.cpu(), action.cpu(), skip.cpu()
+        outputs = []
+        n = x.shape[0]
+        applied = torch.zeros(n, dtype=torch.bool)
+        skipped = torch.zeros(n, dtype=torch.bool)
+        for b in range(n):  # strictly in stream order: each decision sees only the ones before it
+            now = self._now()
+            outputs.append(self._vote(x[b:b + 1], category[b:b + 1], now))
+            if self.respect_skip and bool(skip[b]):
+                skipped[b] = True
+            else:
+                self._store(x[b:b + 1], int(category[b]), int(action[b]), now)
+                applied[b] = True
+            self.num_decisions += 1
+        output = MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
+        events = LearnEvents(applied, torch.zeros(n, dtype=torch.bool), skipped, torch.zeros(n, dtype=torch.bool),
+                             applied.float(), torch.zeros(n))
+        return StreamStep(output, events, None)
+
+    def _store(self, x: Tensor, category: int, action: int, now: float) -> None:
+        embedding = (x - self.center).to(self.store.embeddings.dtype)
+        ids = self.store.add(embedding, torch.ones(1), created_at=now, scope=category if self.scoped else 0,
+                             query=embedding[0], now=now)
+        needed = int(ids.max()) + 1
+        if needed > self.labels.shape[0]:  # grow by doubling
+            grown = torch.zeros(max(needed, 2 * self.labels.shape[0], 64), dtype=torch.int64)
+            grown[: self.labels.shape[0]] = self.labels
+            self.labels = grown
+        self.labels[ids] = action
+
+    def parameter_inventory(self) -> dict[str, int]:
+        """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""
+        inventory = {name: b.numel() for name, b in self.named_buffers()}
+        inventory["total"] = sum(inventory.values())
+        return inventory
+
+    def extra_repr(self) -> str:
+        return (f"factors={self.n_factors}, actions={len(self.action_names)}, k={self.k}, "
+                f"capacity={self.store.capacity}, scoped={self.scoped}, respect_skip={self.respect_skip}")
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {**self._names_state(), "factor_names": list(self.factor_names)}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        pass  # names are checked before loading, in _load_from_state_dict
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        extra = state_dict.get(prefix + "_extra_state")
+        if extra is not None:
+            self._check_names_state(extra)
+        incoming = state_dict.get(prefix + "labels")
+        if incoming is not None and incoming.shape != self.labels.shape:
+            self.labels = self.labels.new_zeros(incoming.shape)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
