@@ -131,6 +131,8 @@ def top_k(scorer: RetrievalScorer, queries: Tensor, embeddings: Tensor, bias: Te
         if best.shape[1] > k:
             best, keep = best.topk(k, dim=1)
             best_index = best_index.gather(1, keep)
+    best, order = best.sort(dim=1, descending=True, stable=True)  # chunks never cut to k are still unsorted
+    best_index = best_index.gather(1, order)
     if best.shape[1] < k:  # fewer memories than k: pad
         pad = k - best.shape[1]
         best = nnf.pad(best, (0, pad), value=float("-inf"))

@@ -67,8 +67,9 @@ ABLATIONS: list[tuple[str, str, str]] = [
 ]
 # The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
 STREAM: dict[str, Any] = {"n_decisions": 2000, "categories": 4, "actions": 4, "factors": 8, "informative": 4,
-          "factor_noise": 0.1, "label_noise": 0.1, "uncertain": 0.05, "drift_at": 1000}
-SETTINGS: dict[str, dict[str, Any]] = {"permute": {"drift_kind": "permute"}, "shift": {"drift_kind": "shift", "drift_shift": 0.3}}
+                          "factor_noise": 0.1, "label_noise": 0.1, "uncertain": 0.05, "drift_at": 1000}
+SETTINGS: dict[str, dict[str, Any]] = {"permute": {"drift_kind": "permute"},
+                                       "shift": {"drift_kind": "shift", "drift_shift": 0.3}}
 
 
 def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> DecisionStream:
