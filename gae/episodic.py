@@ -146,12 +146,14 @@ class EpisodicMemory(nn.Module):
         x = check.check_factors(embeddings, self.dim, device, "embeddings")
         n = x.shape[0]
         importance = self._per_memory("importance", importance, n, low=0.0, high=1.0)
+        now = None if now is None else check.check_real("now", now, low=-float("inf"))  # before it defaults created_at
         created = self._per_memory("created_at", created_at if created_at is not None else
                                    (now if now is not None else 0.0), n, dtype=torch.float64)
-        now_value = float(created.max()) if now is None else check.check_real("now", now, low=-float("inf"))
+        now_value = float(created.max()) if now is None else now
+        scope_column, new_scope_names = self._scopes(scope, n)
         columns = {
             "created_at": created, "importance": importance,
-            "scope": self._scopes(scope, n), "memory_type": self._memory_types(memory_type, n),
+            "scope": scope_column, "memory_type": self._memory_types(memory_type, n),
             "confidence": self._per_memory("confidence", confidence, n, low=0.0, high=1.0),
             "valid_from": self._per_memory("valid_from", -float("inf") if valid_from is None else valid_from, n,
                                            dtype=torch.float64, finite=False),
@@ -163,16 +165,19 @@ class EpisodicMemory(nn.Module):
         if len(sources) != n:
             raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(sources)}")
         if query is not None:
-            query = check.check_factors(query.reshape(1, -1), self.dim, device, "query")
+            query = check.check_factors(query.reshape(1, -1) if isinstance(query, Tensor) else query,
+                                        self.dim, device, "query")
+        self.scope_names.extend(new_scope_names)  # only now: a refused add registers nothing
         ids = torch.arange(int(self.next_id), int(self.next_id) + n, device=device)
         columns["ids"] = ids
         columns["inserted"] = ids  # insertion order, for FIFO
-        self._append(nnf.normalize(x.float(), dim=-1), columns, sources)
+        self._append(nnf.normalize(x.to(self.embeddings.dtype), dim=-1), columns, sources)
         self.next_id += n
         self._record("add", now_value, ids, "")
         overflow = int(self.size) - self.capacity
         if overflow > 0:
-            probe = query if query is not None else self.embeddings[int(self.size) - 1: int(self.size)]
+            probe = query.to(self.embeddings.dtype) if query is not None else \
+                self.embeddings[int(self.size) - 1: int(self.size)]
             self._evict(overflow, probe, now_value)
         return ids
 
@@ -243,10 +248,14 @@ class EpisodicMemory(nn.Module):
             valid &= allowed
             allowed = None
         bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
-        best = top_k(self.scorer, queries.float(), self._column("embeddings"), bias, k, allowed)
+        queries = queries.to(self.embeddings.dtype)  # the store's dtype: float32 unless moved with .to(dtype)
+        best = top_k(self.scorer, queries, self._column("embeddings"), bias, k, allowed)
+        if len(self) == 0:  # nothing to gather from: every slot is padding
+            zero = torch.zeros_like(best.scores)
+            return Retrieval(best.rows, best.scores, zero, zero.clone(), zero.clone(), self.version)
         rows = best.rows.clamp_min(0)
         found = best.rows >= 0
-        unit = nnf.normalize(queries.float(), dim=-1)
+        unit = nnf.normalize(queries, dim=-1)
         similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
         zero = torch.zeros_like(similarity)
         return Retrieval(self._column("ids")[rows].masked_fill(~found, -1), best.scores,
@@ -256,23 +265,27 @@ class EpisodicMemory(nn.Module):
     def _allowed(self, scopes: Any, n_queries: int) -> Tensor | None:
         if scopes is None:
             return None
+        if isinstance(scopes, str) or not isinstance(scopes, Sequence):
+            raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
         memory_scope = self._column("scope")
         per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
         if not per_query:
-            wanted = torch.tensor([self._scope_index(s, create=False) for s in scopes], dtype=torch.int64,
+            wanted = torch.tensor([self._scope_index(s, self.scope_names, "scopes") for s in scopes], dtype=torch.int64,
                                   device=memory_scope.device)
             return torch.isin(memory_scope, wanted)
         if len(scopes) != n_queries:
             raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
-        wanted_per_query = [torch.tensor([self._scope_index(s, create=False) for s in allowed], dtype=torch.int64,
-                                         device=memory_scope.device) for allowed in scopes]
+        wanted_per_query = [torch.tensor([self._scope_index(s, self.scope_names, "scopes") for s in allowed],
+                                         dtype=torch.int64, device=memory_scope.device) for allowed in scopes]
         return torch.stack([torch.isin(memory_scope, wanted) for wanted in wanted_per_query])  # (Q, N)
 
     # -- deleting -----------------------------------------------------------------------------
     @torch.no_grad()
     def delete(self, ids: Sequence[int] | Tensor, *, now: float = 0.0, reason: str = "deleted") -> int:
         """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
+        now = check.check_real("now", now, low=-float("inf"))
         wanted = torch.as_tensor(ids, dtype=torch.int64, device=self.embeddings.device).reshape(-1)
+        wanted = torch.tensor(list(dict.fromkeys(wanted.tolist())), dtype=torch.int64, device=wanted.device)
         present = torch.isin(wanted, self._column("ids"))
         if not bool(present.all()):
             raise ValueError(f"ids not in the memory: {wanted[~present].tolist()}")
@@ -286,6 +299,7 @@ class EpisodicMemory(nn.Module):
     @torch.no_grad()
     def expire(self, now: float) -> int:
         """Remove every memory whose validity has ended (``valid_until <= now``)."""
+        now = check.check_real("now", now, low=-float("inf"))
         rows = (self._column("valid_until") <= now).nonzero().squeeze(1)
         if rows.numel() == 0:
             return 0
@@ -302,20 +316,27 @@ class EpisodicMemory(nn.Module):
         A trace is a dict with ``embedding`` (D,), ``importance`` and the fields the policy reads
         (``outcome``, ``quality``, ``scope``); ``confidence`` and ``source_ids`` are optional.
         """
+        now = check.check_real("now", now, low=-float("inf"))
+        device = self.embeddings.device
         accepted: list[dict[str, Any]] = []
+        refusals: list[str] = []
         for trace in traces:
             verdict: Admission = policy.admit(trace)
             if verdict.accepted:
                 accepted.append(trace)
             else:
-                self._record("reject", now, (), verdict.reason)
-        if not accepted:
-            return torch.zeros(0, dtype=torch.int64, device=self.embeddings.device)
-        return self.add(torch.stack([torch.as_tensor(t["embedding"], dtype=torch.float32) for t in accepted]),
-                        torch.tensor([float(t["importance"]) for t in accepted]),
-                        scope=[t.get("scope", 0) for t in accepted],
-                        confidence=torch.tensor([float(t.get("confidence", 1.0)) for t in accepted]),
-                        source_ids=[t.get("source_ids", ()) for t in accepted], query=query, now=now)
+                refusals.append(verdict.reason)
+        ids = torch.zeros(0, dtype=torch.int64, device=device)
+        if accepted:  # a bad accepted trace raises here, before any refusal is logged
+            ids = self.add(torch.stack([torch.as_tensor(t["embedding"], dtype=torch.float32, device=device)
+                                        for t in accepted]),
+                           torch.tensor([float(t["importance"]) for t in accepted]),
+                           scope=[t.get("scope", 0) for t in accepted],
+                           confidence=torch.tensor([float(t.get("confidence", 1.0)) for t in accepted]),
+                           source_ids=[t.get("source_ids", ()) for t in accepted], query=query, now=now)
+        for reason in refusals:
+            self._record("reject", now, (), reason)
+        return ids
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _record(self, action: str, now: float, ids: Any, reason: str) -> None:
@@ -338,26 +359,34 @@ class EpisodicMemory(nn.Module):
                              f"got {float(tensor[bad][0])}")
         return tensor
 
-    def _scope_index(self, scope: Any, *, create: bool) -> int:
-        """Int scopes are stored as given (>= 0); names are registered and stored as -1, -2, ..."""
+    @staticmethod
+    def _scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
+        """Int scopes are stored as given (>= 0); the name ``names[i]`` is stored as ``-1 - i``."""
         if isinstance(scope, str):
-            if scope not in self.scope_names:
-                if not create:
-                    raise ValueError(f"unknown scope {scope!r}; known: {self.scope_names}")
-                self.scope_names.append(scope)
-            return -1 - self.scope_names.index(scope)
+            if scope not in names:
+                raise ValueError(f"unknown scope {scope!r} in {argument}; known: {list(names)}")
+            return -1 - list(names).index(scope)
         if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
-            raise ValueError(f"scope must be a name or an int >= 0, got {scope!r}")
+            raise ValueError(f"{argument} must be a name or an int >= 0, got {scope!r}")
         return scope
 
-    def _scopes(self, scope: Any, n: int) -> Tensor:
+    def _scopes(self, scope: Any, n: int) -> tuple[Tensor, list[str]]:
+        """The (n,) scope column, and the new names it uses (registered by the caller once the add is valid)."""
+        if not isinstance(scope, (str, int, Sequence)):
+            raise TypeError(f"scope must be a name, an int or one per memory, got {scope!r}")
         values = [scope] * n if isinstance(scope, (str, int)) else list(scope)
         if len(values) != n:
             raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
-        return torch.tensor([self._scope_index(s, create=True) for s in values], dtype=torch.int64,
-                            device=self.embeddings.device)
+        new_names = [name for name in dict.fromkeys(v for v in values if isinstance(v, str))
+                     if name not in self.scope_names]
+        names = [*self.scope_names, *new_names]
+        column = torch.tensor([self._scope_index(s, names, "scope") for s in values], dtype=torch.int64,
+                              device=self.embeddings.device)
+        return column, new_names
 
     def _memory_types(self, memory_type: Any, n: int) -> Tensor:
+        if not isinstance(memory_type, (str, Sequence)):
+            raise TypeError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
         values = [memory_type] * n if isinstance(memory_type, str) else list(memory_type)
         unknown = [v for v in values if v not in MEMORY_TYPES]
         if unknown or len(values) != n:

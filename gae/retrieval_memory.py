@@ -87,8 +87,9 @@ class RetrievalMemory(DecisionMemory):
         if found is not None:
             complete = (found.ids >= 0).all(dim=1)  # fewer than k memories in reach: abstain
             weights = found.scores.clamp_min(1e-8).masked_fill(found.ids < 0, 0.0)
-            votes = torch.zeros(n, n_actions).scatter_add_(1, self.labels[found.ids.clamp_min(0)], weights)
-            share = votes / votes.sum(1, keepdim=True).clamp_min(1e-30)
+            votes = torch.zeros(n, n_actions, dtype=weights.dtype).scatter_add_(
+                1, self.labels[found.ids.clamp_min(0)], weights)
+            share = (votes / votes.sum(1, keepdim=True).clamp_min(1e-30)).float()
             best = share.argmax(1)
             probs = torch.where(complete.unsqueeze(1), share, probs)
             action = torch.where(complete, best, action)

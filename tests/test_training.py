@@ -23,7 +23,9 @@ def fit(tmp_path: Path, *extra: str, config: str = "default.yaml"):
     args = ["fit", f"--config={CONFIGS / 'default.yaml'}"]
     if config != "default.yaml":
         args.append(f"--config={CONFIGS / config}")
-    return main([*args, f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
+    # default_root_dir too: under fast_dev_run the logger is a dummy and checkpoints would land in cwd
+    return main([*args, f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
+                 *extra])
 
 
 @pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml"])
