@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -123,7 +124,7 @@ class EpisodicMemory(nn.Module):
 
     # -- adding -----------------------------------------------------------------------------
     @torch.no_grad()
-    def add(self, embeddings: Tensor, importance: Tensor, *, created_at: Tensor | float | None = None,
+    def add(self, embeddings: Tensor, importance: Tensor | float, *, created_at: Tensor | float | None = None,
             scope: Any = 0, memory_type: str | Sequence[str] = "episode", confidence: Any = 1.0,
             source_ids: Sequence[Sequence[int]] | None = None, valid_from: Any = None, valid_until: Any = None,
             query: Tensor | None = None, now: float | None = None) -> Tensor:
@@ -131,7 +132,7 @@ class EpisodicMemory(nn.Module):
 
         Args:
             embeddings: (B, D) float, normalised here.
-            importance: (B,) in [0, 1].
+            importance: (B,) or one value, in [0, 1].
             created_at: (B,) or one time in seconds. Default: ``now``, else 0.
             scope: one scope (int or name) or one per memory. Names are registered on first use.
             memory_type: ``'episode'`` or ``'semantic'``, one or one per memory.
@@ -217,11 +218,14 @@ class EpisodicMemory(nn.Module):
     def _remove(self, rows: Tensor) -> None:
         keep = torch.ones(int(self.size), dtype=torch.bool, device=rows.device)
         keep[rows] = False
-        kept = int(keep.sum())
+        survivors = keep.nonzero().squeeze(1)  # in row order: insertion order is kept
+        kept = survivors.numel()
         for name in ("embeddings", *_COLUMNS):
-            column = getattr(self, name)
-            column[:kept] = column[: int(self.size)][keep].clone()
-        self.source_ids = [s for s, k in zip(self.source_ids, keep.tolist(), strict=True) if k]
+            column = self._buffers[name]
+            assert column is not None
+            column[:kept] = column.index_select(0, survivors)  # a new tensor: no overlap with the target
+        removed = set(rows.tolist())
+        self.source_ids = [s for i, s in enumerate(self.source_ids) if i not in removed]
         self.size.fill_(kept)
 
     # -- retrieving ---------------------------------------------------------------------------
@@ -347,6 +351,12 @@ class EpisodicMemory(nn.Module):
 
     def _per_memory(self, name: str, value: Any, n: int, *, low: float = -float("inf"), high: float = float("inf"),
                     dtype: torch.dtype = torch.float32, finite: bool = True) -> Tensor:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # one plain number, the common case of per-event adds: check it in Python, no tensor passes
+            number = float(value)
+            if math.isnan(number) or (finite and math.isinf(number)) or not low <= number <= high:
+                raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], got {number}")
+            return torch.full((n,), number, dtype=dtype, device=self.embeddings.device)
         tensor = torch.as_tensor(value, dtype=dtype, device=self.embeddings.device)
         if tensor.dim() == 0:
             tensor = tensor.expand(n)

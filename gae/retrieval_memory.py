@@ -78,7 +78,10 @@ class RetrievalMemory(DecisionMemory):
 
     def _vote(self, x: Tensor, category: Tensor, now: float) -> MemoryOutput:
         n, n_actions = x.shape[0], len(self.action_names)
-        scopes = [[int(c)] for c in category.tolist()] if self.scoped else None
+        scopes: list | None = None
+        if self.scoped:  # one shared list when every query has the same category: a cheaper mask
+            values = category.tolist()
+            scopes = [values[0]] if len(set(values)) == 1 else [[c] for c in values]
         queries = (x - self.center).to(self.store.embeddings.dtype)
         found = self.store.retrieve(queries, now=now, k=self.k, scopes=scopes) if len(self.store) else None
         probs = torch.zeros(n, n_actions)
@@ -126,7 +129,7 @@ class RetrievalMemory(DecisionMemory):
 
     def _store(self, x: Tensor, category: int, action: int, now: float) -> None:
         embedding = (x - self.center).to(self.store.embeddings.dtype)
-        ids = self.store.add(embedding, torch.ones(1), created_at=now, scope=category if self.scoped else 0,
+        ids = self.store.add(embedding, 1.0, created_at=now, scope=category if self.scoped else 0,
                              query=embedding[0], now=now)
         needed = int(ids.max()) + 1
         if needed > self.labels.shape[0]:  # grow by doubling

@@ -155,4 +155,7 @@ def update_readme(path: Path, summary: dict[str, Any], claim_list: list, figures
 
 
 if __name__ == "__main__":
+    import torch
+
+    torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
     auto_cli(evaluate)
