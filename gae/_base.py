@@ -144,12 +144,14 @@ class DecisionMemory(nn.Module):
         return None if index < 0 else self.action_names[index]
 
     # -- names travel with the state ---------------------------------------------------
+    factor_names: tuple[str, ...]
+
     def _names_state(self) -> dict[str, Any]:
         return {"category_names": None if self.category_names is None else list(self.category_names),
-                "action_names": list(self.action_names)}
+                "action_names": list(self.action_names), "factor_names": list(self.factor_names)}
 
     def _check_names_state(self, state: dict[str, Any]) -> None:
-        for key in ("category_names", "action_names"):
+        for key in ("category_names", "action_names", "factor_names"):
             mine = getattr(self, key)
             mine = None if mine is None else list(mine)
             if key in state and state[key] != mine:

@@ -63,8 +63,9 @@ class EpisodicMemory(nn.Module):
     valid_until``, not deleted. Over ``capacity`` the eviction rule removes memories:
     ``'lowest_score'`` (the original rule: the lowest score against the current query),
     ``'fifo'`` (oldest inserted) or ``'importance_recency'`` (lowest ``importance * recency``,
-    query-independent). A batch added at once evicts exactly what adding its memories one by
-    one would (scores against one query at one ``now`` do not change between them).
+    query-independent). Given ``query`` and ``now``, a batch added at once evicts exactly what
+    adding its memories one by one with that query and time would (their scores do not change
+    between them); without them each call defaults to its own last embedding and latest time.
 
     ``version`` increases by one on every mutation (add, eviction, delete, expiry) and the
     audit log holds one record per mutation and per refused admission. Deletes are physical
@@ -288,7 +289,10 @@ class EpisodicMemory(nn.Module):
     def delete(self, ids: Sequence[int] | Tensor, *, now: float = 0.0, reason: str = "deleted") -> int:
         """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
         now = check.check_real("now", now, low=-float("inf"))
-        wanted = torch.as_tensor(ids, dtype=torch.int64, device=self.embeddings.device).reshape(-1)
+        raw = torch.as_tensor(ids, device=self.embeddings.device).reshape(-1)
+        if raw.numel() and (raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool):
+            raise TypeError(f"ids must be integers, got {raw.tolist()[:5]} ({raw.dtype})")
+        wanted = raw.long()
         wanted = torch.tensor(list(dict.fromkeys(wanted.tolist())), dtype=torch.int64, device=wanted.device)
         present = torch.isin(wanted, self._column("ids"))
         if not bool(present.all()):
@@ -413,6 +417,13 @@ class EpisodicMemory(nn.Module):
         self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        incoming_embeddings, incoming_size = state_dict.get(prefix + "embeddings"), state_dict.get(prefix + "size")
+        if incoming_embeddings is not None and tuple(incoming_embeddings.shape[1:]) != (self.dim,):
+            raise ValueError(f"state_dict holds embeddings of width {tuple(incoming_embeddings.shape[1:])} "
+                             f"but this memory has dim={self.dim}")
+        if incoming_size is not None and int(incoming_size) > self.capacity:
+            raise ValueError(f"state_dict holds {int(incoming_size)} memories but this memory has "
+                             f"capacity={self.capacity}")
         for name in ("embeddings", *_COLUMNS):  # the store's size is the checkpoint's, not ours
             incoming = state_dict.get(prefix + name)
             if incoming is not None and incoming.shape != getattr(self, name).shape:

@@ -251,6 +251,9 @@ class JudgmentMemory(DecisionMemory):
     # -- learning ---------------------------------------------------------------------
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor) -> StreamStep:
+        if self.centroids.dtype != torch.float32:
+            raise TypeError(f"JudgmentMemory learns in float32 (the engine's precision), but its centroids are "
+                            f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
         device = self.centroids.device
         # the kernel works on private CPU copies: a failure can never leave a half-updated memory
         centroids = self.centroids.detach().to("cpu", torch.float32, copy=True)
@@ -315,7 +318,6 @@ class JudgmentMemory(DecisionMemory):
 
     def get_extra_state(self) -> dict[str, Any]:
         state = self._names_state()
-        state["factor_names"] = list(self.factor_names)
         state["gate_log"] = dict(self.gate_log._asdict())
         return state
 
@@ -327,9 +329,6 @@ class JudgmentMemory(DecisionMemory):
         extra = state_dict.get(prefix + "_extra_state")
         if extra is not None:  # refuse a mismatched memory before any tensor is copied
             self._check_names_state(extra)
-            if extra.get("factor_names", list(self.factor_names)) != list(self.factor_names):
-                raise ValueError(f"state_dict was saved with factor_names={extra['factor_names']!r} "
-                                 f"but this memory has {list(self.factor_names)!r}")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

@@ -97,6 +97,7 @@ class KNNMemory(DecisionMemory):
     def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
         """Score a batch against the current store (no side effects), in chunks of queries."""
         x, category = self._check_query(x, category)
+        x = x.to(self.store_factors.dtype)  # the precision prequential_ scores in, so both paths agree
         order = self._age_order()
         stored, stored_actions = self.store_factors[order], self.store_actions[order]
         outputs = []
@@ -111,7 +112,7 @@ class KNNMemory(DecisionMemory):
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
-        output, events = engine.knn_prequential(state, x.detach().to("cpu", torch.float32).contiguous(), category,
+        output, events = engine.knn_prequential(state, x.detach().to("cpu", self.store_factors.dtype).contiguous(), category,
                                                 action, skip, int(self.num_decisions), self.k, self.scoped,
                                                 self.respect_skip, len(self.action_names), self.backend)
         for target, source in zip(buffers, state, strict=True):
@@ -135,9 +136,7 @@ class KNNMemory(DecisionMemory):
                 f"respect_skip={self.respect_skip}")
 
     def get_extra_state(self) -> dict[str, Any]:
-        state = self._names_state()
-        state["factor_names"] = list(self.factor_names)
-        return state
+        return self._names_state()
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         pass  # names are checked before loading, in _load_from_state_dict

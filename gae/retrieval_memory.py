@@ -48,7 +48,6 @@ class RetrievalMemory(DecisionMemory):
         'approve'
     """
 
-    labels: Tensor
     num_decisions: Tensor
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 400,
@@ -70,7 +69,7 @@ class RetrievalMemory(DecisionMemory):
                                                      low_open=True)
         self.center = check.check_real("center", center, low=-float("inf"))
         self.store = EpisodicMemory(self.n_factors, capacity, scorer=scorer, eviction="lowest_score")
-        self.register_buffer("labels", torch.zeros(0, dtype=torch.int64))  # action of each memory id
+        self.labels: dict[int, int] = {}  # action of each stored memory id (pruned as the store evicts)
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
 
     def _now(self) -> float:
@@ -90,8 +89,9 @@ class RetrievalMemory(DecisionMemory):
         if found is not None:
             complete = (found.ids >= 0).all(dim=1)  # fewer than k memories in reach: abstain
             weights = found.scores.clamp_min(1e-8).masked_fill(found.ids < 0, 0.0)
-            votes = torch.zeros(n, n_actions, dtype=weights.dtype).scatter_add_(
-                1, self.labels[found.ids.clamp_min(0)], weights)
+            labels = torch.tensor([[self.labels.get(i, 0) for i in row] for row in found.ids.tolist()],
+                                  dtype=torch.int64)
+            votes = torch.zeros(n, n_actions, dtype=weights.dtype).scatter_add_(1, labels, weights)
             share = (votes / votes.sum(1, keepdim=True).clamp_min(1e-30)).float()
             best = share.argmax(1)
             probs = torch.where(complete.unsqueeze(1), share, probs)
@@ -131,16 +131,15 @@ class RetrievalMemory(DecisionMemory):
         embedding = (x - self.center).to(self.store.embeddings.dtype)
         ids = self.store.add(embedding, 1.0, created_at=now, scope=category if self.scoped else 0,
                              query=embedding[0], now=now)
-        needed = int(ids.max()) + 1
-        if needed > self.labels.shape[0]:  # grow by doubling
-            grown = torch.zeros(max(needed, 2 * self.labels.shape[0], 64), dtype=torch.int64)
-            grown[: self.labels.shape[0]] = self.labels
-            self.labels = grown
-        self.labels[ids] = action
+        self.labels[int(ids[0])] = action
+        if len(self.labels) > 2 * self.store.capacity:  # forget the labels of evicted memories
+            alive = set(self.store.ids[: len(self.store)].tolist())
+            self.labels = {i: a for i, a in self.labels.items() if i in alive}
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""
         inventory = {name: b.numel() for name, b in self.named_buffers()}
+        inventory["labels"] = 2 * len(self.labels)
         inventory["total"] = sum(inventory.values())
         return inventory
 
@@ -149,16 +148,13 @@ class RetrievalMemory(DecisionMemory):
                 f"capacity={self.store.capacity}, scoped={self.scoped}, respect_skip={self.respect_skip}")
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**self._names_state(), "factor_names": list(self.factor_names)}
+        return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values())}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        pass  # names are checked before loading, in _load_from_state_dict
+        self.labels = dict(zip(state["label_ids"], state["labels"], strict=True))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         extra = state_dict.get(prefix + "_extra_state")
         if extra is not None:
             self._check_names_state(extra)
-        incoming = state_dict.get(prefix + "labels")
-        if incoming is not None and incoming.shape != self.labels.shape:
-            self.labels = self.labels.new_zeros(incoming.shape)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -237,3 +237,20 @@ def test_admit_and_add_over_capacity_evicts():
     assert ids.tolist() == [0, 1] and memory.ids[:1].tolist() == [0]
     assert [(r.action, r.ids, r.version) for r in memory.audit_log] == [("add", (0, 1), 1), ("evict", (1,), 2),
                                                                          ("reject", (), 2)]
+
+
+def test_loading_another_width_or_a_larger_store_is_refused():
+    source = EpisodicMemory(4, capacity=30)
+    source.add(torch.randn(20, 4), torch.rand(20), now=0.0)
+    with pytest.raises(ValueError, match="dim=3"):
+        EpisodicMemory(3, capacity=30).load_state_dict(source.state_dict())
+    with pytest.raises(ValueError, match="capacity=5"):
+        EpisodicMemory(4, capacity=5).load_state_dict(source.state_dict())
+
+
+def test_float_ids_are_refused_not_truncated():
+    memory = EpisodicMemory(2, capacity=5)
+    memory.add(torch.randn(3, 2), torch.rand(3), now=0.0)
+    with pytest.raises(TypeError, match="ids must be integers"):
+        memory.delete([1.7])
+    assert len(memory) == 3

@@ -62,3 +62,27 @@ def test_bad_settings_are_refused(kwargs, words):
     with pytest.raises(ValueError) as info:
         RetrievalMemory(2, 2, **kwargs)
     assert all(word in str(info.value) for word in words)
+
+
+def test_labels_stay_bounded_by_the_capacity():
+    memory = RetrievalMemory(2, 2, k=1, capacity=10)
+    memory.learn_(torch.rand(500, 2), torch.zeros(500, dtype=torch.long), torch.randint(0, 2, (500,)))
+    assert len(memory.labels) <= 20 and set(memory.store.ids[: len(memory.store)].tolist()) <= set(memory.labels)
+
+
+def test_state_dict_round_trip_keeps_the_labels():
+    memory = RetrievalMemory(2, ["a", "b"], k=3, capacity=10)
+    memory.learn_(torch.rand(30, 2), torch.zeros(30, dtype=torch.long), torch.randint(0, 2, (30,)))
+    restored = RetrievalMemory(2, ["a", "b"], k=3, capacity=10)
+    restored.load_state_dict(torch.load(_saved(memory), weights_only=True))
+    probe = torch.rand(8, 2), torch.zeros(8, dtype=torch.long)
+    assert torch.equal(memory(*probe).action, restored(*probe).action) and restored.labels == memory.labels
+
+
+def _saved(memory):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    buffer.seek(0)
+    return buffer
