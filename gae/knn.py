@@ -112,7 +112,8 @@ class KNNMemory(DecisionMemory):
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
-        output, events = engine.knn_prequential(state, x.detach().to("cpu", self.store_factors.dtype).contiguous(), category,
+        x = x.detach().to("cpu", self.store_factors.dtype).contiguous()  # the store's precision, as forward
+        output, events = engine.knn_prequential(state, x, category,
                                                 action, skip, int(self.num_decisions), self.k, self.scoped,
                                                 self.respect_skip, len(self.action_names), self.backend)
         for target, source in zip(buffers, state, strict=True):

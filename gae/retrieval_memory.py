@@ -133,7 +133,7 @@ class RetrievalMemory(DecisionMemory):
                              query=embedding[0], now=now)
         self.labels[int(ids[0])] = action
         if len(self.labels) > 2 * self.store.capacity:  # forget the labels of evicted memories
-            alive = set(self.store.ids[: len(self.store)].tolist())
+            alive = set(self.store._column("ids").tolist())
             self.labels = {i: a for i, a in self.labels.items() if i in alive}
 
     def parameter_inventory(self) -> dict[str, int]:
