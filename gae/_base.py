@@ -28,6 +28,21 @@ class DecisionMemory(nn.Module):
     n_factors: int
     backend: str = "compiled"
 
+    def _init_neighbours(self, factors: Any, actions: Any, categories: Any, k: int, capacity: int,
+                         scoped: bool) -> None:
+        """Names and the k / capacity / scope settings shared by the memories that vote with neighbours."""
+        self.factor_names = check.resolve_names("factors", factors)
+        self.action_names = check.resolve_names("actions", actions)
+        self.category_names = None if categories is None else check.resolve_names("categories", categories)
+        self.n_factors = len(self.factor_names)
+        self.k = check.check_int("k", k, low=1)
+        capacity = check.check_int("capacity", capacity, low=1)
+        if self.k > capacity:
+            raise ValueError(f"k must be <= capacity ({capacity}), got {k}: the memory could never score")
+        if scoped and categories is None:
+            raise ValueError("scoped=True needs categories (an int or a list of names), got categories=None")
+        self.scoped = bool(scoped)
+
     # -- the batched API -------------------------------------------------------------
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor) -> StreamStep:

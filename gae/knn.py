@@ -7,7 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gae import _validation as check
 from gae import engine
 from gae import functional as F
 from gae._base import DecisionMemory
@@ -67,17 +66,8 @@ class KNNMemory(DecisionMemory):
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False) -> None:
         super().__init__()
-        self.factor_names = check.resolve_names("factors", factors)
-        self.action_names = check.resolve_names("actions", actions)
-        self.category_names = None if categories is None else check.resolve_names("categories", categories)
-        self.n_factors = len(self.factor_names)
-        self.k = check.check_int("k", k, low=1)
-        self.capacity = check.check_int("capacity", capacity, low=1)
-        if self.k > self.capacity:
-            raise ValueError(f"k must be <= capacity ({self.capacity}), got {k}: the memory could never score")
-        if scoped and categories is None:
-            raise ValueError("scoped=True needs categories (an int or a list of names), got categories=None")
-        self.scoped = bool(scoped)
+        self._init_neighbours(factors, actions, categories, k, capacity, scoped)
+        self.capacity = capacity
         self.respect_skip = bool(respect_skip)
         self.register_buffer("store_factors", torch.zeros(capacity, self.n_factors))
         self.register_buffer("store_actions", torch.zeros(capacity, dtype=torch.int64))

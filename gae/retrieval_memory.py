@@ -54,16 +54,7 @@ class RetrievalMemory(DecisionMemory):
                  categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
                  seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True) -> None:
         super().__init__()
-        self.factor_names = check.resolve_names("factors", factors)
-        self.action_names = check.resolve_names("actions", actions)
-        self.category_names = None if categories is None else check.resolve_names("categories", categories)
-        self.n_factors = len(self.factor_names)
-        self.k = check.check_int("k", k, low=1)
-        if scoped and categories is None:
-            raise ValueError("scoped=True needs categories (an int or a list of names), got categories=None")
-        if self.k > capacity:
-            raise ValueError(f"k must be <= capacity ({capacity}), got {k}: the memory could never score")
-        self.scoped = bool(scoped)
+        self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.respect_skip = bool(respect_skip)
         self.seconds_per_decision = check.check_real("seconds_per_decision", seconds_per_decision, low=0.0,
                                                      low_open=True)

@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from gae import JudgmentMemory, KNNMemory, engine  # noqa: E402
+from training.readme import replace_section  # noqa: E402
 
 C, A, K = 4, 4, 8
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -268,15 +269,11 @@ def machine() -> str:
 
 def update_readme(path: Path, table: str) -> None:
     """Replace the text between the bench markers, if the README has them."""
-    text = path.read_text() if path.exists() else ""
-    head, start, rest = text.partition(START)
-    _, end, tail = rest.partition(END)
-    if not start or not end:
-        progress(f"{path} has no {START} ... {END} markers; README left alone")
-        return
     note = f"Measured on {machine()}; regenerate with `make bench`."
-    path.write_text(f"{head}{START}\n{table}\n\n{note}\n{END}{tail}")
-    progress(f"updated the table in {path}")
+    if replace_section(path, START, END, f"{table}\n\n{note}"):
+        progress(f"updated the table in {path}")
+    else:
+        progress(f"{path} has no {START} ... {END} markers; README left alone")
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import retrieval as gae_retrieval  # noqa: E402
 from gae.episodic import EpisodicMemory  # noqa: E402
 from gae.retrieval import RetrievalScorer  # noqa: E402
+from training.readme import replace_section  # noqa: E402
 
 try:
     import faiss  # benchmark-only dependency: pip install -e ".[bench]"
@@ -427,14 +428,10 @@ def git_state() -> dict[str, Any]:
 
 def update_readme(path: Path, text: str) -> None:
     """Replace the text between the bench-retrieval markers, if the README has them."""
-    content = path.read_text() if path.exists() else ""
-    head, start, rest = content.partition(START)
-    _, end, tail = rest.partition(END)
-    if not start or not end:
+    if replace_section(path, START, END, text):
+        progress(f"updated the tables in {path}")
+    else:
         progress(f"{path} has no {START} ... {END} markers; README left alone")
-        return
-    path.write_text(f"{head}{START}\n{text}\n{END}{tail}")
-    progress(f"updated the tables in {path}")
 
 
 def main(quick: bool = False, repeats: int = 5, repeats_1m: int = 3, add_repeats: int = 2, queries: int = 64,

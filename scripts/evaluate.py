@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from training import evaluation as E  # noqa: E402
 from training import report as R  # noqa: E402
+from training.readme import replace_section  # noqa: E402
 from training.report_plots import ablations_figure, rolling_accuracy_figure  # noqa: E402
 from training.stats import Interval  # noqa: E402
 
@@ -136,21 +137,17 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
 
 def update_readme(path: Path, summary: dict[str, Any], claim_list: list, figures: list[Path], setting: str) -> None:
     """Put the headline tables between the README's report markers and its figures in docs/figures/."""
-    text = path.read_text()
-    head, start, rest = text.partition(START)
-    _, end, tail = rest.partition(END)
-    if not start or not end:
-        print(f"{path} has no {START} ... {END} markers; README left alone")
-        return
     target = path.parent / "docs" / "figures"
-    target.mkdir(parents=True, exist_ok=True)
-    for figure in figures:
-        shutil.copyfile(figure, target / figure.name)
     body = (f"{R.claims_table(claim_list)}\n\n{setting} drift, mean [95% CI] over seeds:\n\n"
             f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
             "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"
             "Regenerate with `python scripts/evaluate.py --readme README.md`.")
-    path.write_text(f"{head}{START}\n{body}\n{END}{tail}")
+    if not replace_section(path, START, END, body):
+        print(f"{path} has no {START} ... {END} markers; README left alone")
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for figure in figures:
+        shutil.copyfile(figure, target / figure.name)
     print(f"updated {path} and {target}")
 
 
