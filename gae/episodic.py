@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as nnf
@@ -121,7 +121,9 @@ class EpisodicMemory(nn.Module):
         return int(self.version_counter)
 
     def _column(self, name: str) -> Tensor:
-        return getattr(self, name)[: int(self.size)]
+        """The live rows of a column (the module's dict directly: ``getattr`` costs a microsecond)."""
+        buffers = self._buffers
+        return cast(Tensor, buffers[name])[: int(cast(Tensor, buffers["size"]))]
 
     # -- adding -----------------------------------------------------------------------------
     @torch.no_grad()
