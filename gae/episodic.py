@@ -324,7 +324,8 @@ class EpisodicMemory(nn.Module):
         """Store the traces the policy accepts (one batch), log a 'reject' record for each refusal.
 
         A trace is a dict with ``embedding`` (D,), ``importance`` and the fields the policy reads
-        (``outcome``, ``quality``, ``scope``); ``confidence`` and ``source_ids`` are optional.
+        (``outcome``, ``quality``, ``scope``); ``confidence``, ``source_ids``, ``memory_type``,
+        ``created_at``, ``valid_from`` and ``valid_until`` are optional and stored as given.
         """
         now = check.check_real("now", now, low=-float("inf"))
         device = self.embeddings.device
@@ -343,7 +344,15 @@ class EpisodicMemory(nn.Module):
                            torch.tensor([float(t["importance"]) for t in accepted]),
                            scope=[t.get("scope", 0) for t in accepted],
                            confidence=torch.tensor([float(t.get("confidence", 1.0)) for t in accepted]),
-                           source_ids=[t.get("source_ids", ()) for t in accepted], query=query, now=now)
+                           source_ids=[t.get("source_ids", ()) for t in accepted],
+                           memory_type=[t.get("memory_type", "episode") for t in accepted],
+                           created_at=torch.tensor([float(t.get("created_at", now)) for t in accepted],
+                                                   dtype=torch.float64),
+                           valid_from=torch.tensor([float(t.get("valid_from", -math.inf)) for t in accepted],
+                                                   dtype=torch.float64),
+                           valid_until=torch.tensor([float(t.get("valid_until", math.inf)) for t in accepted],
+                                                    dtype=torch.float64),
+                           query=query, now=now)
         for reason in refusals:
             self._record("reject", now, (), reason)
         return ids

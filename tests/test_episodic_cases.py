@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from gae import EpisodicMemory, RetrievalScorer
+from gae import AdmissionPolicy, EpisodicMemory, RetrievalScorer
 from gae.episodic import EVICTIONS
 from tests.episodic_reference import ReferenceMemory, Trace, assert_retrieval_matches
 
@@ -142,3 +142,15 @@ def test_a_float64_store_answers_like_the_float32_one(eviction):
     a, b = (m.retrieve(queries, now=12.0, k=4, scopes=[0, "alpha"]) for m in (memory, wide))
     assert torch.equal(a.ids, b.ids) and b.scores.dtype == torch.float64
     torch.testing.assert_close(a.scores.double(), b.scores, rtol=0, atol=1e-5)
+
+
+def test_admitted_traces_keep_their_type_and_validity():
+    memory = EpisodicMemory(2, capacity=10)
+    policy = AdmissionPolicy()
+    trace = {"embedding": torch.tensor([1.0, 0.0]), "importance": 0.5, "outcome": "success", "quality": 0.9,
+             "memory_type": "semantic", "valid_from": 5.0, "valid_until": 10.0, "created_at": 1.0}
+    ids = memory.admit_and_add([trace], policy, now=2.0)
+    assert int(memory.memory_type[0]) == 1 and float(memory.created_at[0]) == 1.0
+    assert memory.retrieve(torch.tensor([[1.0, 0.0]]), now=4.0, k=1).ids.tolist() == [[-1]]  # not yet valid
+    assert memory.retrieve(torch.tensor([[1.0, 0.0]]), now=6.0, k=1).ids.tolist() == [ids.tolist()]
+    assert memory.retrieve(torch.tensor([[1.0, 0.0]]), now=10.0, k=1).ids.tolist() == [[-1]]  # expired
