@@ -74,15 +74,16 @@ class RetrievalMemory(DecisionMemory):
             scopes = [values[0]] if len(set(values)) == 1 else [[c] for c in values]
         queries = (x - self.center).to(self.store.embeddings.dtype)
         found = self.store.retrieve(queries, now=now, k=self.k, scopes=scopes) if len(self.store) else None
-        probs = torch.zeros(n, n_actions)
-        action = torch.full((n,), -1, dtype=torch.int64)
-        confidence = torch.zeros(n)
+        device = self.store.embeddings.device
+        probs = torch.zeros(n, n_actions, device=device)
+        action = torch.full((n,), -1, dtype=torch.int64, device=device)
+        confidence = torch.zeros(n, device=device)
         if found is not None:
             complete = (found.ids >= 0).all(dim=1)  # fewer than k memories in reach: abstain
             weights = found.scores.clamp_min(1e-8).masked_fill(found.ids < 0, 0.0)
             labels = torch.tensor([[self.labels.get(i, 0) for i in row] for row in found.ids.tolist()],
-                                  dtype=torch.int64)
-            votes = torch.zeros(n, n_actions, dtype=weights.dtype).scatter_add_(1, labels, weights)
+                                  dtype=torch.int64, device=device)
+            votes = torch.zeros(n, n_actions, dtype=weights.dtype, device=device).scatter_add_(1, labels, weights)
             share = (votes / votes.sum(1, keepdim=True).clamp_min(1e-30)).float()
             best = share.argmax(1)
             probs = torch.where(complete.unsqueeze(1), share, probs)
@@ -94,28 +95,28 @@ class RetrievalMemory(DecisionMemory):
         """Score a batch against the current store at the current time (no side effects)."""
         x, category = self._check_query(x, category)
         with torch.no_grad():
-            out = self._vote(x.detach().cpu().float(), category.cpu(), self._now())
-        return MemoryOutput(*(t.to(x.device) for t in out))
+            return self._vote(x.detach(), category, self._now())
 
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor) -> StreamStep:
-        x, category, action, skip = x.detach().cpu().float(), category.cpu(), action.cpu(), skip.cpu()
+        x = x.detach()
         outputs = []
-        n = x.shape[0]
-        applied = torch.zeros(n, dtype=torch.bool)
-        skipped = torch.zeros(n, dtype=torch.bool)
+        n, device = x.shape[0], x.device
+        applied = torch.zeros(n, dtype=torch.bool, device=device)
+        skipped = torch.zeros(n, dtype=torch.bool, device=device)
+        skip_flags, categories, actions = skip.tolist(), category.tolist(), action.tolist()
         for b in range(n):  # strictly in stream order: each decision sees only the ones before it
             now = self._now()
             outputs.append(self._vote(x[b:b + 1], category[b:b + 1], now))
-            if self.respect_skip and bool(skip[b]):
+            if self.respect_skip and skip_flags[b]:
                 skipped[b] = True
             else:
-                self._store(x[b:b + 1], int(category[b]), int(action[b]), now)
+                self._store(x[b:b + 1], categories[b], actions[b], now)
                 applied[b] = True
             self.num_decisions += 1
         output = MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
-        events = LearnEvents(applied, torch.zeros(n, dtype=torch.bool), skipped, torch.zeros(n, dtype=torch.bool),
-                             applied.float(), torch.zeros(n))
+        never = torch.zeros(n, dtype=torch.bool, device=device)
+        events = LearnEvents(applied, never, skipped, never.clone(), applied.float(), torch.zeros(n, device=device))
         return StreamStep(output, events, None)
 
     def _store(self, x: Tensor, category: int, action: int, now: float) -> None:
