@@ -11,11 +11,11 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import _validation as check
+from gae._columns import memory_type_column, per_memory, scope_column, scope_index
 from gae.admission import Admission, AdmissionPolicy
 from gae.retrieval import RetrievalScorer, top_k
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
-MEMORY_TYPES = ("episode", "semantic")
 _COLUMNS = {  # name: dtype of the per-memory columns, each a buffer of ``allocated`` rows
     "ids": torch.int64, "created_at": torch.float64, "importance": torch.float32, "scope": torch.int64,
     "memory_type": torch.int64, "confidence": torch.float32, "valid_from": torch.float64,
@@ -149,19 +149,19 @@ class EpisodicMemory(nn.Module):
         device = self.embeddings.device
         x = check.check_factors(embeddings, self.dim, device, "embeddings")
         n = x.shape[0]
-        importance = self._per_memory("importance", importance, n, low=0.0, high=1.0)
+        importance = per_memory("importance", importance, n, device, low=0.0, high=1.0)
         now = None if now is None else check.check_real("now", now, low=-float("inf"))  # before it defaults created_at
-        created = self._per_memory("created_at", created_at if created_at is not None else
-                                   (now if now is not None else 0.0), n, dtype=torch.float64)
+        created = per_memory("created_at", created_at if created_at is not None else
+                             (now if now is not None else 0.0), n, device, dtype=torch.float64)
         now_value = float(created.max()) if now is None else now
-        scope_column, new_scope_names = self._scopes(scope, n)
+        scopes_of_new, new_scope_names = scope_column(scope, n, self.scope_names, device)
         columns = {
             "created_at": created, "importance": importance,
-            "scope": scope_column, "memory_type": self._memory_types(memory_type, n),
-            "confidence": self._per_memory("confidence", confidence, n, low=0.0, high=1.0),
-            "valid_from": self._per_memory("valid_from", -float("inf") if valid_from is None else valid_from, n,
+            "scope": scopes_of_new, "memory_type": memory_type_column(memory_type, n, device),
+            "confidence": per_memory("confidence", confidence, n, device, low=0.0, high=1.0),
+            "valid_from": per_memory("valid_from", -float("inf") if valid_from is None else valid_from, n, device,
                                            dtype=torch.float64, finite=False),
-            "valid_until": self._per_memory("valid_until", float("inf") if valid_until is None else valid_until, n,
+            "valid_until": per_memory("valid_until", float("inf") if valid_until is None else valid_until, n, device,
                                             dtype=torch.float64, finite=False),
         }
         sources: list[tuple[int, ...]] = [tuple(int(s) for s in row) for row in source_ids] \
@@ -277,12 +277,12 @@ class EpisodicMemory(nn.Module):
         memory_scope = self._column("scope")
         per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
         if not per_query:
-            wanted = torch.tensor([self._scope_index(s, self.scope_names, "scopes") for s in scopes], dtype=torch.int64,
+            wanted = torch.tensor([scope_index(s, self.scope_names, "scopes") for s in scopes], dtype=torch.int64,
                                   device=memory_scope.device)
             return torch.isin(memory_scope, wanted)
         if len(scopes) != n_queries:
             raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
-        wanted_per_query = [torch.tensor([self._scope_index(s, self.scope_names, "scopes") for s in allowed],
+        wanted_per_query = [torch.tensor([scope_index(s, self.scope_names, "scopes") for s in allowed],
                                          dtype=torch.int64, device=memory_scope.device) for allowed in scopes]
         return torch.stack([torch.isin(memory_scope, wanted) for wanted in wanted_per_query])  # (Q, N)
 
@@ -363,60 +363,6 @@ class EpisodicMemory(nn.Module):
             self.version_counter += 1
         id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
         self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, self.version))
-
-    def _per_memory(self, name: str, value: Any, n: int, *, low: float = -float("inf"), high: float = float("inf"),
-                    dtype: torch.dtype = torch.float32, finite: bool = True) -> Tensor:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            # one plain number, the common case of per-event adds: check it in Python, no tensor passes
-            number = float(value)
-            if math.isnan(number) or (finite and math.isinf(number)) or not low <= number <= high:
-                raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], got {number}")
-            return torch.full((n,), number, dtype=dtype, device=self.embeddings.device)
-        tensor = torch.as_tensor(value, dtype=dtype, device=self.embeddings.device)
-        if tensor.dim() == 0:
-            tensor = tensor.expand(n)
-        if tensor.shape != (n,):
-            raise ValueError(f"{name} must be one value or ({n},), got shape {tuple(tensor.shape)}")
-        bad = torch.isnan(tensor) | (~torch.isfinite(tensor) if finite else torch.zeros_like(tensor, dtype=torch.bool))
-        bad |= (tensor < low) | (tensor > high)
-        if bool(bad.any()):
-            raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], "
-                             f"got {float(tensor[bad][0])}")
-        return tensor
-
-    @staticmethod
-    def _scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
-        """Int scopes are stored as given (>= 0); the name ``names[i]`` is stored as ``-1 - i``."""
-        if isinstance(scope, str):
-            if scope not in names:
-                raise ValueError(f"unknown scope {scope!r} in {argument}; known: {list(names)}")
-            return -1 - list(names).index(scope)
-        if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
-            raise ValueError(f"{argument} must be a name or an int >= 0, got {scope!r}")
-        return scope
-
-    def _scopes(self, scope: Any, n: int) -> tuple[Tensor, list[str]]:
-        """The (n,) scope column, and the new names it uses (registered by the caller once the add is valid)."""
-        if not isinstance(scope, (str, int, Sequence)):
-            raise TypeError(f"scope must be a name, an int or one per memory, got {scope!r}")
-        values = [scope] * n if isinstance(scope, (str, int)) else list(scope)
-        if len(values) != n:
-            raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
-        new_names = [name for name in dict.fromkeys(v for v in values if isinstance(v, str))
-                     if name not in self.scope_names]
-        names = [*self.scope_names, *new_names]
-        column = torch.tensor([self._scope_index(s, names, "scope") for s in values], dtype=torch.int64,
-                              device=self.embeddings.device)
-        return column, new_names
-
-    def _memory_types(self, memory_type: Any, n: int) -> Tensor:
-        if not isinstance(memory_type, (str, Sequence)):
-            raise TypeError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
-        values = [memory_type] * n if isinstance(memory_type, str) else list(memory_type)
-        unknown = [v for v in values if v not in MEMORY_TYPES]
-        if unknown or len(values) != n:
-            raise ValueError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
-        return torch.tensor([MEMORY_TYPES.index(v) for v in values], device=self.embeddings.device)
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],

@@ -1,0 +1,69 @@
+"""Checks and column builders of :class:`~gae.EpisodicMemory`: one value or one per memory, validated."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+MEMORY_TYPES = ("episode", "semantic")
+
+
+def per_memory(name: str, value: Any, n: int, device: torch.device, *, low: float = -math.inf,
+               high: float = math.inf, dtype: torch.dtype = torch.float32, finite: bool = True) -> Tensor:
+    """An (n,) column from one value or n values, each checked to lie in ``[low, high]``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # one plain number, the common case of per-event adds: check it in Python, no tensor passes
+        number = float(value)
+        if math.isnan(number) or (finite and math.isinf(number)) or not low <= number <= high:
+            raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], got {number}")
+        return torch.full((n,), number, dtype=dtype, device=device)
+    tensor = torch.as_tensor(value, dtype=dtype, device=device)
+    if tensor.dim() == 0:
+        tensor = tensor.expand(n)
+    if tensor.shape != (n,):
+        raise ValueError(f"{name} must be one value or ({n},), got shape {tuple(tensor.shape)}")
+    bad = torch.isnan(tensor) | (~torch.isfinite(tensor) if finite else torch.zeros_like(tensor, dtype=torch.bool))
+    bad |= (tensor < low) | (tensor > high)
+    if bool(bad.any()):
+        raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], "
+                         f"got {float(tensor[bad][0])}")
+    return tensor
+
+
+def scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
+    """Int scopes are stored as given (>= 0); the name ``names[i]`` is stored as ``-1 - i``."""
+    if isinstance(scope, str):
+        if scope not in names:
+            raise ValueError(f"unknown scope {scope!r} in {argument}; known: {list(names)}")
+        return -1 - list(names).index(scope)
+    if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
+        raise ValueError(f"{argument} must be a name or an int >= 0, got {scope!r}")
+    return scope
+
+
+def scope_column(scope: Any, n: int, known: Sequence[str], device: torch.device) -> tuple[Tensor, list[str]]:
+    """The (n,) scope column, and the new names it uses (registered by the caller once the add is valid)."""
+    if not isinstance(scope, (str, int, Sequence)):
+        raise TypeError(f"scope must be a name, an int or one per memory, got {scope!r}")
+    values = [scope] * n if isinstance(scope, (str, int)) else list(scope)
+    if len(values) != n:
+        raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
+    new_names = [name for name in dict.fromkeys(v for v in values if isinstance(v, str)) if name not in known]
+    names = [*known, *new_names]
+    column = torch.tensor([scope_index(s, names, "scope") for s in values], dtype=torch.int64, device=device)
+    return column, new_names
+
+
+def memory_type_column(memory_type: Any, n: int, device: torch.device) -> Tensor:
+    """The (n,) memory-type column (indices into :data:`MEMORY_TYPES`)."""
+    if not isinstance(memory_type, (str, Sequence)):
+        raise TypeError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
+    values = [memory_type] * n if isinstance(memory_type, str) else list(memory_type)
+    unknown = [v for v in values if v not in MEMORY_TYPES]
+    if unknown or len(values) != n:
+        raise ValueError(f"memory_type must be one of {MEMORY_TYPES}, once or per memory, got {memory_type!r}")
+    return torch.tensor([MEMORY_TYPES.index(v) for v in values], device=device)
