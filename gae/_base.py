@@ -165,6 +165,25 @@ class DecisionMemory(nn.Module):
         return {"category_names": None if self.category_names is None else list(self.category_names),
                 "action_names": list(self.action_names), "factor_names": list(self.factor_names)}
 
+    def get_extra_state(self) -> dict[str, Any]:
+        return self._names_state()
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        pass  # the names are checked in _load_from_state_dict, before any tensor is copied
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        extra = state_dict.get(prefix + "_extra_state")
+        if extra is not None:  # refuse a memory with other names before any tensor is copied
+            self._check_names_state(extra)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def parameter_inventory(self) -> dict[str, int]:
+        """Every number the memory holds, by parameter and buffer name, and their ``total``."""
+        inventory = {name: p.numel() for name, p in self.named_parameters()}
+        inventory.update({name: b.numel() for name, b in self.named_buffers()})
+        inventory["total"] = sum(inventory.values())
+        return inventory
+
     def _check_names_state(self, state: dict[str, Any]) -> None:
         for key in ("category_names", "action_names", "factor_names"):
             mine = getattr(self, key)

@@ -271,7 +271,7 @@ class JudgmentMemory(DecisionMemory):
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         self._record_gate_events(first, category, action, step.events)
-        return step if device.type == "cpu" else _to_device(step, device)
+        return step if device.type == "cpu" else step.to(device)
 
     def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)
@@ -297,18 +297,6 @@ class JudgmentMemory(DecisionMemory):
                 for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta, strict=True)]
 
     # -- inspection and state -----------------------------------------------------------
-    def parameter_inventory(self) -> dict[str, int]:
-        """Every number the memory holds, by tensor name, and their ``total``.
-
-        Learned by gradient: ``criterion_logits``. Learned online: ``centroids``. Bookkeeping:
-        ``initialized``, ``counts``, ``num_decisions``. The gate log grows with the stream
-        and is not counted (5 numbers per gate event).
-        """
-        inventory = {name: p.numel() for name, p in self.named_parameters()}
-        inventory.update({name: b.numel() for name, b in self.named_buffers()})
-        inventory["total"] = sum(inventory.values())
-        return inventory
-
     def extra_repr(self) -> str:
         return (f"categories={len(self.category_names)}, actions={len(self.action_names)}, "
                 f"factors={self.n_factors}, tau={self.tau}, eta_confirmed={self.eta_confirmed}, "
@@ -324,15 +312,3 @@ class JudgmentMemory(DecisionMemory):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         log = state.get("gate_log")
         self._gate_chunks = [GateLog(**{k: v.cpu() for k, v in log.items()})] if log else []
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:  # refuse a mismatched memory before any tensor is copied
-            self._check_names_state(extra)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-
-def _to_device(step: StreamStep, device: torch.device) -> StreamStep:
-    output = MemoryOutput(*(t.to(device) for t in step.output))
-    events = LearnEvents(*(t.to(device) for t in step.events))
-    return StreamStep(output, events, None if step.sq_diff is None else step.sq_diff.to(device))

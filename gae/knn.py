@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -109,31 +107,11 @@ class KNNMemory(DecisionMemory):
         for target, source in zip(buffers, state, strict=True):
             target.copy_(source)
         self.num_decisions += x.shape[0]
-        if device.type != "cpu":
-            output = MemoryOutput(*(t.to(device) for t in output))
-            events = type(events)(*(t.to(device) for t in events))
-        return StreamStep(output, events, None)
-
-    def parameter_inventory(self) -> dict[str, int]:
-        """Every number the memory holds, by buffer name, and their ``total``."""
-        inventory = {name: b.numel() for name, b in self.named_buffers()}
-        inventory["total"] = sum(inventory.values())
-        return inventory
+        step = StreamStep(output, events, None)
+        return step if device.type == "cpu" else step.to(device)
 
     def extra_repr(self) -> str:
         categories = None if self.category_names is None else len(self.category_names)
         return (f"factors={self.n_factors}, actions={len(self.action_names)}, k={self.k}, "
                 f"capacity={self.capacity}, categories={categories}, scoped={self.scoped}, "
                 f"respect_skip={self.respect_skip}")
-
-    def get_extra_state(self) -> dict[str, Any]:
-        return self._names_state()
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        pass  # names are checked before loading, in _load_from_state_dict
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:
-            self._check_names_state(extra)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -130,9 +130,9 @@ class RetrievalMemory(DecisionMemory):
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""
-        inventory = {name: b.numel() for name, b in self.named_buffers()}
+        inventory = super().parameter_inventory()
         inventory["labels"] = 2 * len(self.labels)
-        inventory["total"] = sum(inventory.values())
+        inventory["total"] += inventory["labels"]
         return inventory
 
     def extra_repr(self) -> str:
@@ -144,9 +144,3 @@ class RetrievalMemory(DecisionMemory):
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.labels = dict(zip(state["label_ids"], state["labels"], strict=True))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:
-            self._check_names_state(extra)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor
 
 
@@ -63,6 +64,12 @@ class StreamStep(NamedTuple):
     output: MemoryOutput
     events: LearnEvents
     sq_diff: Tensor | None
+
+    def to(self, device: torch.device | str) -> StreamStep:
+        """The same step with every tensor on ``device``."""
+        return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
+                          LearnEvents(*(t.to(device) for t in self.events)),
+                          None if self.sq_diff is None else self.sq_diff.to(device))
 
 
 class GateLog(NamedTuple):
