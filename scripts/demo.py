@@ -4,39 +4,38 @@ Both memories see the same stream and score every decision before learning from 
 (prequential evaluation). The script prints their accuracy over the stream and, for a few
 decisions, what the judgment memory saw: the distance to every prototype and its confidence.
 
-    python scripts/demo.py            # or: make demo
+    python scripts/demo.py
+
+The stream is :class:`training.streams.DecisionStream` (the head-to-head's generator, here
+without drift or label noise).
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing the package
+    sys.path.insert(0, str(ROOT))
+
+from gae import JudgmentMemory, KNNMemory  # noqa: E402
+from training.streams import DecisionStream  # noqa: E402
 
 CATEGORIES = ["invoice", "refund", "vendor", "payroll"]
 ACTIONS = ["approve", "review", "escalate", "reject"]
 FACTORS = ["amount", "vendor_age", "mismatch", "urgency", "history", "region", "weekday", "channel"]
-INFORMATIVE = 5  # the first five factors depend on the right action; the rest are noise
+INFORMATIVE = 5  # five factors of each category depend on the right action; the rest are noise
 N, SEED = 2000, 0
 
 
-def synthetic_stream(n: int, seed: int):
-    """Decisions scattered around a centre per (category, action) on the informative factors."""
-    gen = torch.Generator().manual_seed(seed)
-    centres = torch.rand(len(CATEGORIES), len(ACTIONS), INFORMATIVE, generator=gen)
-    category = torch.randint(0, len(CATEGORIES), (n,), generator=gen)
-    truth = torch.randint(0, len(ACTIONS), (n,), generator=gen)
-    informative = centres[category, truth] + 0.1 * torch.randn(n, INFORMATIVE, generator=gen)
-    noise = torch.rand(n, len(FACTORS) - INFORMATIVE, generator=gen)
-    x = torch.cat([informative, noise], dim=1).clamp(0, 1)
-    uncertain = torch.rand(n, generator=gen) < 0.05  # outcomes the verifier was unsure of
-    return x, category, truth, uncertain
-
-
 def main() -> None:
-    x, category, truth, uncertain = synthetic_stream(N, SEED)
+    stream = DecisionStream(N, categories=CATEGORIES, actions=ACTIONS, factors=FACTORS, informative=INFORMATIVE,
+                            label_noise=0.0, uncertain=0.05, seed=SEED).tensors()
+    x, category, truth, uncertain = stream.x, stream.category, stream.truth, stream.skip
     factories = {
         "JudgmentMemory": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS),
         "KNNMemory (k=5, cap 400)": lambda: KNNMemory(FACTORS, ACTIONS, k=5, capacity=400, categories=CATEGORIES),

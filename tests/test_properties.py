@@ -357,15 +357,20 @@ def test_judgment_split_batches_equal_one_batch(data, case, backend):
                                 None if confirmed is None else confirmed[a:b], skip[a:b])
              for a, b in itertools.pairwise(bounds)]
     output, events, sq_diff = concat_steps(steps)
+    assert_pieces_equal(one, output, events, whole, parts)
+    assert torch.equal(one.sq_diff, sq_diff)
+    assert_gate_logs_equal(whole, parts)
+
+
+
+def assert_pieces_equal(one, output, events, whole, parts):
+    """A one-batch step equals the concatenated steps of the split run, and so do the final states."""
     for name, left, right in zip(one.output._fields, one.output, output, strict=True):
         assert torch.equal(left, right), name
     for name, left, right in zip(one.events._fields, one.events, events, strict=True):
         assert torch.equal(left, right), name
-    assert torch.equal(one.sq_diff, sq_diff)
     for (name, left), right in zip(tensors_of(whole).items(), tensors_of(parts).values(), strict=True):
         assert torch.equal(left, right), name
-    assert_gate_logs_equal(whole, parts)
-
 
 @SETTINGS
 @given(data=st.data(), setup=knn_setup(), backend=st.sampled_from(["compiled", "reference"]))
@@ -379,12 +384,7 @@ def test_knn_split_batches_equal_one_batch(data, setup, backend):
     steps = [twin.prequential_(x[a:b], category[a:b], action[a:b], None, skip[a:b])
              for a, b in itertools.pairwise(bounds)]
     output, events, _ = concat_steps(steps)
-    for name, left, right in zip(one.output._fields, one.output, output, strict=True):
-        assert torch.equal(left, right), name
-    for name, left, right in zip(one.events._fields, one.events, events, strict=True):
-        assert torch.equal(left, right), name
-    for (name, left), right in zip(tensors_of(memory).items(), tensors_of(twin).values(), strict=True):
-        assert torch.equal(left, right), name
+    assert_pieces_equal(one, output, events, memory, twin)
 
 
 # ---------------------------------------------------------------------------------------

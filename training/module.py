@@ -117,12 +117,11 @@ class DecisionMemoryModule(L.LightningModule):
 
     def _log_step(self, batch: DecisionBatch) -> None:
         decision = int(self.stream_position)
-        scalars = {**self.jm_metrics.compute(), **self.gate_rate.compute(), **self.drift.compute()}
-        if self.knn_metrics is not None:
-            scalars.update(self.knn_metrics.compute())
-        self.log_dict({"acc_jm": scalars["acc/rolling_jm"],
-                       **({"acc_knn": scalars["acc/rolling_knn"]} if self.knn_metrics is not None else {})},
-                      prog_bar=True, logger=False, batch_size=len(batch.position))
+        scalars = self.metric_values()
+        bar = {"acc_jm": scalars["acc/rolling_jm"]}
+        if "acc/rolling_knn" in scalars:
+            bar["acc_knn"] = scalars["acc/rolling_knn"]
+        self.log_dict(bar, prog_bar=True, logger=False, batch_size=len(batch.position))
         writer = self._writer()
         if writer is None:
             return
@@ -163,12 +162,12 @@ class DecisionMemoryModule(L.LightningModule):
         decision = int(self.stream_position)
         self._log_figures(writer, decision)
         writer.add_text("gate/log", self.gate_log_table(), decision)
-        final = {f"final/{tag}": float(value) for tag, value in self.final_metrics().items()}
+        final = {f"final/{tag}": float(value) for tag, value in self.metric_values().items()}
         if self.logger is not None:
             self.logger.log_hyperparams(dict(self.hparams), final)
 
-    def final_metrics(self) -> dict[str, float]:
-        """Every metric as it stands, by its namespaced key."""
+    def metric_values(self) -> dict[str, float]:
+        """Every metric as it stands, by its namespaced key (``acc/rolling_jm``, ``gate/rate``, ...)."""
         values = {**self.jm_metrics.compute(), **self.gate_rate.compute(), **self.drift.compute()}
         if self.knn_metrics is not None:
             values.update(self.knn_metrics.compute())
