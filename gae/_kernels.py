@@ -129,12 +129,26 @@ def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_
 def judgment_loop(centroids, initialized, counts, alpha, x, category, action, confirmed, has_confirmed, skip,
                   tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
                   push_rate, min_confidence,
+                  adaptive, shadow, statistic, evidence, shadow_eta, promotion_threshold, llr_win, llr_loss,
                   logits, probs, out_action, confidence, sq_diff,
-                  applied, gated, skipped, first_touch, eta_out, displacement):  # pragma: no cover
-    """Score-before-learn over a batch in stream order, mutating the state in place."""
+                  applied, gated, skipped, first_touch, eta_out, displacement, promoted,
+                  promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+    """Score-before-learn over a batch in stream order, mutating the state in place.
+
+    With ``adaptive`` (``drift_mode='adaptive'``), each decision is also scored by the shadow
+    prototypes; on a decision where exactly one of the two sets recommends the verified action,
+    the category's CUSUM ``statistic`` moves by ``llr_win`` (shadow right) or ``llr_loss`` and
+    is floored at 0; ``evidence[c] = [shadow right, main right]`` counts those decisions. After
+    learning (the main prototype by the gated rule, the shadow by ``shadow_eta``, ungated), a
+    statistic above ``promotion_threshold`` copies the category's shadows into its prototypes,
+    records the evidence in ``promo_*`` and resets both.
+    """
     n_decisions, n_factors = x.shape
     n_actions = centroids.shape[1]
     tau32 = np.float32(tau)
+    shadow_eta32 = np.float32(shadow_eta)
+    llr_win32 = np.float32(llr_win)
+    llr_loss32 = np.float32(llr_loss)
     eta_c32 = np.float32(eta_confirmed)
     eta_o32 = np.float32(eta_override)
     damping32 = np.float32(gate_damping)
@@ -163,6 +177,19 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                 logits[b, a] = _NEG_INF
         _finish_softmax(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
         recommended = out_action[b]
+        shadow_best = -1
+        if adaptive:  # the shadow prototypes' recommendation, by the same attention-weighted distance
+            shadow_best_logit = _NEG_INF
+            for a in range(n_actions):
+                if initialized[c, a]:
+                    d = np.float32(0.0)
+                    for k in range(n_factors):
+                        diff = x[b, k] - shadow[c, a, k]
+                        d += alpha[c, k] * (diff * diff)
+                    logit = -d / tau32
+                    if logit > shadow_best_logit:
+                        shadow_best_logit = logit
+                        shadow_best = a
         # -- learn
         if skip[b]:
             skipped[b] = True
@@ -202,6 +229,55 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                 if do_clip:
                     value = min(max(value, low32), high32)
                 centroids[c, recommended, k] = value
+        if adaptive:
+            _adaptive_step(b, c, a, best, shadow_best, x, centroids, initialized, shadow, statistic, evidence,
+                           first_touch[b], shadow_eta32, promotion_threshold, llr_win32, llr_loss32,
+                           do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _adaptive_step(b, c, a, best, shadow_best, x, centroids, initialized, shadow, statistic, evidence,
+                   first_touch, shadow_eta32, promotion_threshold, llr_win32, llr_loss32,
+                   do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+    """Evidence, shadow update and promotion of one learned decision (see :func:`judgment_loop`)."""
+    n_actions, n_factors = centroids.shape[1], centroids.shape[2]
+    main_right = best == a
+    shadow_right = shadow_best == a
+    if best >= 0 and main_right != shadow_right:
+        step = llr_win32 if shadow_right else llr_loss32
+        statistic[c] = max(np.float32(0.0), statistic[c] + step)
+        if shadow_right:
+            evidence[c, 0] += 1
+        else:
+            evidence[c, 1] += 1
+    for k in range(n_factors):
+        if first_touch:
+            value = x[b, k]
+        else:
+            value = shadow[c, a, k] + shadow_eta32 * (x[b, k] - shadow[c, a, k])
+        if do_clip:
+            value = min(max(value, low32), high32)
+        shadow[c, a, k] = value
+    if statistic[c] > promotion_threshold:
+        moved = np.float32(0.0)
+        n_moved = 0
+        for j in range(n_actions):
+            if initialized[c, j]:
+                total = np.float32(0.0)
+                for k in range(n_factors):
+                    diff = shadow[c, j, k] - centroids[c, j, k]
+                    total += diff * diff
+                    centroids[c, j, k] = shadow[c, j, k]
+                moved += np.float32(math.sqrt(total))
+                n_moved += 1
+        promoted[b] = True
+        promo_statistic[b] = statistic[c]
+        promo_evidence[b, 0] = evidence[c, 0]
+        promo_evidence[b, 1] = evidence[c, 1]
+        promo_shift[b] = moved / np.float32(n_moved)
+        statistic[c] = 0.0
+        evidence[c, 0] = 0
+        evidence[c, 1] = 0
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

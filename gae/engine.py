@@ -12,13 +12,14 @@ and update the state tensors in place.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from gae import _kernels
-from gae.types import LearnEvents, MemoryOutput, StreamStep
+from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
 BACKENDS = ("compiled", "reference")
 
@@ -34,13 +35,39 @@ class JudgmentRule(NamedTuple):
     clip: tuple[float, float] | None
     push_rate: float
     min_confidence: float
+    shadow_eta: float = 0.3
+    promotion_threshold: float = math.log(100.0)
+    shadow_win_rate: float = 0.8
+
+    @property
+    def llr(self) -> tuple[float, float]:
+        """CUSUM increments ``(shadow right, main right)``: the log-likelihood ratio of one
+        discordant decision under "the shadow is right on ``shadow_win_rate`` of them" against
+        "each set is right on half of them"."""
+        return math.log(2 * self.shadow_win_rate), math.log(2 * (1 - self.shadow_win_rate))
+
+
+class AdaptiveState(NamedTuple):
+    """The state of ``drift_mode='adaptive'``, as CPU tensors updated in place."""
+
+    shadow: Tensor  # (C, A, K) float32 shadow prototypes
+    statistic: Tensor  # (C,) float32 CUSUM statistic per category
+    evidence: Tensor  # (C, 2) int64 [shadow right, main right] since the last promotion
 
 
 def _empty_events(n: int) -> LearnEvents:
     def flags() -> Tensor:
         return torch.zeros(n, dtype=torch.bool)
 
-    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n))
+    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags())
+
+
+def _promotions(events: LearnEvents, category: Tensor, statistic: Tensor, evidence: Tensor,
+                shift: Tensor) -> PromotionLog:
+    """The rows of the per-decision promotion outputs where a promotion happened (step = batch position)."""
+    where = events.promoted.nonzero().squeeze(-1)
+    return PromotionLog(where, category[where], statistic[where], evidence[where, 0], evidence[where, 1],
+                        shift[where])
 
 
 def judgment_prequential(
@@ -55,11 +82,16 @@ def judgment_prequential(
     skip: Tensor,  # (B,) bool
     rule: JudgmentRule,
     backend: str = "compiled",
-) -> StreamStep:
-    """Score-before-learn over a batch of decisions, in stream order."""
+    adaptive: AdaptiveState | None = None,  # drift_mode='adaptive', updated in place
+) -> tuple[StreamStep, PromotionLog]:
+    """Score-before-learn over a batch of decisions, in stream order.
+
+    Returns the step and the promotions it made (``step`` = position in the batch; empty
+    unless ``adaptive`` is given).
+    """
     if backend == "reference":
         return judgment_prequential_reference(centroids, initialized, counts, alpha, x, category, action,
-                                              confirmed, skip, rule)
+                                              confirmed, skip, rule, adaptive)
     n, n_factors = x.shape
     n_actions = centroids.shape[1]
     logits = torch.empty(n, n_actions)
@@ -71,19 +103,28 @@ def judgment_prequential(
     has_confirmed = confirmed is not None
     confirmed_np = (skip if confirmed is None else confirmed).numpy()  # unread when not has_confirmed
     clip_low, clip_high = rule.clip if rule.clip is not None else (0.0, 0.0)
+    state = adaptive if adaptive is not None else _NO_ADAPTIVE
+    promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
     _kernels.judgment_loop(
         centroids.numpy(), initialized.numpy(), counts.numpy(), alpha.numpy(),
         x.numpy(), category.numpy(), action.numpy(), confirmed_np, has_confirmed, skip.numpy(),
         rule.tau, rule.eta_confirmed, rule.eta_override, rule.drift_threshold, rule.gate_damping,
         clip_low, clip_high, rule.clip is not None, rule.push_rate, rule.min_confidence,
+        adaptive is not None, *(t.numpy() for t in state), rule.shadow_eta, rule.promotion_threshold, *rule.llr,
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(),
-        *(field.numpy() for field in events),
+        *(field.numpy() for field in events), promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
     )
-    return StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+    return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
+
+
+# placeholders the kernel never reads when drift_mode='seed' (one set of types: one compilation)
+_NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64))
 
 
 def judgment_prequential_reference(centroids, initialized, counts, alpha, x, category, action, confirmed, skip,
-                                   rule: JudgmentRule) -> StreamStep:
+                                   rule: JudgmentRule,
+                                   adaptive: AdaptiveState | None = None) -> tuple[StreamStep, PromotionLog]:
     """The same loop as :func:`judgment_prequential`, one decision at a time in plain torch."""
     n, n_factors = x.shape
     n_actions = centroids.shape[1]
@@ -93,7 +134,9 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
     sq_diff = torch.empty(n, n_actions, n_factors)
-    applied, gated, skipped, first_touch, eta_out, displacement = _empty_events(n)
+    applied, gated, skipped, first_touch, eta_out, displacement, promoted = _empty_events(n)
+    promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
+    llr_win, llr_loss = (torch.tensor(v, dtype=torch.float32) for v in rule.llr)
 
     def clip_(row: Tensor) -> Tensor:
         return row.clamp_(*rule.clip) if rule.clip is not None else row
@@ -113,6 +156,13 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             probs[b] = 0.0
         out_action[b] = recommended
         confidence[b] = probs[b, recommended] if recommended >= 0 else 0.0
+        best = int(logits[b].argmax()) if initialized[c].any() else -1  # before the min_confidence test
+        if adaptive is not None and best >= 0:
+            shadow_sq = (x[b] - adaptive.shadow[c]) ** 2
+            shadow_logits = torch.where(initialized[c], -(shadow_sq * alpha[c]).sum(-1) / tau, float("-inf"))
+            shadow_best = int(shadow_logits.argmax())
+        else:
+            shadow_best = -1
         if skip[b]:
             skipped[b] = True
             continue
@@ -137,8 +187,28 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             push = torch.tensor(rule.push_rate, dtype=torch.float32)
             r = recommended
             centroids[c, r] = clip_(centroids[c, r] - push * (x[b] - centroids[c, r]))
-    events = LearnEvents(applied, gated, skipped, first_touch, eta_out, displacement)
-    return StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+        if adaptive is None:
+            continue
+        shadow, statistic, evidence = adaptive
+        if best >= 0 and (best == a) != (shadow_best == a):  # discordant: exactly one set was right
+            step_llr = llr_win if shadow_best == a else llr_loss
+            statistic[c] = torch.clamp(statistic[c] + step_llr, min=0.0)
+            evidence[c, 0 if shadow_best == a else 1] += 1
+        if first_touch[b]:
+            shadow[c, a] = clip_(x[b].clone())
+        else:
+            shadow[c, a] = clip_(shadow[c, a] + torch.tensor(rule.shadow_eta, dtype=torch.float32)
+                                 * (x[b] - shadow[c, a]))
+        if float(statistic[c]) > rule.promotion_threshold:
+            live = initialized[c]
+            promo_shift[b] = (shadow[c, live] - centroids[c, live]).pow(2).sum(-1).sqrt().mean()
+            promo_statistic[b], promo_evidence[b] = statistic[c], evidence[c]
+            centroids[c, live] = shadow[c, live]
+            promoted[b] = True
+            statistic[c], evidence[c] = 0.0, 0
+    events = LearnEvents(applied, gated, skipped, first_touch, eta_out, displacement, promoted)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+    return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 
 
 class KNNState(NamedTuple):

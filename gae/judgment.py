@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -15,7 +16,9 @@ from gae import _validation as check
 from gae import functional as F
 from gae._base import DecisionMemory
 from gae._validation import Names
-from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
+from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, StreamStep
+
+DriftMode = Literal["seed", "adaptive"]
 
 
 class JudgmentMemory(DecisionMemory):
@@ -41,6 +44,17 @@ class JudgmentMemory(DecisionMemory):
 
     The first verified decision of a cell initialises its prototype to :math:`x`; uncertain
     outcomes (``skip``) change nothing; every gated step is appended to :attr:`gate_log`.
+
+    ``drift_mode='adaptive'`` adds a drift detector that tells a sustained change from an
+    outlier (``docs/drift.md``): each prototype has a *shadow* that follows its verified
+    decisions undamped (rate ``shadow_eta``, no gate), and each category runs a one-sided
+    CUSUM test on the decisions where exactly one of the two sets of prototypes recommends the
+    verified action. When the shadows are right significantly more often
+    (statistic > ``promotion_threshold``), they replace the category's prototypes: a
+    promotion, logged in :attr:`promotion_log` with its evidence. Outliers spoil the shadows,
+    not the prototypes, so they never win the test; a real drift makes the shadows right
+    where the prototypes are wrong, so it does. The default ``'seed'`` is the original rule,
+    bit for bit.
     The attention logits :math:`\ell` are the only parameters; they are trained by gradient
     (see :meth:`attention_logits`), while the prototypes are buffers and get no gradient.
 
@@ -58,6 +72,12 @@ class JudgmentMemory(DecisionMemory):
             this rate. Default: 0 (off).
         min_confidence: abstain (action -1) when the best probability is below this.
             Default: 0 (off).
+        drift_mode: ``'seed'`` (the original rule) or ``'adaptive'`` (shadow prototypes and a
+            per-category change test). Default: ``'seed'``.
+        shadow_eta: step size of the shadow prototypes (``'adaptive'`` only). Default: 0.3.
+        promotion_threshold: CUSUM threshold of the change test, in nats of evidence
+            (``'adaptive'`` only). Default: ``log(100)``, about 4.6: at least 10 discordant
+            decisions won by the shadows, net of those they lost.
 
     Shape:
         - x: (B, K) float factors; category, action: (B,) integer indices.
@@ -70,6 +90,10 @@ class JudgmentMemory(DecisionMemory):
         initialized: buffer (C, A) bool, the prototype exists.
         counts: buffer (C, A) int64, updates applied to each prototype.
         num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
+        shadow_centroids: buffer (C, A, K) float32, the shadow prototypes (``'adaptive'`` only).
+        promotion_statistic: buffer (C,) float32, each category's CUSUM statistic (``'adaptive'`` only).
+        promotion_evidence: buffer (C, 2) int64, discordant decisions won by the shadows and by
+            the prototypes since the category's last promotion (``'adaptive'`` only).
 
     Examples::
 
@@ -91,11 +115,15 @@ class JudgmentMemory(DecisionMemory):
     initialized: Tensor
     counts: Tensor
     num_decisions: Tensor
+    shadow_centroids: Tensor
+    promotion_statistic: Tensor
+    promotion_evidence: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
-                 min_confidence: float = 0.0) -> None:
+                 min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.3,
+                 promotion_threshold: float = math.log(100.0)) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
@@ -109,13 +137,24 @@ class JudgmentMemory(DecisionMemory):
         self.push_rate = check.check_real("push_rate", push_rate, low=0.0, high=1.0)
         self.min_confidence = check.check_real("min_confidence", min_confidence, low=0.0, high=1.0)
         self.clip = self._check_clip(clip)
+        if drift_mode not in ("seed", "adaptive"):
+            raise ValueError(f"drift_mode must be 'seed' or 'adaptive', got {drift_mode!r}")
+        self.drift_mode = drift_mode
+        self.shadow_eta = check.check_real("shadow_eta", shadow_eta, low=0.0, high=1.0, low_open=True)
+        self.promotion_threshold = check.check_real("promotion_threshold", promotion_threshold, low=0.0,
+                                                    low_open=True)
         n_categories, n_actions = len(self.category_names), len(self.action_names)
         self.criterion_logits = nn.Parameter(torch.zeros(n_categories, self.n_factors))
         self.register_buffer("centroids", torch.zeros(n_categories, n_actions, self.n_factors))
         self.register_buffer("initialized", torch.zeros(n_categories, n_actions, dtype=torch.bool))
         self.register_buffer("counts", torch.zeros(n_categories, n_actions, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+        if drift_mode == "adaptive":
+            self.register_buffer("shadow_centroids", torch.zeros(n_categories, n_actions, self.n_factors))
+            self.register_buffer("promotion_statistic", torch.zeros(n_categories))
+            self.register_buffer("promotion_evidence", torch.zeros(n_categories, 2, dtype=torch.int64))
         self._gate_chunks: list[GateLog] = []
+        self._promotion_chunks: list[PromotionLog] = []
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
 
@@ -135,7 +174,8 @@ class JudgmentMemory(DecisionMemory):
     def rule(self) -> engine.JudgmentRule:
         """The learning rule's hyperparameters, as passed to the engine."""
         return engine.JudgmentRule(self.tau, self.eta_confirmed, self.eta_override, self.drift_threshold,
-                                   self.gate_damping, self.clip, self.push_rate, self.min_confidence)
+                                   self.gate_damping, self.clip, self.push_rate, self.min_confidence,
+                                   self.shadow_eta, self.promotion_threshold)
 
     def criterion_attention(self) -> Tensor:
         """(C, K) attention weights ``K * softmax(criterion_logits)``; all ones at initialisation."""
@@ -262,15 +302,26 @@ class JudgmentMemory(DecisionMemory):
         alpha = self.criterion_attention().detach().to("cpu", torch.float32).contiguous()
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         confirmed = None if confirmed is None else confirmed.to("cpu").contiguous()
-        step = engine.judgment_prequential(centroids, initialized, counts, alpha,
-                                           x.detach().to("cpu", torch.float32).contiguous(), category, action,
-                                           confirmed, skip, self.rule, self.backend)
+        adaptive = None
+        if self.drift_mode == "adaptive":
+            adaptive = engine.AdaptiveState(*(t.to("cpu", copy=True) for t in (
+                self.shadow_centroids, self.promotion_statistic, self.promotion_evidence)))
+        step, promotions = engine.judgment_prequential(centroids, initialized, counts, alpha,
+                                                       x.detach().to("cpu", torch.float32).contiguous(), category,
+                                                       action, confirmed, skip, self.rule, self.backend, adaptive)
+        # the whole batch lands at once, after the loop: a failure above leaves the memory as it was
         self.centroids.copy_(centroids)
         self.initialized.copy_(initialized)
         self.counts.copy_(counts)
+        if adaptive is not None:
+            self.shadow_centroids.copy_(adaptive.shadow)
+            self.promotion_statistic.copy_(adaptive.statistic)
+            self.promotion_evidence.copy_(adaptive.evidence)
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         self._record_gate_events(first, category, action, step.events)
+        if promotions.step.numel():
+            self._promotion_chunks.append(promotions._replace(step=promotions.step + first))
         return step if device.type == "cpu" else step.to(device)
 
     def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
@@ -289,12 +340,32 @@ class JudgmentMemory(DecisionMemory):
             self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks, strict=True)))]
         return self._gate_chunks[0]
 
+    @property
+    def promotion_log(self) -> PromotionLog:
+        """Every promotion of shadow prototypes so far (``drift_mode='adaptive'``), in stream order."""
+        if not self._promotion_chunks:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return PromotionLog(empty, empty, torch.zeros(0), empty, empty, torch.zeros(0))
+        if len(self._promotion_chunks) > 1:
+            self._promotion_chunks = [PromotionLog(*(torch.cat(parts)
+                                                     for parts in zip(*self._promotion_chunks, strict=True)))]
+        return self._promotion_chunks[0]
+
     def gate_records(self) -> list[dict[str, Any]]:
-        """:attr:`gate_log` as a list of dicts with category and action names."""
+        """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
+        (``event='gated'``: ``action``, ``disp``, ``eta``) and, in ``drift_mode='adaptive'``, the
+        promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
+        ``main_right``, ``shift``)."""
         log = self.gate_log
-        return [{"step": int(s), "category": self.category_names[int(c)], "action": self.action_names[int(a)],
-                 "disp": float(d), "eta": float(e)}
-                for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta, strict=True)]
+        records = [{"step": int(s), "event": "gated", "category": self.category_names[int(c)],
+                    "action": self.action_names[int(a)], "disp": float(d), "eta": float(e)}
+                   for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta,
+                                            strict=True)]
+        promotions = self.promotion_log
+        records += [{"step": int(s), "event": "promoted", "category": self.category_names[int(c)],
+                     "statistic": float(t), "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
+                    for s, c, t, w, m, d in zip(*promotions, strict=True)]
+        return sorted(records, key=lambda record: (record["step"], record["event"]))
 
     # -- inspection and state -----------------------------------------------------------
     def extra_repr(self) -> str:
@@ -302,13 +373,27 @@ class JudgmentMemory(DecisionMemory):
                 f"factors={self.n_factors}, tau={self.tau}, eta_confirmed={self.eta_confirmed}, "
                 f"eta_override={self.eta_override}, drift_threshold={self.drift_threshold}, "
                 f"gate_damping={self.gate_damping}, clip={self.clip}, push_rate={self.push_rate}, "
-                f"min_confidence={self.min_confidence}")
+                f"min_confidence={self.min_confidence}, drift_mode={self.drift_mode!r}"
+                + (f", shadow_eta={self.shadow_eta}, promotion_threshold={self.promotion_threshold:.4g}"
+                   if self.drift_mode == "adaptive" else ""))
 
     def get_extra_state(self) -> dict[str, Any]:
         state = self._names_state()
+        state["drift_mode"] = self.drift_mode
         state["gate_log"] = dict(self.gate_log._asdict())
+        if self.drift_mode == "adaptive":
+            state["promotion_log"] = dict(self.promotion_log._asdict())
         return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         log = state.get("gate_log")
         self._gate_chunks = [GateLog(**{k: v.cpu() for k, v in log.items()})] if log else []
+        promotions = state.get("promotion_log")
+        self._promotion_chunks = [PromotionLog(**{k: v.cpu() for k, v in promotions.items()})] if promotions else []
+
+    def _check_names_state(self, state: dict[str, Any]) -> None:
+        super()._check_names_state(state)
+        saved = state.get("drift_mode", "seed")
+        if saved != self.drift_mode:
+            raise ValueError(f"state_dict was saved with drift_mode={saved!r} but this memory has "
+                             f"drift_mode={self.drift_mode!r}; build the memory with drift_mode={saved!r} to load it")

@@ -116,7 +116,8 @@ class RetrievalMemory(DecisionMemory):
             self.num_decisions += 1
         output = MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
         never = torch.zeros(n, dtype=torch.bool, device=device)
-        events = LearnEvents(applied, never, skipped, never.clone(), applied.float(), torch.zeros(n, device=device))
+        events = LearnEvents(applied, never, skipped, never.clone(), applied.float(), torch.zeros(n, device=device),
+                             never.clone())
         return StreamStep(output, events, None)
 
     def _store(self, x: Tensor, category: int, action: int, now: float) -> None:

@@ -40,6 +40,8 @@ class LearnEvents(NamedTuple):
         eta: (B,) float. The step size used; 1 for a first touch, 0 when not applied.
         displacement: (B,) float. Unweighted L2 distance from the prototype before the
             update; 0 when not applied or on a first touch.
+        promoted: (B,) bool. After learning this decision, the shadow prototypes of its
+            category replaced the prototypes (``drift_mode='adaptive'``; always False otherwise).
     """
 
     applied: Tensor
@@ -48,6 +50,7 @@ class LearnEvents(NamedTuple):
     initialized: Tensor
     eta: Tensor
     displacement: Tensor
+    promoted: Tensor
 
 
 class StreamStep(NamedTuple):
@@ -88,3 +91,27 @@ class GateLog(NamedTuple):
     action: Tensor
     displacement: Tensor
     eta: Tensor
+
+
+class PromotionLog(NamedTuple):
+    """Every promotion of shadow prototypes (``drift_mode='adaptive'``), in stream order.
+
+    All fields are 1-D tensors of one length; the evidence is what the category's change
+    test had accumulated since its previous promotion.
+
+    Attributes:
+        step: int64, the sequence number of the decision after which the promotion happened.
+        category: int64 category index.
+        statistic: float, the CUSUM statistic that crossed ``promotion_threshold``.
+        shadow_right: int64, decisions where only the shadow prototypes recommended the
+            verified action.
+        main_right: int64, decisions where only the prototypes in force did.
+        shift: float, mean L2 distance the category's prototypes moved when promoted.
+    """
+
+    step: Tensor
+    category: Tensor
+    statistic: Tensor
+    shadow_right: Tensor
+    main_right: Tensor
+    shift: Tensor

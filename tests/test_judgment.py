@@ -52,7 +52,7 @@ def test_gate_damps_and_logs_with_the_displacement():
     assert memory.centroids[0, 0].tolist() == pytest.approx([0.015, 0.02])
     log = memory.gate_log
     assert log.step.tolist() == [1] and log.category.tolist() == [0] and log.action.tolist() == [0]
-    assert memory.gate_records() == [{"step": 1, "category": "only", "action": "a",
+    assert memory.gate_records() == [{"step": 1, "event": "gated", "category": "only", "action": "a",
                                       "disp": pytest.approx(1.0), "eta": pytest.approx(0.025)}]
 
 

@@ -76,16 +76,23 @@ class DecisionStream(BaseDecisionStream):
     uniformly: ``overridden``), and a fraction ``uncertain`` of outcomes is uncertain (``skip``).
     ``confirmed`` is -1 (unknown) throughout.
 
-    At each ``drift_at`` index the prototypes of the drifting categories change:
+    At each ``drift_at`` index the prototypes of the drifting categories change (at once, or
+    by linear interpolation over ``drift_duration`` decisions):
 
     - ``'permute'``: action :math:`a` takes the prototype of action :math:`a + 1 \bmod A` (every action moves);
     - ``'redraw'``: fresh random prototypes, same informative factors;
     - ``'shift'``: each prototype moves by ``drift_shift`` (L2) in a random direction within its
       category's informative factors, then is clipped to [0, 1] (so noise factors stay shared).
 
+    A fraction ``outliers`` of decisions are outliers: a factor vector far from every current
+    prototype of its category (the farthest of 16 uniform draws in [0, 1]^K) with a random
+    action, which is also its ground truth (no memory can predict it). They are listed in
+    :attr:`outlier_mask`.
+
     The stream is a function of its arguments only: the same seed gives bit-identical tensors.
-    All decision draws come before the drift draws, so a stream with drift equals the one
-    without it up to the first ``drift_at``.
+    All decision draws come before the drift draws, and those before the outlier draws, so a
+    stream with drift equals the one without it up to the first ``drift_at``, and a stream
+    without outliers is the same with or without the argument.
 
     Args:
         n_decisions: length of the stream.
@@ -100,6 +107,9 @@ class DecisionStream(BaseDecisionStream):
         drift_categories: the categories (names or indices) that drift; None: all. Default: None.
         drift_kind: ``'permute'``, ``'redraw'`` or ``'shift'``. Default: ``'permute'``.
         drift_shift: distance each prototype moves under ``'shift'``. Default: 0.3.
+        drift_duration: decisions over which the prototypes interpolate linearly from the old to
+            the new ones (0: an abrupt drift). Must fit before the next drift point. Default: 0.
+        outliers: fraction of decisions replaced by outliers, in [0, 1). Default: 0.
         seed: seed of the ``torch.Generator`` that draws everything. Default: 0.
         clip: clip factors to [0, 1]. Default: True.
         start_time, interval: timestamps are ``start_time + index * interval`` seconds. Default: 0, 1.
@@ -109,6 +119,7 @@ class DecisionStream(BaseDecisionStream):
         prototypes: (D + 1, C, A, K) ground-truth prototypes: ``[0]`` before the first drift,
             ``[j]`` from ``drift_at[j - 1]`` on.
         informative_mask: (C, K) bool, the informative factors of each category.
+        outlier_mask: (N,) bool, the decisions that are outliers.
         drift_at: the drift indices, a tuple. drift_categories: the drifting category indices.
 
     Shape:
@@ -130,7 +141,7 @@ class DecisionStream(BaseDecisionStream):
                  informative: int = 4, factor_noise: float = 0.1, label_noise: float = 0.1,
                  uncertain: float = 0.05, drift_at: int | list[int] | None = None,
                  drift_categories: list[int | str] | None = None, drift_kind: DriftKind = "permute",
-                 drift_shift: float = 0.3, seed: int = 0, clip: bool = True, start_time: float = 0.0,
+                 drift_shift: float = 0.3, drift_duration: int = 0, outliers: float = 0.0, seed: int = 0, clip: bool = True, start_time: float = 0.0,
                  interval: float = 1.0, id_offset: int = 0) -> None:
         n = check.check_int("n_decisions", n_decisions, low=1)
         category_names = check.resolve_names("categories", categories)
@@ -157,6 +168,14 @@ class DecisionStream(BaseDecisionStream):
             raise ValueError(f"drift_kind must be 'permute', 'redraw' or 'shift', got {drift_kind!r}")
         self.drift_kind = drift_kind
         self.drift_shift = check.check_real("drift_shift", drift_shift, low=0.0)
+        self.drift_duration = check.check_int("drift_duration", drift_duration, low=0)
+        ends = [*self.drift_at[1:], n]
+        if self.drift_duration and any(start + self.drift_duration > end for start, end in zip(self.drift_at, ends)):
+            raise ValueError(f"drift_duration={drift_duration} does not fit: each drift must end before the next "
+                             f"drift point and the end of the stream (drift_at={list(self.drift_at)}, n_decisions={n})")
+        outliers = check.check_real("outliers", outliers, low=0.0, high=1.0)
+        if outliers == 1.0:
+            raise ValueError("outliers must be in [0, 1): a stream of outliers only has nothing to learn, got 1.0")
         seed = check.check_int("seed", seed, low=0)
         if not isinstance(clip, bool):
             raise TypeError(f"clip must be a bool, got {clip!r}")
@@ -184,10 +203,13 @@ class DecisionStream(BaseDecisionStream):
 
         index = torch.arange(n)
         period = torch.bucketize(index, torch.tensor(self.drift_at, dtype=torch.int64), right=True)
-        x = self.prototypes[period, category, truth] + factor_noise * noise
+        x = self._prototypes_at(index, period, category, truth) + factor_noise * noise
         if clip:
             x.clamp_(0.0, 1.0)
         action = torch.where(wrong, (truth + offset) % n_actions, truth)
+        self.outlier_mask = torch.zeros(n, dtype=torch.bool)
+        if outliers > 0:
+            x, action, truth = self._add_outliers(gen, outliers, x, action, truth, index, period, category)
         data = DecisionBatch(
             x=x, category=category, action=action, truth=truth, overridden=action != truth,
             confirmed=torch.full((n,), -1, dtype=torch.int8), skip=skip,
@@ -206,6 +228,34 @@ class DecisionStream(BaseDecisionStream):
         if any(point >= n for point in points) or list(points) != sorted(set(points)):
             raise ValueError(f"drift_at must be strictly increasing indices in [1, {n}), got {drift_at!r}")
         return tuple(points)
+
+    def _prototypes_at(self, index: Tensor, period: Tensor, category: Tensor, action: Tensor | slice) -> Tensor:
+        """The ground-truth prototype in force at each decision: (N, K) for an action per decision,
+        (N, A, K) for ``action=slice(None)``; blended while a gradual drift is under way."""
+        at = self.prototypes[period, category, action]
+        if not self.drift_duration or not self.drift_at:
+            return at
+        before = self.prototypes[(period - 1).clamp(min=0), category, action]
+        start = torch.tensor((0, *self.drift_at))[period]
+        weight = ((index - start + 1).double() / self.drift_duration).clamp(max=1.0).float()
+        weight = torch.where(period > 0, weight, 1.0)
+        return torch.lerp(before, at, weight.view(-1, *([1] * (at.dim() - 1))))
+
+    def _add_outliers(self, gen: torch.Generator, rate: float, x: Tensor, action: Tensor, truth: Tensor,
+                      index: Tensor, period: Tensor, category: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Replace a fraction ``rate`` of decisions by far points with random actions."""
+        n, n_factors = x.shape
+        chosen = torch.rand(n, generator=gen) < rate
+        where = chosen.nonzero().squeeze(-1)
+        candidates = torch.rand(where.numel(), 16, n_factors, generator=gen)  # 16 candidates per outlier
+        random_action = torch.randint(self.prototypes.shape[2], (where.numel(),), generator=gen)
+        prototypes = self._prototypes_at(index[where], period[where], category[where], slice(None))  # (M, A, K)
+        nearest = torch.cdist(candidates, prototypes).amin(-1)  # (M, 16): distance to the closest prototype
+        farthest = candidates[torch.arange(where.numel()), nearest.argmax(-1)]
+        self.outlier_mask = chosen
+        x, action, truth = x.clone(), action.clone(), truth.clone()
+        x[where], action[where], truth[where] = farthest, random_action, random_action
+        return x, action, truth
 
     def _draw_prototypes(self, gen: torch.Generator, n_actions: int) -> Tensor:
         """(C, A, K): uniform per action on informative factors, one shared value on noise factors."""
