@@ -110,9 +110,12 @@ def judgment_prequential(
         x.numpy(), category.numpy(), action.numpy(), confirmed_np, has_confirmed, skip.numpy(),
         rule.tau, rule.eta_confirmed, rule.eta_override, rule.drift_threshold, rule.gate_damping,
         clip_low, clip_high, rule.clip is not None, rule.push_rate, rule.min_confidence,
-        adaptive is not None, *(t.numpy() for t in state), rule.shadow_eta, rule.promotion_threshold, *rule.llr,
+        adaptive is not None, state.shadow.numpy(), state.statistic.numpy(), state.evidence.numpy(),
+        rule.shadow_eta, rule.promotion_threshold, rule.llr[0], rule.llr[1],
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(),
-        *(field.numpy() for field in events), promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
+        events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
+        events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(),
+        promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
     )
     step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)

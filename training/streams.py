@@ -141,7 +141,8 @@ class DecisionStream(BaseDecisionStream):
                  informative: int = 4, factor_noise: float = 0.1, label_noise: float = 0.1,
                  uncertain: float = 0.05, drift_at: int | list[int] | None = None,
                  drift_categories: list[int | str] | None = None, drift_kind: DriftKind = "permute",
-                 drift_shift: float = 0.3, drift_duration: int = 0, outliers: float = 0.0, seed: int = 0, clip: bool = True, start_time: float = 0.0,
+                 drift_shift: float = 0.3, drift_duration: int = 0, outliers: float = 0.0, seed: int = 0,
+                 clip: bool = True, start_time: float = 0.0,
                  interval: float = 1.0, id_offset: int = 0) -> None:
         n = check.check_int("n_decisions", n_decisions, low=1)
         category_names = check.resolve_names("categories", categories)
@@ -170,7 +171,8 @@ class DecisionStream(BaseDecisionStream):
         self.drift_shift = check.check_real("drift_shift", drift_shift, low=0.0)
         self.drift_duration = check.check_int("drift_duration", drift_duration, low=0)
         ends = [*self.drift_at[1:], n]
-        if self.drift_duration and any(start + self.drift_duration > end for start, end in zip(self.drift_at, ends)):
+        if self.drift_duration and any(start + self.drift_duration > end
+                                       for start, end in zip(self.drift_at, ends, strict=True)):
             raise ValueError(f"drift_duration={drift_duration} does not fit: each drift must end before the next "
                              f"drift point and the end of the stream (drift_at={list(self.drift_at)}, n_decisions={n})")
         outliers = check.check_real("outliers", outliers, low=0.0, high=1.0)
