@@ -129,32 +129,35 @@ def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_
 def judgment_loop(centroids, initialized, counts, alpha, x, category, action, confirmed, has_confirmed, skip,
                   tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
                   push_rate, min_confidence,
-                  adaptive, shadow, statistic, evidence, shadow_eta, promotion_threshold, llr_win, llr_loss,
+                  adaptive, shadow, statistic, evidence, following, accuracy, shadow_eta, promotion_threshold,
+                  evidence_clip, evidence_allowance, accuracy_rate_slow, accuracy_rate_fast, recovery_margin,
                   logits, probs, out_action, confidence, sq_diff,
                   applied, gated, skipped, first_touch, eta_out, displacement, promoted,
                   promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
     """Score-before-learn over a batch in stream order, mutating the state in place.
 
-    With ``adaptive`` (``drift_mode='adaptive'``), each decision is also scored by the shadow
-    prototypes; on a decision where exactly one of the two sets recommends the verified action,
-    the category's CUSUM ``statistic`` moves by ``llr_win`` (shadow right) or ``llr_loss`` and
-    is floored at 0; ``evidence[c] = [shadow right, main right]`` counts those decisions. After
-    learning (the main prototype by the gated rule, the shadow by ``shadow_eta``, ungated), a
-    statistic above ``promotion_threshold`` copies the category's shadows into its prototypes,
-    records the evidence in ``promo_*`` and resets both.
+    With ``adaptive`` (``drift_mode='adaptive'``, see ``docs/drift.md``) a verified decision
+    whose action has a prototype is first weighed as evidence: ``e = clip(shadow logit - prototype
+    logit of the verified action, +-evidence_clip) - evidence_allowance`` feeds the category's
+    CUSUM ``statistic`` (floored at 0), and ``evidence[c] = [closer to the shadow, not closer]``
+    counts the decisions of the current run (since the statistic last stood at 0).
+    ``accuracy[c] = [slow, fast]`` are moving averages of the prototypes' correctness; a
+    category that is ``following`` a change learns at ``shadow_eta`` without the gate until
+    the fast average is back within ``recovery_margin`` of the slow one
+    (frozen meanwhile). After learning (the shadow at ``shadow_eta``, ungated), a statistic above
+    ``promotion_threshold`` copies the category's shadows into its prototypes, starts following,
+    records the evidence in ``promo_*`` and resets the test.
     """
     n_decisions, n_factors = x.shape
     n_actions = centroids.shape[1]
     tau32 = np.float32(tau)
-    shadow_eta32 = np.float32(shadow_eta)
-    llr_win32 = np.float32(llr_win)
-    llr_loss32 = np.float32(llr_loss)
     eta_c32 = np.float32(eta_confirmed)
     eta_o32 = np.float32(eta_override)
     damping32 = np.float32(gate_damping)
     push32 = np.float32(push_rate)
     low32 = np.float32(clip_low)
     high32 = np.float32(clip_high)
+    shadow_eta32 = np.float32(shadow_eta)
     for b in range(n_decisions):
         c = category[b]
         # -- score with the state left by decisions 0..b-1
@@ -177,19 +180,6 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                 logits[b, a] = _NEG_INF
         _finish_softmax(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
         recommended = out_action[b]
-        shadow_best = -1
-        if adaptive:  # the shadow prototypes' recommendation, by the same attention-weighted distance
-            shadow_best_logit = _NEG_INF
-            for a in range(n_actions):
-                if initialized[c, a]:
-                    d = np.float32(0.0)
-                    for k in range(n_factors):
-                        diff = x[b, k] - shadow[c, a, k]
-                        d += alpha[c, k] * (diff * diff)
-                    logit = -d / tau32
-                    if logit > shadow_best_logit:
-                        shadow_best_logit = logit
-                        shadow_best = a
         # -- learn
         if skip[b]:
             skipped[b] = True
@@ -197,6 +187,11 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
         a = action[b]
         is_confirmed = confirmed[b] if has_confirmed else recommended == a
         eta = eta_c32 if is_confirmed else eta_o32
+        follow = False
+        if adaptive and initialized[c, a]:
+            follow = _weigh_evidence(b, c, a, best, x, alpha, tau32, logits, shadow, statistic, evidence, following,
+                                     accuracy, evidence_clip, evidence_allowance, accuracy_rate_slow,
+                                     accuracy_rate_fast, recovery_margin)
         if not initialized[c, a]:
             for k in range(n_factors):
                 value = x[b, k]
@@ -212,7 +207,9 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                 total += sq_diff[b, a, k]
             disp = np.float32(math.sqrt(total))
             displacement[b] = disp
-            if disp > drift_threshold:
+            if follow:
+                eta = shadow_eta32
+            elif disp > drift_threshold:
                 eta = eta * damping32
                 gated[b] = True
             for k in range(n_factors):
@@ -230,26 +227,47 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                     value = min(max(value, low32), high32)
                 centroids[c, recommended, k] = value
         if adaptive:
-            _adaptive_step(b, c, a, best, shadow_best, x, centroids, initialized, shadow, statistic, evidence,
-                           first_touch[b], shadow_eta32, promotion_threshold, llr_win32, llr_loss32,
-                           do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift)
+            _shadow_and_promotion(b, c, a, x, centroids, initialized, shadow, statistic, evidence, following,
+                                  accuracy, first_touch[b], shadow_eta32, promotion_threshold, do_clip, low32,
+                                  high32, promoted, promo_statistic, promo_evidence, promo_shift)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
-def _adaptive_step(b, c, a, best, shadow_best, x, centroids, initialized, shadow, statistic, evidence,
-                   first_touch, shadow_eta32, promotion_threshold, llr_win32, llr_loss32,
-                   do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
-    """Evidence, shadow update and promotion of one learned decision (see :func:`judgment_loop`)."""
+def _weigh_evidence(b, c, a, best, x, alpha, tau32, logits, shadow, statistic, evidence, following, accuracy,
+                    evidence_clip, evidence_allowance, rate_slow, rate_fast, margin):  # pragma: no cover
+    """The change test and the following state for one verified decision; returns "follow"."""
+    n_factors = x.shape[1]
+    d = np.float32(0.0)
+    for k in range(n_factors):
+        diff = x[b, k] - shadow[c, a, k]
+        d += alpha[c, k] * (diff * diff)
+    gap = -d / tau32 - logits[b, a]  # shadow logit minus prototype logit of the verified action
+    clip32 = np.float32(evidence_clip)
+    e = min(max(gap, -clip32), clip32) - np.float32(evidence_allowance)
+    statistic[c] = max(np.float32(0.0), statistic[c] + e)
+    if statistic[c] == 0:  # the evidence is that of the current run of the test
+        evidence[c, 0] = 0
+        evidence[c, 1] = 0
+    elif gap > 0:
+        evidence[c, 0] += 1
+    else:
+        evidence[c, 1] += 1
+    right = np.float32(1.0) if best == a else np.float32(0.0)
+    if following[c]:
+        accuracy[c, 1] += np.float32(rate_fast) * (right - accuracy[c, 1])
+        if accuracy[c, 1] >= accuracy[c, 0] - np.float32(margin):
+            following[c] = False
+    else:
+        accuracy[c, 0] += np.float32(rate_slow) * (right - accuracy[c, 0])
+    return following[c]
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _shadow_and_promotion(b, c, a, x, centroids, initialized, shadow, statistic, evidence, following, accuracy,
+                          first_touch, shadow_eta32, promotion_threshold, do_clip, low32, high32,
+                          promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+    """Move the shadow of the verified action (undamped) and promote the category's shadows when due."""
     n_actions, n_factors = centroids.shape[1], centroids.shape[2]
-    main_right = best == a
-    shadow_right = shadow_best == a
-    if best >= 0 and main_right != shadow_right:
-        step = llr_win32 if shadow_right else llr_loss32
-        statistic[c] = max(np.float32(0.0), statistic[c] + step)
-        if shadow_right:
-            evidence[c, 0] += 1
-        else:
-            evidence[c, 1] += 1
     for k in range(n_factors):
         if first_touch:
             value = x[b, k]
@@ -278,6 +296,8 @@ def _adaptive_step(b, c, a, best, shadow_best, x, centroids, initialized, shadow
         statistic[c] = 0.0
         evidence[c, 0] = 0
         evidence[c, 1] = 0
+        following[c] = True
+        accuracy[c, 1] = 0.0
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

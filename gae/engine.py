@@ -35,16 +35,14 @@ class JudgmentRule(NamedTuple):
     clip: tuple[float, float] | None
     push_rate: float
     min_confidence: float
-    shadow_eta: float = 0.3
-    promotion_threshold: float = math.log(100.0)
-    shadow_win_rate: float = 0.8
-
-    @property
-    def llr(self) -> tuple[float, float]:
-        """CUSUM increments ``(shadow right, main right)``: the log-likelihood ratio of one
-        discordant decision under "the shadow is right on ``shadow_win_rate`` of them" against
-        "each set is right on half of them"."""
-        return math.log(2 * self.shadow_win_rate), math.log(2 * (1 - self.shadow_win_rate))
+    # drift_mode='adaptive' (docs/drift.md); the last five are fixed by design, not tuned per stream
+    shadow_eta: float = 0.5
+    promotion_threshold: float = math.log(20.0)
+    evidence_clip: float = 1.0  # nats: one decision can move the test by at most this
+    evidence_allowance: float = 0.25  # nats subtracted per decision: no drift means a falling statistic
+    accuracy_rate_slow: float = 0.02  # the category's long-run accuracy (frozen while following)
+    accuracy_rate_fast: float = 0.2  # its accuracy since the promotion
+    recovery_margin: float = 0.05  # following stops when fast >= slow - margin
 
 
 class AdaptiveState(NamedTuple):
@@ -52,7 +50,9 @@ class AdaptiveState(NamedTuple):
 
     shadow: Tensor  # (C, A, K) float32 shadow prototypes
     statistic: Tensor  # (C,) float32 CUSUM statistic per category
-    evidence: Tensor  # (C, 2) int64 [shadow right, main right] since the last promotion
+    evidence: Tensor  # (C, 2) int64 [closer to the shadow, not closer] in the test's current run
+    following: Tensor  # (C,) bool, the category is following a change (fast, ungated learning)
+    accuracy: Tensor  # (C, 2) float32 [slow, fast] moving averages of the prototypes' correctness
 
 
 def _empty_events(n: int) -> LearnEvents:
@@ -111,7 +111,9 @@ def judgment_prequential(
         rule.tau, rule.eta_confirmed, rule.eta_override, rule.drift_threshold, rule.gate_damping,
         clip_low, clip_high, rule.clip is not None, rule.push_rate, rule.min_confidence,
         adaptive is not None, state.shadow.numpy(), state.statistic.numpy(), state.evidence.numpy(),
-        rule.shadow_eta, rule.promotion_threshold, rule.llr[0], rule.llr[1],
+        state.following.numpy(), state.accuracy.numpy(), rule.shadow_eta, rule.promotion_threshold,
+        rule.evidence_clip, rule.evidence_allowance, rule.accuracy_rate_slow, rule.accuracy_rate_fast,
+        rule.recovery_margin,
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(),
         events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
         events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(),
@@ -122,7 +124,8 @@ def judgment_prequential(
 
 
 # placeholders the kernel never reads when drift_mode='seed' (one set of types: one compilation)
-_NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64))
+_NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64),
+                             torch.zeros(1, dtype=torch.bool), torch.zeros(1, 2))
 
 
 def judgment_prequential_reference(centroids, initialized, counts, alpha, x, category, action, confirmed, skip,
@@ -139,7 +142,9 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
     sq_diff = torch.empty(n, n_actions, n_factors)
     applied, gated, skipped, first_touch, eta_out, displacement, promoted = _empty_events(n)
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
-    llr_win, llr_loss = (torch.tensor(v, dtype=torch.float32) for v in rule.llr)
+
+    def f32(value: float) -> Tensor:
+        return torch.tensor(value, dtype=torch.float32)
 
     def clip_(row: Tensor) -> Tensor:
         return row.clamp_(*rule.clip) if rule.clip is not None else row
@@ -160,17 +165,30 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
         out_action[b] = recommended
         confidence[b] = probs[b, recommended] if recommended >= 0 else 0.0
         best = int(logits[b].argmax()) if initialized[c].any() else -1  # before the min_confidence test
-        if adaptive is not None and best >= 0:
-            shadow_sq = (x[b] - adaptive.shadow[c]) ** 2
-            shadow_logits = torch.where(initialized[c], -(shadow_sq * alpha[c]).sum(-1) / tau, float("-inf"))
-            shadow_best = int(shadow_logits.argmax())
-        else:
-            shadow_best = -1
         if skip[b]:
             skipped[b] = True
             continue
         is_confirmed = bool(confirmed[b]) if confirmed is not None else recommended == a
         eta = torch.tensor(rule.eta_confirmed if is_confirmed else rule.eta_override, dtype=torch.float32)
+        follow = False
+        if adaptive is not None and initialized[c, a]:
+            shadow, statistic, evidence, following, accuracy = adaptive
+            # the change test: is the verified decision closer to the shadow than to the prototype?
+            gap = -((x[b] - shadow[c, a]) ** 2 * alpha[c]).sum() / tau - logits[b, a]
+            step_evidence = gap.clamp(-rule.evidence_clip, rule.evidence_clip) - f32(rule.evidence_allowance)
+            statistic[c] = torch.clamp(statistic[c] + step_evidence, min=0.0)
+            if statistic[c] == 0:  # the evidence is that of the current run of the test
+                evidence[c] = 0
+            else:
+                evidence[c, 0 if gap > 0 else 1] += 1
+            right = f32(1.0 if best == a else 0.0)
+            if following[c]:
+                accuracy[c, 1] += f32(rule.accuracy_rate_fast) * (right - accuracy[c, 1])
+                if accuracy[c, 1] >= accuracy[c, 0] - f32(rule.recovery_margin):
+                    following[c] = False
+            else:
+                accuracy[c, 0] += f32(rule.accuracy_rate_slow) * (right - accuracy[c, 0])
+            follow = bool(following[c])
         if not initialized[c, a]:
             centroids[c, a] = clip_(x[b].clone())
             initialized[c, a] = True
@@ -179,7 +197,9 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
         else:
             disp = sq[a].sum().sqrt()
             displacement[b] = disp
-            if float(disp) > rule.drift_threshold:  # float32 displacement against the float64 threshold
+            if follow:  # following a detected change: the shadow's rate, no gate
+                eta = f32(rule.shadow_eta)
+            elif float(disp) > rule.drift_threshold:  # float32 displacement against the float64 threshold
                 eta = eta * torch.tensor(rule.gate_damping, dtype=torch.float32)
                 gated[b] = True
             centroids[c, a] = clip_(centroids[c, a] + eta * (x[b] - centroids[c, a]))
@@ -192,16 +212,11 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             centroids[c, r] = clip_(centroids[c, r] - push * (x[b] - centroids[c, r]))
         if adaptive is None:
             continue
-        shadow, statistic, evidence = adaptive
-        if best >= 0 and (best == a) != (shadow_best == a):  # discordant: exactly one set was right
-            step_llr = llr_win if shadow_best == a else llr_loss
-            statistic[c] = torch.clamp(statistic[c] + step_llr, min=0.0)
-            evidence[c, 0 if shadow_best == a else 1] += 1
+        shadow, statistic, evidence, following, accuracy = adaptive
         if first_touch[b]:
             shadow[c, a] = clip_(x[b].clone())
         else:
-            shadow[c, a] = clip_(shadow[c, a] + torch.tensor(rule.shadow_eta, dtype=torch.float32)
-                                 * (x[b] - shadow[c, a]))
+            shadow[c, a] = clip_(shadow[c, a] + f32(rule.shadow_eta) * (x[b] - shadow[c, a]))
         if float(statistic[c]) > rule.promotion_threshold:
             live = initialized[c]
             promo_shift[b] = (shadow[c, live] - centroids[c, live]).pow(2).sum(-1).sqrt().mean()
@@ -209,6 +224,7 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             centroids[c, live] = shadow[c, live]
             promoted[b] = True
             statistic[c], evidence[c] = 0.0, 0
+            following[c], accuracy[c, 1] = True, 0.0
     events = LearnEvents(applied, gated, skipped, first_touch, eta_out, displacement, promoted)
     step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)

@@ -45,16 +45,18 @@ class JudgmentMemory(DecisionMemory):
     The first verified decision of a cell initialises its prototype to :math:`x`; uncertain
     outcomes (``skip``) change nothing; every gated step is appended to :attr:`gate_log`.
 
-    ``drift_mode='adaptive'`` adds a drift detector that tells a sustained change from an
-    outlier (``docs/drift.md``): each prototype has a *shadow* that follows its verified
-    decisions undamped (rate ``shadow_eta``, no gate), and each category runs a one-sided
-    CUSUM test on the decisions where exactly one of the two sets of prototypes recommends the
-    verified action. When the shadows are right significantly more often
-    (statistic > ``promotion_threshold``), they replace the category's prototypes: a
-    promotion, logged in :attr:`promotion_log` with its evidence. Outliers spoil the shadows,
-    not the prototypes, so they never win the test; a real drift makes the shadows right
-    where the prototypes are wrong, so it does. The default ``'seed'`` is the original rule,
-    bit for bit.
+    ``drift_mode='adaptive'`` adds a change test that tells a sustained drift from outliers
+    (``docs/drift.md``). Each prototype has a *shadow* that follows its verified decisions
+    undamped (rate ``shadow_eta``, no gate). Each category runs a one-sided CUSUM test on
+    whether its verified decisions lie closer to the shadow of their action than to the
+    prototype (the logit gap, clipped to 1 nat, less an allowance of 0.25 nat per decision).
+    When the statistic passes ``promotion_threshold``, the shadows replace the category's
+    prototypes (a *promotion*, logged in :attr:`promotion_log` with its evidence) and the
+    category *follows* the change, learning at ``shadow_eta`` without the gate, until its
+    accuracy is back within 5 points of its long-run level. A drift moves every later decision
+    of an action the same way, so the shadow ends up closer and the test fires; outliers are
+    far and scattered, they drag a shadow away from the next decisions, and the test falls.
+    The default ``'seed'`` is the original rule, bit for bit.
     The attention logits :math:`\ell` are the only parameters; they are trained by gradient
     (see :meth:`attention_logits`), while the prototypes are buffers and get no gradient.
 
@@ -74,10 +76,11 @@ class JudgmentMemory(DecisionMemory):
             Default: 0 (off).
         drift_mode: ``'seed'`` (the original rule) or ``'adaptive'`` (shadow prototypes and a
             per-category change test). Default: ``'seed'``.
-        shadow_eta: step size of the shadow prototypes (``'adaptive'`` only). Default: 0.3.
-        promotion_threshold: CUSUM threshold of the change test, in nats of evidence
-            (``'adaptive'`` only). Default: ``log(100)``, about 4.6: at least 10 discordant
-            decisions won by the shadows, net of those they lost.
+        shadow_eta: step size of the shadow prototypes, and of a category that follows a
+            change (``'adaptive'`` only). Default: 0.5.
+        promotion_threshold: CUSUM threshold of the change test, in nats (``'adaptive'``
+            only). Default: ``log(20)``, about 3.0: at least 4 consecutive decisions clearly
+            closer to the shadows.
 
     Shape:
         - x: (B, K) float factors; category, action: (B,) integer indices.
@@ -92,8 +95,13 @@ class JudgmentMemory(DecisionMemory):
         num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
         shadow_centroids: buffer (C, A, K) float32, the shadow prototypes (``'adaptive'`` only).
         promotion_statistic: buffer (C,) float32, each category's CUSUM statistic (``'adaptive'`` only).
-        promotion_evidence: buffer (C, 2) int64, discordant decisions won by the shadows and by
-            the prototypes since the category's last promotion (``'adaptive'`` only).
+        promotion_evidence: buffer (C, 2) int64, verified decisions closer to the shadow of
+            their action than to its prototype, and the others, in the current run of the test
+            (since its statistic last stood at 0; ``'adaptive'`` only).
+        following: buffer (C,) bool, the category is following a change (``'adaptive'`` only).
+        category_accuracy: buffer (C, 2) float32, slow (rate 0.02, the long-run level, frozen
+            while following) and fast (rate 0.2, since the promotion) moving averages of the
+            prototypes' correctness against the verified action (``'adaptive'`` only).
 
     Examples::
 
@@ -118,12 +126,14 @@ class JudgmentMemory(DecisionMemory):
     shadow_centroids: Tensor
     promotion_statistic: Tensor
     promotion_evidence: Tensor
+    following: Tensor
+    category_accuracy: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
-                 min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.3,
-                 promotion_threshold: float = math.log(100.0)) -> None:
+                 min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
+                 promotion_threshold: float = math.log(20.0)) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
@@ -153,6 +163,9 @@ class JudgmentMemory(DecisionMemory):
             self.register_buffer("shadow_centroids", torch.zeros(n_categories, n_actions, self.n_factors))
             self.register_buffer("promotion_statistic", torch.zeros(n_categories))
             self.register_buffer("promotion_evidence", torch.zeros(n_categories, 2, dtype=torch.int64))
+            self.register_buffer("following", torch.zeros(n_categories, dtype=torch.bool))
+            # [slow, fast] moving averages of the prototypes' correctness; 0.5 = no evidence yet
+            self.register_buffer("category_accuracy", torch.full((n_categories, 2), 0.5))
         self._gate_chunks: list[GateLog] = []
         self._promotion_chunks: list[PromotionLog] = []
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
@@ -304,8 +317,7 @@ class JudgmentMemory(DecisionMemory):
         confirmed = None if confirmed is None else confirmed.to("cpu").contiguous()
         adaptive = None
         if self.drift_mode == "adaptive":
-            adaptive = engine.AdaptiveState(*(t.to("cpu", copy=True) for t in (
-                self.shadow_centroids, self.promotion_statistic, self.promotion_evidence)))
+            adaptive = engine.AdaptiveState(*(t.to("cpu", copy=True) for t in self._adaptive_buffers()))
         step, promotions = engine.judgment_prequential(centroids, initialized, counts, alpha,
                                                        x.detach().to("cpu", torch.float32).contiguous(), category,
                                                        action, confirmed, skip, self.rule, self.backend, adaptive)
@@ -314,15 +326,19 @@ class JudgmentMemory(DecisionMemory):
         self.initialized.copy_(initialized)
         self.counts.copy_(counts)
         if adaptive is not None:
-            self.shadow_centroids.copy_(adaptive.shadow)
-            self.promotion_statistic.copy_(adaptive.statistic)
-            self.promotion_evidence.copy_(adaptive.evidence)
+            for mine, learned in zip(self._adaptive_buffers(), adaptive, strict=True):
+                mine.copy_(learned)
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         self._record_gate_events(first, category, action, step.events)
         if promotions.step.numel():
             self._promotion_chunks.append(promotions._replace(step=promotions.step + first))
         return step if device.type == "cpu" else step.to(device)
+
+    def _adaptive_buffers(self) -> tuple[Tensor, ...]:
+        """The buffers of ``drift_mode='adaptive'``, in the order of :class:`gae.engine.AdaptiveState`."""
+        return (self.shadow_centroids, self.promotion_statistic, self.promotion_evidence, self.following,
+                self.category_accuracy)
 
     def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)

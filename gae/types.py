@@ -96,16 +96,16 @@ class GateLog(NamedTuple):
 class PromotionLog(NamedTuple):
     """Every promotion of shadow prototypes (``drift_mode='adaptive'``), in stream order.
 
-    All fields are 1-D tensors of one length; the evidence is what the category's change
-    test had accumulated since its previous promotion.
+    All fields are 1-D tensors of one length; the evidence is the run of the category's
+    change test that crossed the threshold (the decisions since its statistic last stood at 0).
 
     Attributes:
         step: int64, the sequence number of the decision after which the promotion happened.
         category: int64 category index.
         statistic: float, the CUSUM statistic that crossed ``promotion_threshold``.
-        shadow_right: int64, decisions where only the shadow prototypes recommended the
-            verified action.
-        main_right: int64, decisions where only the prototypes in force did.
+        shadow_right: int64, verified decisions that lay closer to the shadow of their action
+            than to its prototype.
+        main_right: int64, the others of the run.
         shift: float, mean L2 distance the category's prototypes moved when promoted.
     """
 

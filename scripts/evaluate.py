@@ -11,9 +11,12 @@ ablations.png and the TensorBoard logs of one seed (tensorboard/) to ``--out``.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +38,24 @@ START, END = "<!-- report:start -->", "<!-- report:end -->"
 
 def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | None = None,
              contestants: list[str] | None = None, resamples: int = 500, out: Path = Path("results"),
-             readme: Path | None = None, tensorboard: bool = True) -> dict[str, Any]:
+             readme: Path | None = None, tensorboard: bool = True, workers: int | None = None) -> dict[str, Any]:
     """Run the head-to-head and write the report.
 
     Args:
         seeds: stream seeds (0..seeds-1); every figure is a mean over them with a bootstrap CI.
         n_decisions: stream length; the drift is at its middle (1,000 in the protocol).
-        settings: drift kinds, among ``permute`` (the harshest) and ``shift``. Default: both.
-        contestants: among jm, jm_attention, knn, knn_scoped. Default: all; ablation variants
-            run whenever an ablation's two sides are available.
+        settings: among ``permute`` (the harshest drift), ``shift``, ``gradual`` (the permutation
+            over 500 decisions), ``none`` (no drift) and ``outliers`` (no drift, 5% outliers).
+            Default: all.
+        contestants: among jm, jm_attention, jm_adaptive, knn, knn_scoped, retrieval. Default: all;
+            ablation variants run whenever an ablation's two sides are available. The retrieval
+            memory runs in the permute and shift settings only (it is 200x slower).
         resamples: bootstrap resamples over seeds.
         out: folder for the report files.
         readme: a README with report markers to refresh (table and figures under docs/figures/).
         tensorboard: also write the Lightning loop's TensorBoard logs of seed 0.
+        workers: processes running streams in parallel (results do not depend on it; latencies
+            are measured under that much load). Default: the CPU count, at most 8.
     """
     settings = settings or list(E.SETTINGS)
     chosen = contestants or list(E.CONTESTANTS)
@@ -60,16 +68,30 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                    if any(without == name and with_ in roster for _, with_, without in E.ABLATIONS)})
     drift_at = n_decisions // 2
     began = time.perf_counter()
-    runs: dict[str, dict[str, list]] = {setting: {name: [] for name in roster} for setting in settings}
-    with tqdm(total=len(settings) * seeds, desc="head-to-head", unit="stream") as progress:
-        for setting in settings:
-            for seed in range(seeds):
-                stream = E.make_stream(setting, seed, n_decisions)
-                for name, contestant in roster.items():
-                    runs[setting][name].append(E.figures(E.run(contestant, stream), drift_at))
+    runs: dict[str, dict[str, list]] = {
+        setting: {name: [] for name in [*roster, R.CEILING] if name == R.CEILING or E.runs_in(name, setting)}
+        for setting in settings}
+    tasks = [(setting, seed) for setting in settings for seed in range(seeds)]
+    workers = min(os.cpu_count() or 1, 8) if workers is None else workers
+    with tqdm(total=len(tasks), desc="head-to-head", unit="stream") as progress:
+        if workers <= 1:
+            results = []
+            for setting, seed in tasks:
+                results.append(E.run_stream(setting, seed, n_decisions, list(runs[setting])))
                 progress.update()
+        else:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(E.run_stream, setting, seed, n_decisions, list(runs[setting]))
+                           for setting, seed in tasks]
+                for future in futures:
+                    future.add_done_callback(lambda _: progress.update())
+                results = [future.result() for future in futures]
+    for (setting, _), by_name in zip(tasks, results, strict=True):  # in seed order, whatever finished first
+        for name, figures in by_name.items():
+            runs[setting][name].append(figures)
     summary = R.summarize(runs, drift_at, n_decisions, resamples)
     claim_list = R.claims(summary)
+    bars = R.drift_bars(summary)
     protocol = {"seeds": seeds, "n_decisions": n_decisions, "drift_at": drift_at, "settings": settings,
                 "stream": {**E.STREAM, "n_decisions": n_decisions, "drift_at": drift_at},
                 "drift_settings": {s: E.SETTINGS[s] for s in settings}, "window": E.WINDOW,
@@ -80,7 +102,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                                      "learn_attention": c.learn_attention, "skip_uncertain": c.skip_uncertain}
                               for name, c in roster.items()},
               "metrics": summary["metrics"], "differences": summary["differences"],
-              "ablations": summary["ablations"], "claims": claim_list}
+              "ablations": summary["ablations"], "claims": claim_list, "drift_bars": bars}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     (out / "report.md").write_text(R.markdown(summary, claim_list, protocol))
@@ -88,11 +110,13 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     if tensorboard:
         log_tensorboard(settings[0], n_decisions, out / "tensorboard")
     print(R.claims_table(claim_list))
+    if bars:
+        print(f"\n{R.bars_table(bars)}")
     print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
           + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
     if readme is not None:
-        update_readme(readme, summary, claim_list, figures, settings[0])
+        update_readme(readme, summary, claim_list, bars, figures, settings[0])
     return report
 
 
@@ -125,20 +149,24 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
     from training.data import DecisionStreamDataModule
     from training.module import DecisionMemoryModule
 
-    data = DecisionStreamDataModule(E.make_stream(setting, 0, n_decisions), batch_size=E.BATCH)
-    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
-                                 curve_points_per_batch=E.BATCH)
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=TensorBoardLogger(folder, name=setting,
-                                                                                  default_hp_metric=False),
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        log_every_n_steps=1)
-    trainer.fit(model, datamodule=data)
+    for drift_mode in ("seed", "adaptive"):
+        data = DecisionStreamDataModule(E.make_stream(setting, 0, n_decisions), batch_size=E.BATCH)
+        model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
+                                     drift_mode=drift_mode, curve_points_per_batch=E.BATCH)
+        logger = TensorBoardLogger(folder, name=setting if drift_mode == "seed" else f"{setting}_adaptive",
+                                   default_hp_metric=False)
+        trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1)
+        trainer.fit(model, datamodule=data)
 
 
-def update_readme(path: Path, summary: dict[str, Any], claim_list: list, figures: list[Path], setting: str) -> None:
+def update_readme(path: Path, summary: dict[str, Any], claim_list: list, bars: list, figures: list[Path],
+                  setting: str) -> None:
     """Put the headline tables between the README's report markers and its figures in docs/figures/."""
     target = path.parent / "docs" / "figures"
-    body = (f"{R.claims_table(claim_list)}\n\n{setting} drift, mean [95% CI] over seeds:\n\n"
+    adaptive = (f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) against its bars:\n\n"
+                f"{R.bars_table(bars)}\n\n{R.promotions_table(summary)}\n\n") if bars else ""
+    body = (f"{R.claims_table(claim_list)}\n\n{adaptive}{setting} drift, mean [95% CI] over seeds:\n\n"
             f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
             "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"
             "Regenerate with `python scripts/evaluate.py --readme README.md`.")

@@ -53,12 +53,17 @@ def make_retrieval(**kwargs) -> RetrievalMemory:
 MEMORY_FACTORIES = {
     "judgment": make_judgment,
     "judgment_options": lambda: make_judgment(clip=(0.0, 1.0), push_rate=0.02, min_confidence=0.3),
+    "judgment_adaptive": lambda: make_judgment(drift_mode="adaptive"),
+    "judgment_adaptive_options": lambda: make_judgment(drift_mode="adaptive", clip=(0.0, 1.0), push_rate=0.02,
+                                                       min_confidence=0.3, shadow_eta=0.5,
+                                                       promotion_threshold=2.0),
     "knn": make_knn,
     "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
     "retrieval": lambda: make_retrieval(scoped=True),
 }
 # the memories whose online loop has a compiled kernel and a torch reference
-ENGINE_FACTORIES = {name: MEMORY_FACTORIES[name] for name in ("judgment", "judgment_options", "knn", "knn_scoped")}
+ENGINE_FACTORIES = {name: MEMORY_FACTORIES[name] for name in ("judgment", "judgment_options", "judgment_adaptive",
+                                                               "judgment_adaptive_options", "knn", "knn_scoped")}
 
 
 @pytest.fixture(params=sorted(MEMORY_FACTORIES))

@@ -119,6 +119,35 @@ def test_drift_leaves_the_decisions_before_it_unchanged(kind):
     assert not torch.equal(plain.x[1200:], drifted.x[1200:])
 
 
+def test_a_gradual_drift_blends_the_prototypes_over_its_duration():
+    abrupt = DecisionStream(600, drift_at=200, seed=4, factor_noise=0.0, clip=False)
+    gradual = DecisionStream(600, drift_at=200, drift_duration=100, seed=4, factor_noise=0.0, clip=False)
+    a, g = abrupt.tensors(), gradual.tensors()
+    assert torch.equal(a.x[:200], g.x[:200]) and torch.equal(a.x[300:], g.x[300:])
+    assert torch.equal(gradual.prototypes, abrupt.prototypes)
+    before, after = abrupt.prototypes[0, g.category, g.truth], abrupt.prototypes[1, g.category, g.truth]
+    for i in (200, 249, 299):  # decision i carries the blend (i - 200 + 1) / 100 of the way
+        weight = (i - 200 + 1) / 100
+        torch.testing.assert_close(g.x[i], torch.lerp(before[i], after[i], weight))
+    torch.testing.assert_close(gradual.prototypes_in_force()[torch.arange(600), g.truth], g.x)
+
+
+def test_outliers_are_far_random_and_marked():
+    clean = DecisionStream(4000, seed=5)
+    dirty = DecisionStream(4000, seed=5, outliers=0.05)
+    mask = dirty.outlier_mask
+    assert 0.04 < float(mask.float().mean()) < 0.06 and not clean.outlier_mask.any()
+    c, d = clean.tensors(), dirty.tensors()
+    for field in ("category", "skip", "timestamp", "id"):
+        assert torch.equal(getattr(c, field), getattr(d, field)), field
+    assert torch.equal(c.x[~mask], d.x[~mask]) and torch.equal(c.action[~mask], d.action[~mask])
+    assert torch.equal(d.action[mask], d.truth[mask]) and not d.overridden[mask].any()
+    nearest = (d.x[:, None, :] - dirty.prototypes_in_force()).norm(dim=-1).amin(-1)
+    assert float(nearest[mask].median()) > 3 * float(nearest[~mask].median())
+    counts = torch.bincount(d.action[mask], minlength=4)
+    assert counts.min() > 0.5 * counts.float().mean()  # random actions
+
+
 def test_label_noise_and_uncertain_rates():
     data = DecisionStream(100_000, label_noise=0.2, uncertain=0.07, seed=9).tensors()
     assert abs(float(data.overridden.float().mean()) - 0.2) < 0.01
@@ -170,6 +199,11 @@ def test_batch_rejects_bad_bounds(start, stop, error):
     ({"drift_at": 50, "drift_categories": [1, 1]}, ValueError, "drift_categories"),
     ({"drift_kind": "flip"}, ValueError, "drift_kind"),
     ({"drift_shift": -1.0}, ValueError, "drift_shift"),
+    ({"drift_duration": -1}, ValueError, "drift_duration"),
+    ({"drift_at": 60, "drift_duration": 50}, ValueError, "drift_duration"),
+    ({"drift_at": [20, 40], "drift_duration": 30}, ValueError, "drift_duration"),
+    ({"outliers": -0.1}, ValueError, "outliers"),
+    ({"outliers": 1.0}, ValueError, "outliers"),
     ({"seed": -1}, ValueError, "seed"),
     ({"clip": 1}, TypeError, "clip"),
     ({"interval": -1.0}, ValueError, "interval"),

@@ -19,7 +19,7 @@ def assert_steps_equal(fast, slow):
     torch.testing.assert_close(fast.output.probs, slow.output.probs, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.output.confidence, slow.output.confidence, rtol=1e-5, atol=1e-6)
     assert torch.equal(fast.output.action, slow.output.action)
-    for name in ("applied", "gated", "skipped", "initialized"):
+    for name in ("applied", "gated", "skipped", "initialized", "promoted"):
         assert torch.equal(getattr(fast.events, name), getattr(slow.events, name)), name
     torch.testing.assert_close(fast.events.eta, slow.events.eta)
     torch.testing.assert_close(fast.events.displacement, slow.events.displacement, rtol=1e-5, atol=1e-6)
@@ -36,6 +36,10 @@ def test_compiled_equals_reference(name, seed):
     for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=key)
+    if name.startswith("judgment_adaptive"):  # promotions happened, and both logged the same ones
+        assert fast.promotion_log.step.numel() > 0
+        for field, a, b in zip(fast.promotion_log._fields, fast.promotion_log, slow.promotion_log, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=field)
 
 
 def test_reference_covers_every_event_kind():

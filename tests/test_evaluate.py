@@ -21,20 +21,24 @@ def small_report(tmp_path_factory):
 
 def test_every_file_is_written(small_report):
     out, _ = small_report
-    for name in ("report.md", "report.json", "rolling_accuracy.png", "rolling_accuracy_shift.png", "ablations.png"):
+    for name in ("report.md", "report.json", "rolling_accuracy.png", "rolling_accuracy_shift.png",
+                 "rolling_accuracy_outliers.png", "ablations.png"):
         assert (out / name).stat().st_size > 0, name
-    assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
+    assert list((out / "tensorboard" / "permute").rglob("events.out.tfevents.*"))
+    assert list((out / "tensorboard" / "permute_adaptive").rglob("events.out.tfevents.*"))
     assert (out / "docs" / "figures" / "rolling_accuracy.png").exists()
 
 
 def test_report_schema(small_report):
     out, report = small_report
     on_disk = json.loads((out / "report.json").read_text())
-    assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims"}
+    assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims",
+                            "drift_bars"}
     assert on_disk["protocol"]["seeds"] == 2 and on_disk["protocol"]["drift_at"] == 150
     assert set(on_disk["contestants"]) == {*E.CONTESTANTS, *E.VARIANTS}
-    for setting in ("permute", "shift"):
-        for name in E.CONTESTANTS:
+    assert set(on_disk["metrics"]) == set(E.SETTINGS)
+    for setting in E.SETTINGS:
+        for name in [n for n in E.CONTESTANTS if E.runs_in(n, setting)]:
             figures = on_disk["metrics"][setting][name]
             for key in ("cumulative", "before_drift", "after_drift", "at_recovery_point", "recovery_decisions",
                         "ece", "latency_us"):
@@ -42,9 +46,22 @@ def test_report_schema(small_report):
                 assert low <= mean <= high, (setting, name, key)
         assert len(on_disk["ablations"][setting]) == len(E.ABLATIONS)
         assert "jm - knn" in on_disk["differences"][setting]
+        ceiling = on_disk["metrics"][setting]["ceiling"]["cumulative"]["mean"]
+        assert ceiling >= max(on_disk["metrics"][setting][name]["cumulative"]["mean"] for name in E.CONTESTANTS
+                              if E.runs_in(name, setting)) - 0.05  # the Bayes rule, up to small-sample luck
+    assert "retrieval" not in on_disk["metrics"]["none"] and "retrieval" in on_disk["metrics"]["permute"]
     assert len(on_disk["claims"]) == 3
     for claim in on_disk["claims"]:
+        assert set(claim["settings"]) == set(E.CLAIM_SETTINGS)
         assert {entry["verdict"] for entry in claim["settings"].values()} <= {"reproduced", "not reproduced"}
+    bars = on_disk["drift_bars"]
+    assert {bar["setting"] for bar in bars} == set(E.SETTINGS)
+    for bar in bars:
+        assert isinstance(bar["met"], bool) and bar["comparison"].startswith("jm_adaptive")
+        if "value_pp" in bar:
+            assert bar["value_pp"]["low"] <= bar["value_pp"]["mean"] <= bar["value_pp"]["high"]
+    promotions = [on_disk["metrics"][s]["jm_adaptive"]["promotions_after"]["mean"] for s in E.SETTINGS]
+    assert all(p >= 0 for p in promotions) and on_disk["metrics"]["permute"]["jm"]["promotions_after"]["mean"] == 0
 
 
 def test_readme_section_is_replaced(small_report):

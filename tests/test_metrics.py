@@ -150,12 +150,15 @@ def test_gate_rate_counts():
     gen = torch.Generator().manual_seed(0)
     applied = torch.rand(200, generator=gen) < 0.7
     gated = applied & (torch.rand(200, generator=gen) < 0.2)
+    promoted = applied & (torch.rand(200, generator=gen) < 0.05)
     metric = M.GateRate()
-    for part in split(200, [9, 31]):
-        metric.update(gated[part], applied[part])
+    for i, part in enumerate(split(200, [9, 31])):
+        metric.update(gated[part], applied[part], promoted[part] if i % 2 else None)
     values = metric.compute()
-    assert set(values) == {"gate/rate", "gate/events"}
+    assert set(values) == {"gate/rate", "gate/events", "gate/promotions"}
     assert int(values["gate/events"]) == sum(gated.tolist())
+    counted = [p for i, part in enumerate(split(200, [9, 31])) if i % 2 for p in promoted[part].tolist()]
+    assert 0 < int(values["gate/promotions"]) == sum(counted)
     assert float(values["gate/rate"]) == pytest.approx(sum(gated.tolist()) / sum(applied.tolist()))
 
 

@@ -28,7 +28,7 @@ def fit(tmp_path: Path, *extra: str, config: str = "default.yaml"):
                  *extra])
 
 
-@pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml"])
+@pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml", "adaptive.yaml"])
 def test_every_config_runs_fast_dev_run(tmp_path, config):
     cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false", config=config)
     assert int(cli.model.stream_position) == cli.datamodule.batch_size
@@ -71,7 +71,23 @@ def test_tensorboard_event_files_hold_every_tag(tmp_path):
     attention = sum(events.Scalars(f"attention/invoice/{name}")[-1].value for name in cli.model.memory.factor_names)
     assert attention == pytest.approx(8.0, rel=1e-5)  # the weights of a category sum to K
     text = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
-    assert f"{len(cli.model.memory.gate_log.step)} gate events in 400 decisions" in text
+    assert f"{len(cli.model.memory.gate_log.step)} gate events and 0 promotions in 400 decisions" in text
+
+
+def test_promotions_reach_tensorboard(tmp_path):
+    cli = fit(tmp_path, *SMALL, config="adaptive.yaml")
+    promotions = cli.model.memory.promotion_log
+    assert cli.model.memory.drift_mode == "adaptive" and promotions.step.numel() > 0
+    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    assert events.Scalars("gate/promotions")[-1].value == promotions.step.numel()
+    texts = events.Tensors("gate/promotion/text_summary")
+    assert [event.step for event in texts] == (promotions.step + 1).tolist()  # at the decision, one per promotion
+    first = tensor_util.make_ndarray(texts[0].tensor_proto).item().decode()
+    category = cli.model.memory.category_names[int(promotions.category[0])]
+    assert f"decision {int(promotions.step[0])}: the shadow prototypes of **{category}** were promoted" in first
+    log = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
+    assert f"and {promotions.step.numel()} promotions in 400 decisions" in log and "**promoted**" in log
 
 
 def state(model: DecisionMemoryModule) -> dict[str, torch.Tensor]:

@@ -45,6 +45,7 @@ class Contestant:
 CONTESTANTS: dict[str, Contestant] = {
     "jm": Contestant("JudgmentMemory (defaults)", "judgment"),
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", learn_attention=True),
+    "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", {"drift_mode": "adaptive"}),
     "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
     "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
     "retrieval": Contestant("RetrievalMemory (recency-weighted score, cap 400, scoped)", "retrieval",
@@ -56,6 +57,9 @@ VARIANTS: dict[str, Contestant] = {
     "jm_equal_eta": Contestant("JudgmentMemory, equal rates 0.05/0.05", "judgment", {"eta_override": 0.05}),
     "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment",
                                      skip_uncertain=False),
+    # the adaptive mode's shadow rule on its own: fast and ungated, with no change test in front of it
+    "jm_fast": Contestant("JudgmentMemory, ungated fast rule (eta 0.3, gate off)", "judgment",
+                          {"eta_confirmed": 0.3, "eta_override": 0.3, "gate_damping": 1.0}),
 }
 # (name, with, without): each ablation is the paired difference with - without
 ABLATIONS: list[tuple[str, str, str]] = [
@@ -64,20 +68,53 @@ ABLATIONS: list[tuple[str, str, str]] = [
     ("eta differential 0.05/0.01 vs equal 0.05", "jm", "jm_equal_eta"),
     ("attention learned vs fixed", "jm_attention", "jm"),
     ("uncertain outcomes skipped vs learned", "jm", "jm_learn_uncertain"),
+    ("drift-aware (adaptive) vs seed rule", "jm_adaptive", "jm"),
+    ("change test vs its shadow rule alone (ungated, eta 0.3)", "jm_adaptive", "jm_fast"),
 ]
 # The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
 STREAM: dict[str, Any] = {"n_decisions": 2000, "categories": 4, "actions": 4, "factors": 8, "informative": 4,
                           "factor_noise": 0.1, "label_noise": 0.1, "uncertain": 0.05, "drift_at": 1000}
-SETTINGS: dict[str, dict[str, Any]] = {"permute": {"drift_kind": "permute"},
-                                       "shift": {"drift_kind": "shift", "drift_shift": 0.3}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "permute": {"drift_kind": "permute"},
+    "shift": {"drift_kind": "shift", "drift_shift": 0.3},
+    "gradual": {"drift_kind": "permute", "drift_duration": 500},  # the permutation, blended over 500 decisions
+    "none": {"drift_at": None},
+    "outliers": {"drift_at": None, "outliers": 0.05},  # no drift; 5% far points with random actions
+}
+# the settings in which the original page's claims are judged (both have a drift at the middle)
+CLAIM_SETTINGS = ("permute", "shift")
+# RetrievalMemory costs ~1 ms a decision (200x the others): it runs in the two original drift settings only
+SLOW_CONTESTANTS: dict[str, tuple[str, ...]] = {"retrieval": ("permute", "shift")}
+
+
+def runs_in(name: str, setting: str) -> bool:
+    """Whether a contestant is part of a setting's roster."""
+    return setting in SLOW_CONTESTANTS.get(name, (setting,))
 
 
 def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> DecisionStream:
-    """The protocol's stream for a drift setting and seed (drift at the middle of the stream)."""
+    """The protocol's stream for a setting and seed (any drift starts at the middle of the stream)."""
     spec = {**STREAM, **SETTINGS[setting], "seed": seed}
     if n_decisions is not None:
-        spec.update(n_decisions=n_decisions, drift_at=n_decisions // 2)
+        spec["n_decisions"] = n_decisions
+        if spec["drift_at"] is not None:
+            spec["drift_at"] = n_decisions // 2
+            spec["drift_duration"] = min(spec.get("drift_duration", 0), n_decisions // 4)
     return DecisionStream(**spec)
+
+
+def ceiling(stream: DecisionStream) -> dict[str, np.ndarray]:
+    """The accuracy ceiling of a stream: each decision given to the nearest ground-truth prototype in
+    force (the Bayes rule for isotropic noise and equal priors), in the format of :func:`run`.
+
+    No memory can know the true prototypes; what separates a memory from this is what it still
+    has to learn. Outliers are scored like any decision (they are unpredictable).
+    """
+    data = stream.tensors()
+    action = ((data.x[:, None, :] - stream.prototypes_in_force()) ** 2).sum(-1).argmin(-1)
+    return {"action": action.numpy(), "confidence": np.ones(len(stream), dtype=np.float32),
+            "correct": correctness(action, data.truth).numpy(), "latency_us": np.zeros(1),
+            "promotions": np.zeros(0, dtype=np.int64)}
 
 
 def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
@@ -90,8 +127,9 @@ def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KN
 
 
 def run(contestant: Contestant, stream: DecisionStream, lr: float = 0.05) -> dict[str, np.ndarray]:
-    """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct`` and the
-    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step)."""
+    """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct``, the
+    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step)
+    and the decisions after which shadow prototypes were promoted (``promotions``)."""
     memory = build(contestant, stream)
     optimizer = torch.optim.Adam(memory.parameters(), lr=lr) if contestant.learn_attention else None
     actions, confidences, latencies = [], [], []
@@ -111,8 +149,10 @@ def run(contestant: Contestant, stream: DecisionStream, lr: float = 0.05) -> dic
         confidences.append(step.output.confidence)
     action, confidence = torch.cat(actions), torch.cat(confidences)
     truth = stream.tensors().truth
+    promotions = memory.promotion_log.step if isinstance(memory, JudgmentMemory) else torch.zeros(0)
     return {"action": action.numpy(), "confidence": confidence.numpy(),
-            "correct": correctness(action, truth).numpy(), "latency_us": np.asarray(latencies)}
+            "correct": correctness(action, truth).numpy(), "latency_us": np.asarray(latencies),
+            "promotions": promotions.numpy().astype(np.int64)}
 
 
 def figures(result: dict[str, np.ndarray], drift_at: int) -> dict[str, Any]:
@@ -129,4 +169,20 @@ def figures(result: dict[str, np.ndarray], drift_at: int) -> dict[str, Any]:
         "ece": float(calibration_error(torch.from_numpy(result["confidence"]).double(),
                                        torch.from_numpy(result["correct"]))),
         "latency_us": float(np.median(result["latency_us"])),
+        "promotions_before": float((result["promotions"] < drift_at).sum()),
+        "promotions_after": float((result["promotions"] >= drift_at).sum()),
     }
+
+
+def run_stream(setting: str, seed: int, n_decisions: int, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The figures of every named contestant (or variant, or ``'ceiling'``) on one stream.
+
+    One task of the head-to-head: a process pool runs these in parallel, one stream each.
+    """
+    torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
+    stream = make_stream(setting, seed, n_decisions)
+    drift_at = n_decisions // 2
+    roster = {**CONTESTANTS, **VARIANTS}
+    return {name: figures(ceiling(stream) if name == "ceiling" else run(roster[name], stream), drift_at)
+            for name in names}
+

@@ -284,43 +284,52 @@ class GateRate(_StreamMetric):
     """Drift-gate events per applied update (:attr:`~gae.types.LearnEvents.gated` / ``applied``).
 
     ``compute()`` returns ``{'gate/rate': events / applied updates (0 before any),
-    'gate/events': the number of gate events}``.
+    'gate/events': the number of gate events, 'gate/promotions': the number of promotions of
+    shadow prototypes (``drift_mode='adaptive'``)}``.
 
     Shape:
         - gated, applied: (B,) bool, as in :class:`~gae.types.LearnEvents`; a gated step is applied.
+        - promoted: (B,) bool or None (no promotions).
 
     Attributes:
-        gated: () int64. applied: () int64.
+        gated: () int64. applied: () int64. promoted: () int64.
 
     Examples::
 
         >>> metric = GateRate()
         >>> metric.update(torch.tensor([True, False, False, False]), torch.tensor([True, True, False, True]))
         >>> metric.compute()
-        {'gate/rate': tensor(0.3333), 'gate/events': tensor(1)}
+        {'gate/rate': tensor(0.3333), 'gate/events': tensor(1), 'gate/promotions': tensor(0)}
     """
 
     higher_is_better = False
     gated: Tensor
     applied: Tensor
+    promoted: Tensor
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._add_stream_state("gated", torch.zeros((), dtype=torch.int64))
         self._add_stream_state("applied", torch.zeros((), dtype=torch.int64))
+        self._add_stream_state("promoted", torch.zeros((), dtype=torch.int64))
 
-    def update(self, gated: Tensor, applied: Tensor) -> None:
+    def update(self, gated: Tensor, applied: Tensor, promoted: Tensor | None = None) -> None:
         _check_vector("gated", gated, "bool")
         _check_vector("applied", applied, "bool", gated.shape[0])
+        if promoted is not None:
+            _check_vector("promoted", promoted, "bool", gated.shape[0])
         unapplied = gated & ~applied
         if bool(unapplied.any()):
             raise ValueError(f"gated marks a step that applied does not, at [{int(unapplied.nonzero()[0, 0])}]: "
                              "a gated step is damped, not dropped")
         self.gated += gated.sum()
         self.applied += applied.sum()
+        if promoted is not None:
+            self.promoted += promoted.sum()
 
     def compute(self) -> dict[str, Tensor]:
-        return {"gate/rate": _rate(self.gated, self.applied), "gate/events": self.gated}
+        return {"gate/rate": _rate(self.gated, self.applied), "gate/events": self.gated,
+                "gate/promotions": self.promoted}
 
 
 class PrototypeDrift(_StreamMetric):

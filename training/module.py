@@ -9,6 +9,7 @@ attention only; prototypes are buffers, learned online, never by gradient.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import lightning as L
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from gae import JudgmentMemory, KNNMemory
 from gae._validation import Names
+from gae.judgment import DriftMode
 from gae.types import StreamStep
 from training import metrics as M
 from training.batch import DecisionBatch
@@ -31,6 +33,8 @@ class DecisionMemoryModule(L.LightningModule):
     Args:
         categories, actions, factors: counts or names (linked from the data module by the CLI).
         tau, eta_confirmed, eta_override, drift_threshold, gate_damping: the memory's rule.
+        drift_mode, shadow_eta, promotion_threshold: the drift-aware mode (see
+            :class:`~gae.JudgmentMemory`). Default: ``'seed'``, the original rule.
         learn_attention: train ``criterion_logits`` by gradient; False keeps the original
             design's plain Euclidean distance (no optimizer at all). Default: True.
         lr: Adam learning rate of the attention. Default: 0.05.
@@ -45,14 +49,17 @@ class DecisionMemoryModule(L.LightningModule):
 
     def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
-                 gate_damping: float = 0.5, learn_attention: bool = True, lr: float = 0.05, knn: bool = True,
+                 gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.3,
+                 promotion_threshold: float = math.log(100.0), learn_attention: bool = True, lr: float = 0.05,
+                 knn: bool = True,
                  knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
                  curve_points_per_batch: int = 10, figure_every_n_steps: int = 20) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
                                      eta_override=eta_override, drift_threshold=drift_threshold,
-                                     gate_damping=gate_damping)
+                                     gate_damping=gate_damping, drift_mode=drift_mode, shadow_eta=shadow_eta,
+                                     promotion_threshold=promotion_threshold)
         self.memory.criterion_logits.requires_grad_(learn_attention)
         self.knn = KNNMemory(factors, actions, k=knn_k, capacity=knn_capacity, categories=categories,
                              scoped=knn_scoped) if knn else None
@@ -83,12 +90,12 @@ class DecisionMemoryModule(L.LightningModule):
                                         batch.skip)
         self.stream_position.fill_(int(batch.position[-1]) + 1)
         self._update_metrics(self.jm_metrics, step, batch)
-        self.gate_rate.update(step.events.gated, step.events.applied)
+        self.gate_rate.update(step.events.gated, step.events.applied, step.events.promoted)
         self.drift.update(before, self.memory.centroids, self.memory.initialized)
         if self.knn is not None and self.knn_metrics is not None:
             knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
             self._update_metrics(self.knn_metrics, knn_step, batch)
-        self._log_step(batch)
+        self._log_step(batch, int(step.events.promoted.sum()))
         return self._attention_loss(step, batch) if self.hparams["learn_attention"] else None
 
     def _unseen(self, batch: DecisionBatch) -> DecisionBatch | None:
@@ -115,7 +122,7 @@ class DecisionMemoryModule(L.LightningModule):
         experiment = getattr(self.logger, "experiment", None)
         return experiment if hasattr(experiment, "add_scalar") else None
 
-    def _log_step(self, batch: DecisionBatch) -> None:
+    def _log_step(self, batch: DecisionBatch, promotions: int = 0) -> None:
         decision = int(self.stream_position)
         scalars = self.metric_values()
         bar = {"acc_jm": scalars["acc/rolling_jm"]}
@@ -128,6 +135,8 @@ class DecisionMemoryModule(L.LightningModule):
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), decision)
         self._log_rolling_curve(writer, batch)
+        if promotions:
+            self._log_promotions(writer, promotions)
         if self.global_step % self._figure_every == 0:
             self._log_figures(writer, decision)
 
@@ -143,6 +152,15 @@ class DecisionMemoryModule(L.LightningModule):
             curve = collection.rolling_curve()  # (n,) rolling accuracy after each decision of the batch
             for position in positions.tolist():
                 writer.add_scalar(f"curve/rolling_{name}", float(curve[position]), int(batch.position[position]) + 1)
+
+    def _log_promotions(self, writer: Any, count: int) -> None:
+        """Each promotion of the latest batch as TensorBoard text at its decision, with its evidence."""
+        promotions = [r for r in self.memory.gate_records() if r["event"] == "promoted"][-count:]
+        for r in promotions:
+            writer.add_text("gate/promotion", f"decision {r['step']}: the shadow prototypes of **{r['category']}** "
+                            f"were promoted (mean shift {r['shift']:.3f}); CUSUM {r['statistic']:.2f} after "
+                            f"{r['shadow_right']} decisions closer to the shadows and {r['main_right']} closer "
+                            "to the prototypes", r["step"] + 1)
 
     def _log_figures(self, writer: Any, decision: int) -> None:
         attention = self.memory.criterion_attention().detach().cpu()
@@ -174,13 +192,23 @@ class DecisionMemoryModule(L.LightningModule):
         return {tag: float(value) for tag, value in values.items()}
 
     def gate_log_table(self) -> str:
-        """The most recent gate events as a Markdown table (TensorBoard's text plugin renders it)."""
+        """The most recent learning events (gate steps, promotions) as a Markdown table for
+        TensorBoard's text plugin; every promotion is listed, with its evidence."""
         records = self.memory.gate_records()
-        lines = [f"{len(records)} gate events in {int(self.stream_position)} decisions"
-                 + (f"; the last {GATE_LOG_ROWS} shown" if len(records) > GATE_LOG_ROWS else ""), "",
-                 "| step | category | action | displacement | eta |", "|---:|---|---|---:|---:|"]
-        lines += [f"| {r['step']} | {r['category']} | {r['action']} | {r['disp']:.3f} | {r['eta']:.4f} |"
-                  for r in records[-GATE_LOG_ROWS:]]
+        promotions = [r for r in records if r["event"] == "promoted"]
+        lines = [f"{len(records) - len(promotions)} gate events and {len(promotions)} promotions in "
+                 f"{int(self.stream_position)} decisions"
+                 + (f"; the last {GATE_LOG_ROWS} events shown" if len(records) > GATE_LOG_ROWS else ""), "",
+                 "| step | event | category | action | displacement | eta | evidence |",
+                 "|---:|---|---|---|---:|---:|---|"]
+        for r in records[-GATE_LOG_ROWS:]:
+            if r["event"] == "gated":
+                lines.append(f"| {r['step']} | gated | {r['category']} | {r['action']} | {r['disp']:.3f} | "
+                             f"{r['eta']:.4f} | |")
+            else:
+                lines.append(f"| {r['step']} | **promoted** | {r['category']} | all | {r['shift']:.3f} | | "
+                             f"CUSUM {r['statistic']:.2f}; {r['shadow_right']} decisions closer to the shadows, "
+                             f"{r['main_right']} closer to the prototypes |")
         return "\n".join(lines)
 
 

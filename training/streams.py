@@ -231,6 +231,13 @@ class DecisionStream(BaseDecisionStream):
             raise ValueError(f"drift_at must be strictly increasing indices in [1, {n}), got {drift_at!r}")
         return tuple(points)
 
+    def prototypes_in_force(self) -> Tensor:
+        """(N, A, K): the ground-truth prototypes of each decision's category when it was drawn
+        (during a gradual drift, the blend then in force)."""
+        index = torch.arange(len(self))
+        period = torch.bucketize(index, torch.tensor(self.drift_at, dtype=torch.int64), right=True)
+        return self._prototypes_at(index, period, self._data.category, slice(None))
+
     def _prototypes_at(self, index: Tensor, period: Tensor, category: Tensor, action: Tensor | slice) -> Tensor:
         """The ground-truth prototype in force at each decision: (N, K) for an action per decision,
         (N, A, K) for ``action=slice(None)``; blended while a gradual drift is under way."""
