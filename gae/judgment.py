@@ -377,11 +377,18 @@ class JudgmentMemory(DecisionMemory):
                     "action": self.action_names[int(a)], "disp": float(d), "eta": float(e)}
                    for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta,
                                             strict=True)]
-        promotions = self.promotion_log
-        records += [{"step": int(s), "event": "promoted", "category": self.category_names[int(c)],
-                     "statistic": float(t), "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
-                    for s, c, t, w, m, d in zip(*promotions, strict=True)]
+        records += self.promotion_records()
         return sorted(records, key=lambda record: (record["step"], record["event"]))
+
+    def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
+        """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
+        building the records of every gate event."""
+        promotions = self.promotion_log
+        if last is not None:
+            promotions = type(promotions)(*(field[len(field) - min(last, len(field)):] for field in promotions))
+        return [{"step": int(s), "event": "promoted", "category": self.category_names[int(c)],
+                 "statistic": float(t), "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
+                for s, c, t, w, m, d in zip(*promotions, strict=True)]
 
     # -- inspection and state -----------------------------------------------------------
     def extra_repr(self) -> str:

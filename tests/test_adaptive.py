@@ -51,6 +51,8 @@ def test_a_constructed_drift_is_detected_and_followed():
     assert (seed_step.output.action[30:] == action[30:]).float().mean() == 0.0  # the seed rule is still lost
     records = [r for r in adaptive.gate_records() if r["event"] == "promoted"]
     assert records[-1]["category"] == "0" and records[-1]["statistic"] > adaptive.promotion_threshold
+    assert adaptive.promotion_records() == records and adaptive.promotion_records(last=1) == records[-1:]
+    assert adaptive.promotion_records(last=10 ** 6) == records
 
 
 def test_a_burst_of_outliers_is_not_followed():

@@ -155,8 +155,7 @@ class DecisionMemoryModule(L.LightningModule):
 
     def _log_promotions(self, writer: Any, count: int) -> None:
         """Each promotion of the latest batch as TensorBoard text at its decision, with its evidence."""
-        promotions = [r for r in self.memory.gate_records() if r["event"] == "promoted"][-count:]
-        for r in promotions:
+        for r in self.memory.promotion_records(last=count):
             writer.add_text("gate/promotion", f"decision {r['step']}: the shadow prototypes of **{r['category']}** "
                             f"were promoted (mean shift {r['shift']:.3f}); CUSUM {r['statistic']:.2f} after "
                             f"{r['shadow_right']} decisions closer to the shadows and {r['main_right']} closer "
