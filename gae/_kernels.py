@@ -23,30 +23,53 @@ _FAST_MATH = {"reassoc", "contract", "nsz", "arcp", "afn"}
 _NEG_INF = np.float32(-np.inf)
 
 
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _scores(initialized, wins, c, a, p, support):  # pragma: no cover
+    """Whether prototype ``p`` of (c, a) takes part in scoring: it is in use and has either the
+    support (``wins >= support``) or the most wins of its action (ties: the lowest slot), so every
+    action with a prototype in use scores and a fresh, unproven spawn does not."""
+    if not initialized[c, a, p]:
+        return False
+    n_slots = initialized.shape[2]
+    if n_slots == 1 or wins[c, a, p] >= support:
+        return True
+    for q in range(n_slots):
+        if q != p and initialized[c, a, q] and (wins[c, a, q] > wins[c, a, p]
+                                                or (wins[c, a, q] == wins[c, a, p] and q < p)):
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FAST_MATH)
-def judgment_score(x, category, centroids, initialized, alpha, tau, logits, probs, action, confidence,
-                   min_confidence):  # pragma: no cover - compiled
-    """Batched scoring of JudgmentMemory into preallocated outputs (no learning)."""
+def judgment_score(x, category, centroids, initialized, wins, support, alpha, tau, logits, probs, action,
+                   confidence, min_confidence):  # pragma: no cover
+    """Batched scoring of JudgmentMemory into preallocated outputs (no learning).
+
+    ``centroids`` is (C, A, P, K): an action's logit is that of its nearest scoring prototype.
+    """
     n_decisions, n_factors = x.shape
-    n_actions = centroids.shape[1]
+    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
     tau32 = np.float32(tau)
     for b in range(n_decisions):
         c = category[b]
         best = -1
         best_logit = _NEG_INF
         for a in range(n_actions):
-            d = np.float32(0.0)
-            for k in range(n_factors):
-                diff = x[b, k] - centroids[c, a, k]
-                d += alpha[c, k] * (diff * diff)
-            if initialized[c, a]:
+            logit_a = _NEG_INF
+            for p in range(n_slots):
+                if not _scores(initialized, wins, c, a, p, support):
+                    continue
+                d = np.float32(0.0)
+                for k in range(n_factors):
+                    diff = x[b, k] - centroids[c, a, p, k]
+                    d += alpha[c, k] * (diff * diff)
                 logit = -d / tau32
-                logits[b, a] = logit
-                if logit > best_logit:
-                    best_logit = logit
-                    best = a
-            else:
-                logits[b, a] = _NEG_INF
+                if logit > logit_a:
+                    logit_a = logit
+            logits[b, a] = logit_a
+            if logit_a > best_logit:
+                best_logit = logit_a
+                best = a
         _finish_softmax(b, best, best_logit, logits, probs, action, confidence, min_confidence)
 
 
@@ -81,13 +104,14 @@ NOT_FINITE = -2  # judgment_score_one's answer to a NaN or Inf factor
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_confidence):  # pragma: no cover
+def judgment_score_one(x, c, centroids, initialized, wins, support, criterion_logits, tau,
+                       min_confidence):  # pragma: no cover
     """One decision, no allocation: returns (action, or -1 to abstain, or NOT_FINITE; confidence).
 
     The attention ``K * softmax(criterion_logits[c])`` is computed here, from the live
     parameter, so no cached copy can go stale.
     """
-    n_actions, n_factors = centroids.shape[1], centroids.shape[2]
+    n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
     for k in range(n_factors):
         if not math.isfinite(x[k]):
             return NOT_FINITE, 0.0
@@ -106,11 +130,15 @@ def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_
     best_logit = _NEG_INF
     logits = np.empty(n_actions, np.float32)
     for a in range(n_actions):
-        d = np.float32(0.0)
-        for k in range(n_factors):
-            diff = x[k] - centroids[c, a, k]
-            d += alpha[k] * (diff * diff)
-        logits[a] = -d / tau32 if initialized[c, a] else _NEG_INF
+        logits[a] = _NEG_INF
+        for p in range(n_slots):
+            if not _scores(initialized, wins, c, a, p, support):
+                continue
+            d = np.float32(0.0)
+            for k in range(n_factors):
+                diff = x[k] - centroids[c, a, p, k]
+                d += alpha[k] * (diff * diff)
+            logits[a] = max(logits[a], -d / tau32)
         if logits[a] > best_logit:
             best_logit = logits[a]
             best = a
@@ -126,30 +154,43 @@ def judgment_score_one(x, c, centroids, initialized, criterion_logits, tau, min_
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def judgment_loop(centroids, initialized, counts, alpha, x, category, action, confirmed, has_confirmed, skip,
+def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, action, confirmed, has_confirmed, skip,
                   tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
-                  push_rate, min_confidence,
+                  push_rate, min_confidence, spawn_threshold, spawn_support, win_decay,
                   adaptive, shadow, statistic, evidence, following, accuracy, shadow_eta, promotion_threshold,
                   evidence_clip, evidence_allowance, accuracy_rate_slow, accuracy_rate_fast, recovery_margin,
-                  logits, probs, out_action, confidence, sq_diff,
-                  applied, gated, skipped, first_touch, eta_out, displacement, promoted,
-                  promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+                  logits, probs, out_action, confidence, sq_diff, nearest,
+                  applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned,
+                  recycled, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
     """Score-before-learn over a batch in stream order, mutating the state in place.
 
+    The state has P prototype slots per (category, action): ``centroids`` (C, A, P, K),
+    ``initialized`` (C, A, P) (the slot is in use), ``counts`` (C, A, P) and ``wins`` (C, A, P),
+    each prototype's recent wins (read only when P > 1). An action scores with its nearest
+    scoring prototype (:func:`_scores`); ``nearest[b, a]`` is that slot (-1: none), and
+    ``sq_diff[b, a]`` its squared differences (slot 0's when the action has none).
+
+    Learning moves the verified action's nearest prototype in use (unweighted L2, the gate's
+    distance) with the gated rule. When P > 1 and that distance exceeds ``spawn_threshold``,
+    the decision instead starts a new prototype in a free slot, or in the slot with the fewest
+    wins when all are in use (``recycled``). Each applied decision decays the wins of its
+    action's prototypes by ``1 - win_decay`` and adds 1 to the one it taught (``prototype``).
+
     With ``adaptive`` (``drift_mode='adaptive'``, see ``docs/drift.md``) a verified decision
-    whose action has a prototype is first weighed as evidence: ``e = clip(shadow logit - prototype
-    logit of the verified action, +-evidence_clip) - evidence_allowance`` feeds the category's
-    CUSUM ``statistic`` (floored at 0), and ``evidence[c] = [closer to the shadow, not closer]``
-    counts the decisions of the current run (since the statistic last stood at 0).
-    ``accuracy[c] = [slow, fast]`` are moving averages of the prototypes' correctness; a
-    category that is ``following`` a change learns at ``shadow_eta`` without the gate until
-    the fast average is back within ``recovery_margin`` of the slow one
-    (frozen meanwhile). After learning (the shadow at ``shadow_eta``, ungated), a statistic above
-    ``promotion_threshold`` copies the category's shadows into its prototypes, starts following,
-    records the evidence in ``promo_*`` and resets the test.
+    that moves an existing prototype is first weighed as evidence: ``e = clip(shadow logit -
+    prototype logit, +-evidence_clip) - evidence_allowance`` (the taught prototype and its
+    shadow) feeds the category's CUSUM ``statistic`` (floored at 0), and ``evidence[c] =
+    [closer to the shadow, not closer]`` counts the decisions of the current run (since the
+    statistic last stood at 0). ``accuracy[c] = [slow, fast]`` are moving averages of the
+    prototypes' correctness; a category that is ``following`` a change learns at ``shadow_eta``
+    without the gate until the fast average is back within ``recovery_margin`` of the slow one
+    (frozen meanwhile). After learning (the shadow at ``shadow_eta``, ungated; set to ``x``
+    with a new prototype), a statistic above ``promotion_threshold`` copies the category's
+    shadows into its prototypes, starts following, records the evidence in ``promo_*`` and
+    resets the test.
     """
     n_decisions, n_factors = x.shape
-    n_actions = centroids.shape[1]
+    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
     tau32 = np.float32(tau)
     eta_c32 = np.float32(eta_confirmed)
     eta_o32 = np.float32(eta_override)
@@ -158,26 +199,44 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
     low32 = np.float32(clip_low)
     high32 = np.float32(clip_high)
     shadow_eta32 = np.float32(shadow_eta)
+    keep32 = np.float32(1.0) - np.float32(win_decay)
     for b in range(n_decisions):
         c = category[b]
         # -- score with the state left by decisions 0..b-1
         best = -1
         best_logit = _NEG_INF
         for a in range(n_actions):
-            d = np.float32(0.0)
-            for k in range(n_factors):
-                diff = x[b, k] - centroids[c, a, k]
-                sq = diff * diff
-                sq_diff[b, a, k] = sq
-                d += alpha[c, k] * sq
-            if initialized[c, a]:
-                logit = -d / tau32
-                logits[b, a] = logit
-                if logit > best_logit:
-                    best_logit = logit
-                    best = a
+            if n_slots == 1:  # the original design: one prototype, squared differences kept as computed
+                d = np.float32(0.0)
+                for k in range(n_factors):
+                    diff = x[b, k] - centroids[c, a, 0, k]
+                    sq = diff * diff
+                    sq_diff[b, a, k] = sq
+                    d += alpha[c, k] * sq
+                logit_a = -d / tau32 if initialized[c, a, 0] else _NEG_INF
+                nearest[b, a] = 0 if initialized[c, a, 0] else -1
             else:
-                logits[b, a] = _NEG_INF
+                logit_a = _NEG_INF
+                near = -1
+                for p in range(n_slots):
+                    if not _scores(initialized, wins, c, a, p, spawn_support):
+                        continue
+                    d = np.float32(0.0)
+                    for k in range(n_factors):
+                        diff = x[b, k] - centroids[c, a, p, k]
+                        d += alpha[c, k] * (diff * diff)
+                    if -d / tau32 > logit_a:
+                        logit_a = -d / tau32
+                        near = p
+                nearest[b, a] = near
+                row = max(near, 0)
+                for k in range(n_factors):
+                    diff = x[b, k] - centroids[c, a, row, k]
+                    sq_diff[b, a, k] = diff * diff
+            logits[b, a] = logit_a
+            if logit_a > best_logit:
+                best_logit = logit_a
+                best = a
         _finish_softmax(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
         recommended = out_action[b]
         # -- learn
@@ -187,25 +246,73 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
         a = action[b]
         is_confirmed = confirmed[b] if has_confirmed else recommended == a
         eta = eta_c32 if is_confirmed else eta_o32
+        # the prototype this decision teaches: the nearest in use, by the gate's unweighted distance
+        target = -1
+        disp = np.float32(0.0)
+        if n_slots == 1:
+            if initialized[c, a, 0]:
+                target = 0
+                total = np.float32(0.0)
+                for k in range(n_factors):
+                    total += sq_diff[b, a, k]
+                disp = np.float32(math.sqrt(total))
+        else:
+            closest = np.float32(np.inf)
+            for p in range(n_slots):
+                if initialized[c, a, p]:
+                    total = np.float32(0.0)
+                    for k in range(n_factors):
+                        diff = x[b, k] - centroids[c, a, p, k]
+                        total += diff * diff
+                    if total < closest:
+                        closest = total
+                        target = p
+            if target >= 0:
+                disp = np.float32(math.sqrt(closest))
+        spawn = target >= 0 and n_slots > 1 and disp > spawn_threshold
         follow = False
-        if adaptive and initialized[c, a]:
-            follow = _weigh_evidence(b, c, a, best, x, alpha, tau32, logits, shadow, statistic, evidence, following,
-                                     accuracy, evidence_clip, evidence_allowance, accuracy_rate_slow,
-                                     accuracy_rate_fast, recovery_margin)
-        if not initialized[c, a]:
+        if adaptive and target >= 0 and not spawn:
+            if n_slots == 1:
+                proto_logit = logits[b, a]
+            else:
+                d = np.float32(0.0)
+                for k in range(n_factors):
+                    diff = x[b, k] - centroids[c, a, target, k]
+                    d += alpha[c, k] * (diff * diff)
+                proto_logit = -d / tau32
+            follow = _weigh_evidence(b, c, a, target, best, proto_logit, x, alpha, tau32, shadow, statistic,
+                                     evidence, following, accuracy, evidence_clip, evidence_allowance,
+                                     accuracy_rate_slow, accuracy_rate_fast, recovery_margin)
+        fresh = target < 0 or spawn  # the decision starts a prototype: it is set to x
+        if target < 0:
+            target = 0
+            first_touch[b] = True
+        elif spawn:
+            displacement[b] = disp
+            spawned[b] = True
+            free = -1
+            for p in range(n_slots):
+                if not initialized[c, a, p]:
+                    free = p
+                    break
+            if free < 0:  # every slot in use: recycle the one with the fewest recent wins
+                free = 0
+                for p in range(1, n_slots):
+                    if wins[c, a, p] < wins[c, a, free]:
+                        free = p
+                recycled[b] = True
+            target = free
+            counts[c, a, target] = 0
+            wins[c, a, target] = 0.0
+        if fresh:
             for k in range(n_factors):
                 value = x[b, k]
                 if do_clip:
                     value = min(max(value, low32), high32)
-                centroids[c, a, k] = value
-            initialized[c, a] = True
-            first_touch[b] = True
+                centroids[c, a, target, k] = value
+            initialized[c, a, target] = True
             eta = np.float32(1.0)
         else:
-            total = np.float32(0.0)
-            for k in range(n_factors):
-                total += sq_diff[b, a, k]
-            disp = np.float32(math.sqrt(total))
             displacement[b] = disp
             if follow:
                 eta = shadow_eta32
@@ -213,35 +320,41 @@ def judgment_loop(centroids, initialized, counts, alpha, x, category, action, co
                 eta = eta * damping32
                 gated[b] = True
             for k in range(n_factors):
-                value = centroids[c, a, k] + eta * (x[b, k] - centroids[c, a, k])
+                value = centroids[c, a, target, k] + eta * (x[b, k] - centroids[c, a, target, k])
                 if do_clip:
                     value = min(max(value, low32), high32)
-                centroids[c, a, k] = value
-        counts[c, a] += 1
+                centroids[c, a, target, k] = value
+        counts[c, a, target] += 1
+        if n_slots > 1:
+            for p in range(n_slots):
+                wins[c, a, p] *= keep32
+            wins[c, a, target] += np.float32(1.0)
         applied[b] = True
         eta_out[b] = eta
+        prototype[b] = target
         if push32 > 0 and not is_confirmed and recommended >= 0 and recommended != a:
+            r = nearest[b, recommended]
             for k in range(n_factors):
-                value = centroids[c, recommended, k] - push32 * (x[b, k] - centroids[c, recommended, k])
+                value = centroids[c, recommended, r, k] - push32 * (x[b, k] - centroids[c, recommended, r, k])
                 if do_clip:
                     value = min(max(value, low32), high32)
-                centroids[c, recommended, k] = value
+                centroids[c, recommended, r, k] = value
         if adaptive:
-            _shadow_and_promotion(b, c, a, x, centroids, initialized, shadow, statistic, evidence, following,
-                                  accuracy, first_touch[b], shadow_eta32, promotion_threshold, do_clip, low32,
+            _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence,
+                                  following, accuracy, shadow_eta32, promotion_threshold, do_clip, low32,
                                   high32, promoted, promo_statistic, promo_evidence, promo_shift)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
-def _weigh_evidence(b, c, a, best, x, alpha, tau32, logits, shadow, statistic, evidence, following, accuracy,
-                    evidence_clip, evidence_allowance, rate_slow, rate_fast, margin):  # pragma: no cover
+def _weigh_evidence(b, c, a, p, best, proto_logit, x, alpha, tau32, shadow, statistic, evidence, following,
+                    accuracy, evidence_clip, evidence_allowance, rate_slow, rate_fast, margin):  # pragma: no cover
     """The change test and the following state for one verified decision; returns "follow"."""
     n_factors = x.shape[1]
     d = np.float32(0.0)
     for k in range(n_factors):
-        diff = x[b, k] - shadow[c, a, k]
+        diff = x[b, k] - shadow[c, a, p, k]
         d += alpha[c, k] * (diff * diff)
-    gap = -d / tau32 - logits[b, a]  # shadow logit minus prototype logit of the verified action
+    gap = -d / tau32 - proto_logit  # shadow logit minus prototype logit of the verified action
     clip32 = np.float32(evidence_clip)
     e = min(max(gap, -clip32), clip32) - np.float32(evidence_allowance)
     statistic[c] = max(np.float32(0.0), statistic[c] + e)
@@ -263,31 +376,32 @@ def _weigh_evidence(b, c, a, best, x, alpha, tau32, logits, shadow, statistic, e
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
-def _shadow_and_promotion(b, c, a, x, centroids, initialized, shadow, statistic, evidence, following, accuracy,
-                          first_touch, shadow_eta32, promotion_threshold, do_clip, low32, high32,
+def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence, following,
+                          accuracy, shadow_eta32, promotion_threshold, do_clip, low32, high32,
                           promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
-    """Move the shadow of the verified action (undamped) and promote the category's shadows when due."""
-    n_actions, n_factors = centroids.shape[1], centroids.shape[2]
+    """Move the shadow of the taught prototype (undamped) and promote the category's shadows when due."""
+    n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
     for k in range(n_factors):
-        if first_touch:
+        if fresh:
             value = x[b, k]
         else:
-            value = shadow[c, a, k] + shadow_eta32 * (x[b, k] - shadow[c, a, k])
+            value = shadow[c, a, target, k] + shadow_eta32 * (x[b, k] - shadow[c, a, target, k])
         if do_clip:
             value = min(max(value, low32), high32)
-        shadow[c, a, k] = value
+        shadow[c, a, target, k] = value
     if statistic[c] > promotion_threshold:
         moved = np.float32(0.0)
         n_moved = 0
         for j in range(n_actions):
-            if initialized[c, j]:
-                total = np.float32(0.0)
-                for k in range(n_factors):
-                    diff = shadow[c, j, k] - centroids[c, j, k]
-                    total += diff * diff
-                    centroids[c, j, k] = shadow[c, j, k]
-                moved += np.float32(math.sqrt(total))
-                n_moved += 1
+            for p in range(n_slots):
+                if initialized[c, j, p]:
+                    total = np.float32(0.0)
+                    for k in range(n_factors):
+                        diff = shadow[c, j, p, k] - centroids[c, j, p, k]
+                        total += diff * diff
+                        centroids[c, j, p, k] = shadow[c, j, p, k]
+                    moved += np.float32(math.sqrt(total))
+                    n_moved += 1
         promoted[b] = True
         promo_statistic[b] = statistic[c]
         promo_evidence[b, 0] = evidence[c, 0]

@@ -43,12 +43,16 @@ class JudgmentRule(NamedTuple):
     accuracy_rate_slow: float = 0.02  # the category's long-run accuracy (frozen while following)
     accuracy_rate_fast: float = 0.2  # its accuracy since the promotion
     recovery_margin: float = 0.05  # following stops when fast >= slow - margin
+    # prototypes=P > 1 (several prototypes per category and action)
+    spawn_threshold: float = 0.5  # unweighted L2 beyond which a decision starts a new prototype
+    spawn_support: float = 2.0  # recent wins a prototype needs to score (its action's best always does)
+    win_decay: float = 0.05  # per decision of the action: wins remember about the last 1 / 0.05 = 20
 
 
 class AdaptiveState(NamedTuple):
     """The state of ``drift_mode='adaptive'``, as CPU tensors updated in place."""
 
-    shadow: Tensor  # (C, A, K) float32 shadow prototypes
+    shadow: Tensor  # (C, A, P, K) float32 shadow prototypes
     statistic: Tensor  # (C,) float32 CUSUM statistic per category
     evidence: Tensor  # (C, 2) int64 [closer to the shadow, not closer] in the test's current run
     following: Tensor  # (C,) bool, the category is following a change (fast, ungated learning)
@@ -59,7 +63,8 @@ def _empty_events(n: int) -> LearnEvents:
     def flags() -> Tensor:
         return torch.zeros(n, dtype=torch.bool)
 
-    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags())
+    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags(),
+                       torch.full((n,), -1, dtype=torch.int64), flags(), flags())
 
 
 def _promotions(events: LearnEvents, category: Tensor, statistic: Tensor, evidence: Tensor,
@@ -71,9 +76,10 @@ def _promotions(events: LearnEvents, category: Tensor, statistic: Tensor, eviden
 
 
 def judgment_prequential(
-    centroids: Tensor,  # (C, A, K) float32, updated in place
-    initialized: Tensor,  # (C, A) bool, updated in place
-    counts: Tensor,  # (C, A) int64, updated in place
+    centroids: Tensor,  # (C, A, P, K) float32, updated in place
+    initialized: Tensor,  # (C, A, P) bool, updated in place
+    counts: Tensor,  # (C, A, P) int64, updated in place
+    wins: Tensor,  # (C, A, P) float32 recent wins, updated in place (unused when P = 1)
     alpha: Tensor,  # (C, K) float32 attention weights
     x: Tensor,  # (B, K) float32
     category: Tensor,  # (B,) int64
@@ -86,11 +92,12 @@ def judgment_prequential(
 ) -> tuple[StreamStep, PromotionLog]:
     """Score-before-learn over a batch of decisions, in stream order.
 
-    Returns the step and the promotions it made (``step`` = position in the batch; empty
-    unless ``adaptive`` is given).
+    The state has a prototype-slot dimension P (one slot: the original design; the module
+    passes its (C, A, K) buffers as views with P = 1). Returns the step and the promotions it
+    made (``step`` = position in the batch; empty unless ``adaptive`` is given).
     """
     if backend == "reference":
-        return judgment_prequential_reference(centroids, initialized, counts, alpha, x, category, action,
+        return judgment_prequential_reference(centroids, initialized, counts, wins, alpha, x, category, action,
                                               confirmed, skip, rule, adaptive)
     n, n_factors = x.shape
     n_actions = centroids.shape[1]
@@ -99,6 +106,7 @@ def judgment_prequential(
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
     sq_diff = torch.empty(n, n_actions, n_factors)
+    nearest = torch.empty(n, n_actions, dtype=torch.int64)
     events = _empty_events(n)
     has_confirmed = confirmed is not None
     confirmed_np = (skip if confirmed is None else confirmed).numpy()  # unread when not has_confirmed
@@ -106,41 +114,53 @@ def judgment_prequential(
     state = adaptive if adaptive is not None else _NO_ADAPTIVE
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
     _kernels.judgment_loop(
-        centroids.numpy(), initialized.numpy(), counts.numpy(), alpha.numpy(),
+        centroids.numpy(), initialized.numpy(), counts.numpy(), wins.numpy(), alpha.numpy(),
         x.numpy(), category.numpy(), action.numpy(), confirmed_np, has_confirmed, skip.numpy(),
         rule.tau, rule.eta_confirmed, rule.eta_override, rule.drift_threshold, rule.gate_damping,
         clip_low, clip_high, rule.clip is not None, rule.push_rate, rule.min_confidence,
+        rule.spawn_threshold, rule.spawn_support, rule.win_decay,
         adaptive is not None, state.shadow.numpy(), state.statistic.numpy(), state.evidence.numpy(),
         state.following.numpy(), state.accuracy.numpy(), rule.shadow_eta, rule.promotion_threshold,
         rule.evidence_clip, rule.evidence_allowance, rule.accuracy_rate_slow, rule.accuracy_rate_fast,
         rule.recovery_margin,
-        logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(),
-        events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
-        events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(),
+        logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(), nearest.numpy(),
+        *(field.numpy() for field in events),
         promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
     )
-    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 
 
 # placeholders the kernel never reads when drift_mode='seed' (one set of types: one compilation)
-_NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64),
+_NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64),
                              torch.zeros(1, dtype=torch.bool), torch.zeros(1, 2))
 
 
-def judgment_prequential_reference(centroids, initialized, counts, alpha, x, category, action, confirmed, skip,
-                                   rule: JudgmentRule,
+def scoring_mask(initialized: Tensor, wins: Tensor, support: float) -> Tensor:
+    """(..., P) bool: the prototypes that take part in scoring, from the occupancy mask and the
+    recent wins (both (..., P)): in use, and either ``wins >= support`` or the most wins of its
+    action (ties: the lowest slot). With one slot, the occupancy mask itself."""
+    if initialized.shape[-1] == 1:
+        return initialized
+    ranked = torch.where(initialized, wins, float("-inf"))
+    top = torch.zeros_like(initialized).scatter_(-1, ranked.argmax(-1, keepdim=True), True)  # first maximum
+    return initialized & ((wins >= support) | top)
+
+
+def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, x, category, action, confirmed,
+                                   skip, rule: JudgmentRule,
                                    adaptive: AdaptiveState | None = None) -> tuple[StreamStep, PromotionLog]:
     """The same loop as :func:`judgment_prequential`, one decision at a time in plain torch."""
     n, n_factors = x.shape
-    n_actions = centroids.shape[1]
+    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
     tau = torch.tensor(rule.tau, dtype=torch.float32)
     logits = torch.empty(n, n_actions)
     probs = torch.empty(n, n_actions)
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
     sq_diff = torch.empty(n, n_actions, n_factors)
-    applied, gated, skipped, first_touch, eta_out, displacement, promoted = _empty_events(n)
+    nearest = torch.empty(n, n_actions, dtype=torch.int64)
+    events = _empty_events(n)
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
 
     def f32(value: float) -> Tensor:
@@ -151,11 +171,15 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
 
     for b in range(n):
         c, a = int(category[b]), int(action[b])
-        sq = (x[b] - centroids[c]) ** 2  # (A, K)
-        sq_diff[b] = sq
-        logits[b] = torch.where(initialized[c], -(sq * alpha[c]).sum(-1) / tau, float("-inf"))
+        sq = (x[b] - centroids[c]) ** 2  # (A, P, K)
+        scores = scoring_mask(initialized[c], wins[c], rule.spawn_support)  # (A, P)
+        slot_logits = torch.where(scores, -(sq * alpha[c]).sum(-1) / tau, float("-inf"))  # (A, P)
+        logits[b], near = slot_logits.max(-1)  # the first maximum: the lowest slot on a tie
+        nearest[b] = torch.where(scores.any(-1), near, -1)
+        sq_diff[b] = sq[torch.arange(n_actions), nearest[b].clamp(min=0)]
+        available = scores.any(-1)
         recommended = -1
-        if initialized[c].any():
+        if available.any():
             probs[b] = torch.softmax(logits[b], dim=0)
             best = int(logits[b].argmax())
             if float(probs[b, best]) >= rule.min_confidence:  # compared in float64, like the kernels
@@ -164,17 +188,26 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             probs[b] = 0.0
         out_action[b] = recommended
         confidence[b] = probs[b, recommended] if recommended >= 0 else 0.0
-        best = int(logits[b].argmax()) if initialized[c].any() else -1  # before the min_confidence test
+        best = int(logits[b].argmax()) if available.any() else -1  # before the min_confidence test
         if skip[b]:
-            skipped[b] = True
+            events.skipped[b] = True
             continue
         is_confirmed = bool(confirmed[b]) if confirmed is not None else recommended == a
         eta = torch.tensor(rule.eta_confirmed if is_confirmed else rule.eta_override, dtype=torch.float32)
+        # the prototype this decision teaches: the nearest in use by the gate's unweighted distance
+        in_use = initialized[c, a].nonzero().squeeze(-1)
+        target, disp = -1, f32(0.0)
+        if in_use.numel():
+            distances = sq[a, in_use].sum(-1).sqrt() if n_slots > 1 else sq_diff[b, a].sum().sqrt().view(1)
+            j = int(distances.argmin())
+            target, disp = int(in_use[j]), distances[j]
+        spawn = target >= 0 and n_slots > 1 and float(disp) > rule.spawn_threshold
         follow = False
-        if adaptive is not None and initialized[c, a]:
+        if adaptive is not None and target >= 0 and not spawn:
             shadow, statistic, evidence, following, accuracy = adaptive
             # the change test: is the verified decision closer to the shadow than to the prototype?
-            gap = -((x[b] - shadow[c, a]) ** 2 * alpha[c]).sum() / tau - logits[b, a]
+            proto_logit = logits[b, a] if n_slots == 1 else -(sq[a, target] * alpha[c]).sum() / tau
+            gap = -((x[b] - shadow[c, a, target]) ** 2 * alpha[c]).sum() / tau - proto_logit
             step_evidence = gap.clamp(-rule.evidence_clip, rule.evidence_clip) - f32(rule.evidence_allowance)
             statistic[c] = torch.clamp(statistic[c] + step_evidence, min=0.0)
             if statistic[c] == 0:  # the evidence is that of the current run of the test
@@ -189,44 +222,56 @@ def judgment_prequential_reference(centroids, initialized, counts, alpha, x, cat
             else:
                 accuracy[c, 0] += f32(rule.accuracy_rate_slow) * (right - accuracy[c, 0])
             follow = bool(following[c])
-        if not initialized[c, a]:
-            centroids[c, a] = clip_(x[b].clone())
-            initialized[c, a] = True
-            first_touch[b] = True
+        fresh = target < 0 or spawn
+        if target < 0:
+            target = 0
+            events.initialized[b] = True
+        elif spawn:
+            events.displacement[b], events.spawned[b] = disp, True
+            free = (~initialized[c, a]).nonzero().squeeze(-1)
+            if free.numel():
+                target = int(free[0])
+            else:  # every slot in use: recycle the one with the fewest recent wins (the lowest slot on a tie)
+                target = int(wins[c, a].argmin())
+                events.recycled[b] = True
+            counts[c, a, target], wins[c, a, target] = 0, 0.0
+        if fresh:
+            centroids[c, a, target] = clip_(x[b].clone())
+            initialized[c, a, target] = True
             eta = torch.tensor(1.0)
         else:
-            disp = sq[a].sum().sqrt()
-            displacement[b] = disp
+            events.displacement[b] = disp
             if follow:  # following a detected change: the shadow's rate, no gate
                 eta = f32(rule.shadow_eta)
             elif float(disp) > rule.drift_threshold:  # float32 displacement against the float64 threshold
                 eta = eta * torch.tensor(rule.gate_damping, dtype=torch.float32)
-                gated[b] = True
-            centroids[c, a] = clip_(centroids[c, a] + eta * (x[b] - centroids[c, a]))
-        counts[c, a] += 1
-        applied[b] = True
-        eta_out[b] = eta
+                events.gated[b] = True
+            centroids[c, a, target] = clip_(centroids[c, a, target] + eta * (x[b] - centroids[c, a, target]))
+        counts[c, a, target] += 1
+        if n_slots > 1:
+            wins[c, a] *= f32(1.0) - f32(rule.win_decay)
+            wins[c, a, target] += 1.0
+        events.applied[b], events.eta[b], events.prototype[b] = True, eta, target
         if rule.push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
             push = torch.tensor(rule.push_rate, dtype=torch.float32)
-            r = recommended
-            centroids[c, r] = clip_(centroids[c, r] - push * (x[b] - centroids[c, r]))
+            r, p = recommended, int(nearest[b, recommended])
+            centroids[c, r, p] = clip_(centroids[c, r, p] - push * (x[b] - centroids[c, r, p]))
         if adaptive is None:
             continue
         shadow, statistic, evidence, following, accuracy = adaptive
-        if first_touch[b]:
-            shadow[c, a] = clip_(x[b].clone())
+        if fresh:
+            shadow[c, a, target] = clip_(x[b].clone())
         else:
-            shadow[c, a] = clip_(shadow[c, a] + f32(rule.shadow_eta) * (x[b] - shadow[c, a]))
+            shadow[c, a, target] = clip_(shadow[c, a, target] + f32(rule.shadow_eta) * (x[b] - shadow[c, a, target]))
         if float(statistic[c]) > rule.promotion_threshold:
             live = initialized[c]
-            promo_shift[b] = (shadow[c, live] - centroids[c, live]).pow(2).sum(-1).sqrt().mean()
+            promo_shift[b] = (shadow[c][live] - centroids[c][live]).pow(2).sum(-1).sqrt().mean()
             promo_statistic[b], promo_evidence[b] = statistic[c], evidence[c]
-            centroids[c, live] = shadow[c, live]
-            promoted[b] = True
+            centroids[c][live] = shadow[c][live]
+            events.promoted[b] = True
             statistic[c], evidence[c] = 0.0, 0
             following[c], accuracy[c, 1] = True, 0.0
-    events = LearnEvents(applied, gated, skipped, first_touch, eta_out, displacement, promoted)
-    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 
 

@@ -57,6 +57,18 @@ class JudgmentMemory(DecisionMemory):
     of an action the same way, so the shadow ends up closer and the test fires; outliers are
     far and scattered, they drag a shadow away from the next decisions, and the test falls.
     The default ``'seed'`` is the original rule, bit for bit.
+
+    ``prototypes=P`` keeps up to P prototypes per category and action, for actions whose
+    decisions form several clouds (``docs/prototypes.md``). An action scores with its nearest
+    prototype (the minimum distance: probabilities stay a softmax over actions). A verified
+    decision teaches the nearest prototype of its action (unweighted L2, the gate's distance)
+    with the gated rule, or, when it lies farther than ``spawn_threshold`` from all of them,
+    starts a new one: in a free slot, or in the slot of the prototype with the fewest recent
+    wins (decisions taught, decayed by 5% per decision of the action), logged as *recycled*.
+    A new prototype scores once it has ``spawn_support`` recent wins, so one mislabelled
+    decision cannot plant a prototype in another action's cloud; the action's most-won
+    prototype always scores. ``prototypes=1`` is the original design, bit for bit, with the
+    original (C, A, K) buffers.
     The attention logits :math:`\ell` are the only parameters; they are trained by gradient
     (see :meth:`attention_logits`), while the prototypes are buffers and get no gradient.
 
@@ -81,6 +93,10 @@ class JudgmentMemory(DecisionMemory):
         promotion_threshold: CUSUM threshold of the change test, in nats (``'adaptive'``
             only). Default: ``log(20)``, about 3.0: at least 4 consecutive decisions clearly
             closer to the shadows.
+        prototypes: prototype slots per category and action, P >= 1. Default: 1.
+        spawn_threshold: unweighted L2 distance from every prototype of its action beyond
+            which a verified decision starts a new prototype (P > 1 only). Default: 0.5.
+        spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 2.
 
     Shape:
         - x: (B, K) float factors; category, action: (B,) integer indices.
@@ -89,11 +105,14 @@ class JudgmentMemory(DecisionMemory):
 
     Attributes:
         criterion_logits: Parameter (C, K), attention logits, zero at initialisation.
-        centroids: buffer (C, A, K) float32, the prototypes.
-        initialized: buffer (C, A) bool, the prototype exists.
-        counts: buffer (C, A) int64, updates applied to each prototype.
+        centroids: buffer (C, A, K) float32, the prototypes; (C, A, P, K) when P > 1.
+        initialized: buffer (C, A) bool, the prototype exists; (C, A, P) when P > 1 (the
+            occupancy mask: the slot is in use).
+        counts: buffer (C, A) int64, updates applied to each prototype; (C, A, P) when P > 1
+            (since the slot was last filled).
+        wins: buffer (C, A, P) float32, each prototype's recent wins (P > 1 only).
         num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
-        shadow_centroids: buffer (C, A, K) float32, the shadow prototypes (``'adaptive'`` only).
+        shadow_centroids: buffer shaped like ``centroids``, the shadow prototypes (``'adaptive'`` only).
         promotion_statistic: buffer (C,) float32, each category's CUSUM statistic (``'adaptive'`` only).
         promotion_evidence: buffer (C, 2) int64, verified decisions closer to the shadow of
             their action than to its prototype, and the others, in the current run of the test
@@ -122,6 +141,7 @@ class JudgmentMemory(DecisionMemory):
     centroids: Tensor
     initialized: Tensor
     counts: Tensor
+    wins: Tensor
     num_decisions: Tensor
     shadow_centroids: Tensor
     promotion_statistic: Tensor
@@ -133,7 +153,8 @@ class JudgmentMemory(DecisionMemory):
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
                  min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
-                 promotion_threshold: float = math.log(20.0)) -> None:
+                 promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
+                 spawn_support: float = 2.0) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
@@ -153,14 +174,20 @@ class JudgmentMemory(DecisionMemory):
         self.shadow_eta = check.check_real("shadow_eta", shadow_eta, low=0.0, high=1.0, low_open=True)
         self.promotion_threshold = check.check_real("promotion_threshold", promotion_threshold, low=0.0,
                                                     low_open=True)
+        self.prototypes = check.check_int("prototypes", prototypes, low=1)
+        self.spawn_threshold = check.check_real("spawn_threshold", spawn_threshold, low=0.0)
+        self.spawn_support = check.check_real("spawn_support", spawn_support, low=0.0)
         n_categories, n_actions = len(self.category_names), len(self.action_names)
+        cells = (n_categories, n_actions) if self.prototypes == 1 else (n_categories, n_actions, self.prototypes)
         self.criterion_logits = nn.Parameter(torch.zeros(n_categories, self.n_factors))
-        self.register_buffer("centroids", torch.zeros(n_categories, n_actions, self.n_factors))
-        self.register_buffer("initialized", torch.zeros(n_categories, n_actions, dtype=torch.bool))
-        self.register_buffer("counts", torch.zeros(n_categories, n_actions, dtype=torch.int64))
+        self.register_buffer("centroids", torch.zeros(*cells, self.n_factors))
+        self.register_buffer("initialized", torch.zeros(cells, dtype=torch.bool))
+        self.register_buffer("counts", torch.zeros(cells, dtype=torch.int64))
+        if self.prototypes > 1:
+            self.register_buffer("wins", torch.zeros(cells))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
         if drift_mode == "adaptive":
-            self.register_buffer("shadow_centroids", torch.zeros(n_categories, n_actions, self.n_factors))
+            self.register_buffer("shadow_centroids", torch.zeros(*cells, self.n_factors))
             self.register_buffer("promotion_statistic", torch.zeros(n_categories))
             self.register_buffer("promotion_evidence", torch.zeros(n_categories, 2, dtype=torch.int64))
             self.register_buffer("following", torch.zeros(n_categories, dtype=torch.bool))
@@ -188,7 +215,23 @@ class JudgmentMemory(DecisionMemory):
         """The learning rule's hyperparameters, as passed to the engine."""
         return engine.JudgmentRule(self.tau, self.eta_confirmed, self.eta_override, self.drift_threshold,
                                    self.gate_damping, self.clip, self.push_rate, self.min_confidence,
-                                   self.shadow_eta, self.promotion_threshold)
+                                   self.shadow_eta, self.promotion_threshold,
+                                   spawn_threshold=self.spawn_threshold, spawn_support=self.spawn_support)
+
+    def _slots(self, tensor: Tensor) -> Tensor:
+        """A per-prototype buffer with its slot dimension: a (C, A, 1, ...) view when P = 1."""
+        return tensor.unsqueeze(2) if self.prototypes == 1 else tensor
+
+    def _wins(self) -> Tensor:
+        """(C, A, P) recent wins; with one prototype (no ``wins`` buffer) zeros that nothing reads."""
+        if self.prototypes == 1:
+            return torch.zeros(self.initialized.shape + (1,), device=self.initialized.device)
+        return self.wins
+
+    def scoring_mask(self) -> Tensor:
+        """(C, A, P) bool: the prototypes that take part in scoring (in use, and either proven by
+        ``spawn_support`` recent wins or their action's most-won prototype). P = 1: ``initialized``."""
+        return engine.scoring_mask(self._slots(self.initialized), self._wins(), self.spawn_support)
 
     def criterion_attention(self) -> Tensor:
         """(C, K) attention weights ``K * softmax(criterion_logits)``; all ones at initialisation."""
@@ -209,9 +252,26 @@ class JudgmentMemory(DecisionMemory):
         if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
                 and not torch.compiler.is_compiling()):
             return self._score_compiled(x, category, alpha)
-        sq_diff = F.squared_differences(x.to(self.centroids.dtype), self.centroids[category])  # (B, A, K)
-        logits = F.prototype_logits(sq_diff, alpha[category], self.initialized[category], self.tau)
+        if self.prototypes == 1:
+            sq_diff = F.squared_differences(x.to(self.centroids.dtype), self.centroids[category])  # (B, A, K)
+            logits = F.prototype_logits(sq_diff, alpha[category], self.initialized[category], self.tau)
+        else:
+            logits = self._prototype_logits(x, category, alpha).amax(-1)  # the nearest prototype of each action
         return F.memory_output(logits, self.min_confidence)
+
+    def _prototype_logits(self, x: Tensor, category: Tensor, alpha: Tensor) -> Tensor:
+        """(B, A, P) logits of every prototype slot, ``-inf`` where a slot does not score."""
+        sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category]) ** 2
+        distance = (sq_diff * alpha[category][:, None, None, :]).sum(-1)  # (B, A, P)
+        return (-distance / self.tau).masked_fill(~self.scoring_mask()[category], float("-inf"))
+
+    def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
+        """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
+        prototype), -1 where the action has none. Always 0 or -1 when P = 1."""
+        x, category = self._check_query(x, category)
+        with torch.no_grad():
+            logits = self._prototype_logits(x, category, self.criterion_attention())
+        return torch.where(torch.isfinite(logits).any(-1), logits.argmax(-1), -1)
 
     def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor) -> MemoryOutput:
         n, n_actions = x.shape[0], len(self.action_names)
@@ -219,8 +279,8 @@ class JudgmentMemory(DecisionMemory):
         action, confidence = torch.empty(n, dtype=torch.int64), torch.empty(n)
         _kernels.judgment_score(
             x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
-            self.centroids.contiguous().numpy(), self.initialized.numpy(),
-            alpha.detach().float().contiguous().numpy(), self.tau,
+            self._slots(self.centroids).contiguous().numpy(), self._slots(self.initialized).contiguous().numpy(),
+            self._wins().numpy(), self.spawn_support, alpha.detach().float().contiguous().numpy(), self.tau,
             logits.numpy(), probs.numpy(), action.numpy(), confidence.numpy(), self.min_confidence)
         return MemoryOutput(logits, probs, action, confidence)
 
@@ -244,28 +304,34 @@ class JudgmentMemory(DecisionMemory):
             return super().score_one(factors, category)  # raises the full error message
         if row.shape != (self.n_factors,):
             return super().score_one(factors, category)
-        action, confidence = _kernels.judgment_score_one(row, index, *views, self.tau, self.min_confidence)
+        centroids, initialized, wins, logits = views
+        action, confidence = _kernels.judgment_score_one(row, index, centroids, initialized, wins, self.spawn_support,
+                                                         logits, self.tau, self.min_confidence)
         if action == _kernels.NOT_FINITE:
             return super().score_one(factors, category)
         return self._action_name(action), confidence
 
-    def _score_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _score_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """NumPy views of the CPU state for :meth:`score_one`. Views follow in-place writes;
         they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
         # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
         centroids = cast(Tensor, self._buffers["centroids"])
         initialized = cast(Tensor, self._buffers["initialized"])
         logits = cast(Tensor, self._parameters["criterion_logits"])
-        key = (centroids.data_ptr(), initialized.data_ptr(), logits.data_ptr())
+        wins = self._buffers.get("wins")
+        key = (centroids.data_ptr(), initialized.data_ptr(), logits.data_ptr(),
+               None if wins is None else wins.data_ptr())
         cache = self._score_cache
         if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is logits
-                and cache[3] == key):
-            return cache[4]
+                and cache[3] == key and cache[4] is wins):
+            return cache[5]
         if any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous()
-               for t in (centroids, logits)):
+               for t in (centroids, logits, *(() if wins is None else (wins,)))):
             return None
-        views = (centroids.numpy(), initialized.numpy(), logits.detach().numpy())
-        self._score_cache = (centroids, initialized, logits, key, views)
+        slots = self._slots
+        wins_view = np.zeros((1, 1, 1), np.float32) if wins is None else wins.numpy()  # unread when P = 1
+        views = (slots(centroids).numpy(), slots(initialized).numpy(), wins_view, logits.detach().numpy())
+        self._score_cache = (centroids, initialized, logits, key, wins, views)
         return views
 
     def __getstate__(self) -> dict[str, Any]:
@@ -309,25 +375,30 @@ class JudgmentMemory(DecisionMemory):
                             f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
         device = self.centroids.device
         # the kernel works on private CPU copies: a failure can never leave a half-updated memory
-        centroids = self.centroids.detach().to("cpu", torch.float32, copy=True)
-        initialized = self.initialized.to("cpu", copy=True)
-        counts = self.counts.to("cpu", copy=True)
+        slots = self._slots
+        centroids = slots(self.centroids.detach().to("cpu", torch.float32, copy=True))
+        initialized = slots(self.initialized.to("cpu", copy=True))
+        counts = slots(self.counts.to("cpu", copy=True))
+        wins = self._wins().to("cpu", copy=True)
         alpha = self.criterion_attention().detach().to("cpu", torch.float32).contiguous()
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         confirmed = None if confirmed is None else confirmed.to("cpu").contiguous()
         adaptive = None
         if self.drift_mode == "adaptive":
-            adaptive = engine.AdaptiveState(*(t.to("cpu", copy=True) for t in self._adaptive_buffers()))
-        step, promotions = engine.judgment_prequential(centroids, initialized, counts, alpha,
+            buffers = [t.to("cpu", copy=True) for t in self._adaptive_buffers()]
+            adaptive = engine.AdaptiveState(slots(buffers[0]), *buffers[1:])
+        step, promotions = engine.judgment_prequential(centroids, initialized, counts, wins, alpha,
                                                        x.detach().to("cpu", torch.float32).contiguous(), category,
                                                        action, confirmed, skip, self.rule, self.backend, adaptive)
         # the whole batch lands at once, after the loop: a failure above leaves the memory as it was
-        self.centroids.copy_(centroids)
-        self.initialized.copy_(initialized)
-        self.counts.copy_(counts)
+        self.centroids.copy_(centroids.view_as(self.centroids))
+        self.initialized.copy_(initialized.view_as(self.initialized))
+        self.counts.copy_(counts.view_as(self.counts))
+        if self.prototypes > 1:
+            self.wins.copy_(wins)
         if adaptive is not None:
             for mine, learned in zip(self._adaptive_buffers(), adaptive, strict=True):
-                mine.copy_(learned)
+                mine.copy_(learned.view_as(mine))
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         self._record_gate_events(first, category, action, step.events)
@@ -397,12 +468,15 @@ class JudgmentMemory(DecisionMemory):
                 f"eta_override={self.eta_override}, drift_threshold={self.drift_threshold}, "
                 f"gate_damping={self.gate_damping}, clip={self.clip}, push_rate={self.push_rate}, "
                 f"min_confidence={self.min_confidence}, drift_mode={self.drift_mode!r}"
+                + (f", prototypes={self.prototypes}, spawn_threshold={self.spawn_threshold}, "
+                   f"spawn_support={self.spawn_support}" if self.prototypes > 1 else "")
                 + (f", shadow_eta={self.shadow_eta}, promotion_threshold={self.promotion_threshold:.4g}"
                    if self.drift_mode == "adaptive" else ""))
 
     def get_extra_state(self) -> dict[str, Any]:
         state = self._names_state()
         state["drift_mode"] = self.drift_mode
+        state["prototypes"] = self.prototypes
         state["gate_log"] = dict(self.gate_log._asdict())
         if self.drift_mode == "adaptive":
             state["promotion_log"] = dict(self.promotion_log._asdict())
@@ -420,3 +494,7 @@ class JudgmentMemory(DecisionMemory):
         if saved != self.drift_mode:
             raise ValueError(f"state_dict was saved with drift_mode={saved!r} but this memory has "
                              f"drift_mode={self.drift_mode!r}; build the memory with drift_mode={saved!r} to load it")
+        saved = state.get("prototypes", 1)
+        if saved != self.prototypes:
+            raise ValueError(f"state_dict was saved with prototypes={saved} but this memory has "
+                             f"prototypes={self.prototypes}; build the memory with prototypes={saved} to load it")

@@ -117,6 +117,7 @@ class RetrievalMemory(DecisionMemory):
         output = MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
         never = torch.zeros(n, dtype=torch.bool, device=device)
         events = LearnEvents(applied, never, skipped, never.clone(), applied.float(), torch.zeros(n, device=device),
+                             never.clone(), torch.full((n,), -1, dtype=torch.int64, device=device), never.clone(),
                              never.clone())
         return StreamStep(output, events, None)
 

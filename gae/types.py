@@ -42,6 +42,13 @@ class LearnEvents(NamedTuple):
             update; 0 when not applied or on a first touch.
         promoted: (B,) bool. After learning this decision, the shadow prototypes of its
             category replaced the prototypes (``drift_mode='adaptive'``; always False otherwise).
+        prototype: (B,) int64. The prototype slot the decision taught (``prototypes=P``:
+            0..P-1; always 0 with one prototype), -1 when not applied or for memories
+            without prototypes.
+        spawned: (B,) bool. The decision lay farther than ``spawn_threshold`` from every
+            prototype of its action and started a new one (``prototypes > 1``).
+        recycled: (B,) bool. The new prototype took the slot of the one with the fewest
+            recent wins, because all were in use.
     """
 
     applied: Tensor
@@ -51,6 +58,9 @@ class LearnEvents(NamedTuple):
     eta: Tensor
     displacement: Tensor
     promoted: Tensor
+    prototype: Tensor
+    spawned: Tensor
+    recycled: Tensor
 
 
 class StreamStep(NamedTuple):
@@ -61,18 +71,23 @@ class StreamStep(NamedTuple):
         events: the :class:`LearnEvents` of the learning that followed each score.
         sq_diff: (B, A, K) float, the per-criterion squared differences between each
             decision and every prototype of its category at scoring time, or ``None`` for
-            memories without prototypes (:class:`~gae.KNNMemory`).
+            memories without prototypes (:class:`~gae.KNNMemory`). With several prototypes
+            per action (``prototypes=P``), those of each action's nearest scoring prototype.
+        nearest: (B, A) int64, the prototype slot each action scored with (its nearest
+            scoring prototype), -1 where the action had none; ``None`` for memories without
+            prototypes.
     """
 
     output: MemoryOutput
     events: LearnEvents
     sq_diff: Tensor | None
+    nearest: Tensor | None = None
 
     def to(self, device: torch.device | str) -> StreamStep:
         """The same step with every tensor on ``device``."""
         return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
                           LearnEvents(*(t.to(device) for t in self.events)),
-                          None if self.sq_diff is None else self.sq_diff.to(device))
+                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest)))
 
 
 class GateLog(NamedTuple):

@@ -94,10 +94,11 @@ def as_array(prototypes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 
 def torch_online(x, category, action, alpha: torch.Tensor, rule) -> tuple[torch.Tensor, torch.Tensor]:
     """The plain torch reference loop of the engine, on fresh CPU copies of an empty state."""
-    centroids, initialized = torch.zeros(C, A, K), torch.zeros(C, A, dtype=torch.bool)
-    engine.judgment_prequential(centroids, initialized, torch.zeros(C, A, dtype=torch.int64), alpha, x, category,
-                                action, None, torch.zeros(len(x), dtype=torch.bool), rule, backend="reference")
-    return centroids, initialized
+    centroids, initialized = torch.zeros(C, A, 1, K), torch.zeros(C, A, 1, dtype=torch.bool)  # one prototype slot
+    engine.judgment_prequential(centroids, initialized, torch.zeros(C, A, 1, dtype=torch.int64), torch.zeros(C, A, 1),
+                                alpha, x, category, action, None, torch.zeros(len(x), dtype=torch.bool), rule,
+                                backend="reference")
+    return centroids.squeeze(2), initialized.squeeze(2)
 
 
 def learned(x, category, action) -> JudgmentMemory:
