@@ -124,7 +124,9 @@ def judgment_prequential(
         rule.evidence_clip, rule.evidence_allowance, rule.accuracy_rate_slow, rule.accuracy_rate_fast,
         rule.recovery_margin,
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(), nearest.numpy(),
-        *(field.numpy() for field in events),
+        events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
+        events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(), events.prototype.numpy(),
+        events.spawned.numpy(), events.recycled.numpy(),
         promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
     )
     step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest)
