@@ -70,8 +70,11 @@ class DecisionStream(BaseDecisionStream):
     Each category has ``informative`` factors, drawn at random per category (so the attention
     has a different pattern to learn in each), whose prototype values differ between actions
     (uniform in [0, 1] per action); on the other factors every action shares one value (noise
-    factors). A decision draws a category and its ground-truth action uniformly, and its
-    factors as the truth's prototype plus Gaussian noise. The verifier gets it wrong with
+    factors). With ``modes`` M > 1 each action has M prototypes (clusters) per category, drawn
+    alike, so one centroid per action no longer describes it: cluster :math:`j` belongs to action
+    :math:`\lfloor j / M \rfloor` (``cluster // modes``). A decision draws a category, its
+    ground-truth action and (when M > 1) a mode uniformly, and its factors as the prototype of
+    cluster ``truth * M + mode`` plus Gaussian noise. The verifier gets it wrong with
     probability ``label_noise`` (the verified ``action`` is then a different action, drawn
     uniformly: ``overridden``), and a fraction ``uncertain`` of outcomes is uncertain (``skip``).
     ``confirmed`` is -1 (unknown) throughout.
@@ -79,26 +82,30 @@ class DecisionStream(BaseDecisionStream):
     At each ``drift_at`` index the prototypes of the drifting categories change (at once, or
     by linear interpolation over ``drift_duration`` decisions):
 
-    - ``'permute'``: action :math:`a` takes the prototype of action :math:`a + 1 \bmod A` (every action moves);
+    - ``'permute'``: action :math:`a` takes the prototypes (all M) of action :math:`a + 1 \bmod A`
+      (every action moves);
     - ``'redraw'``: fresh random prototypes, same informative factors;
-    - ``'shift'``: each prototype moves by ``drift_shift`` (L2) in a random direction within its
-      category's informative factors, then is clipped to [0, 1] (so noise factors stay shared).
+    - ``'shift'``: each prototype (cluster) moves by ``drift_shift`` (L2) in a random direction
+      within its category's informative factors, then is clipped to [0, 1] (so noise factors stay
+      shared).
 
     A fraction ``outliers`` of decisions are outliers: a factor vector far from every current
-    prototype of its category (the farthest of 16 uniform draws in [0, 1]^K) with a random
+    prototype (cluster) of its category (the farthest of 16 uniform draws in [0, 1]^K) with a random
     action, which is also its ground truth (no memory can predict it). They are listed in
     :attr:`outlier_mask`.
 
     The stream is a function of its arguments only: the same seed gives bit-identical tensors.
     All decision draws come before the drift draws, and those before the outlier draws, so a
     stream with drift equals the one without it up to the first ``drift_at``, and a stream
-    without outliers is the same with or without the argument.
+    without outliers is the same with or without the argument. The mode is drawn only when
+    M > 1, so ``modes=1`` gives the stream of earlier versions, bit for bit.
 
     Args:
         n_decisions: length of the stream.
         categories, actions, factors: counts or lists of names (as in :class:`~gae.JudgmentMemory`).
             Default: 4, 4, 8.
         informative: informative factors per category, in ``[1, K]``. Default: 4.
+        modes: prototypes (clusters) per action and category, M >= 1. Default: 1.
         factor_noise: standard deviation of the Gaussian noise on every factor. Default: 0.1.
         label_noise: probability that the verified action is wrong. Default: 0.1.
         uncertain: probability that the outcome is uncertain (``skip``). Default: 0.05.
@@ -116,8 +123,10 @@ class DecisionStream(BaseDecisionStream):
         id_offset: ids are ``id_offset + index``. Default: 0.
 
     Attributes:
-        prototypes: (D + 1, C, A, K) ground-truth prototypes: ``[0]`` before the first drift,
-            ``[j]`` from ``drift_at[j - 1]`` on.
+        prototypes: (D + 1, C, A * M, K) ground-truth prototypes: ``[0]`` before the first drift,
+            ``[j]`` from ``drift_at[j - 1]`` on; cluster ``j`` belongs to action ``j // modes``
+            (for M = 1, (D + 1, C, A, K): one per action).
+        modes: M, the prototypes per action.
         informative_mask: (C, K) bool, the informative factors of each category.
         outlier_mask: (N,) bool, the decisions that are outliers.
         drift_at: the drift indices, a tuple. drift_categories: the drifting category indices.
@@ -135,10 +144,21 @@ class DecisionStream(BaseDecisionStream):
         (torch.Size([100, 8]), [-1])
         >>> bool((batch.overridden == (batch.action != batch.truth)).all())
         True
+
+    Three modes per action: the nearest cluster in force, mapped to its action, is the ceiling
+    that one centroid per action cannot reach::
+
+        >>> multi = DecisionStream(1000, modes=3, seed=1)
+        >>> multi.modes, tuple(multi.prototypes.shape), tuple(multi.prototypes_in_force().shape)
+        (3, (1, 4, 12, 8), (1000, 12, 8))
+        >>> data = multi.tensors()
+        >>> cluster = ((data.x[:, None, :] - multi.prototypes_in_force()) ** 2).sum(-1).argmin(-1)
+        >>> bool(((cluster // multi.modes) == data.truth).float().mean() > 0.9)
+        True
     """
 
     def __init__(self, n_decisions: int, *, categories: Names = 4, actions: Names = 4, factors: Names = 8,
-                 informative: int = 4, factor_noise: float = 0.1, label_noise: float = 0.1,
+                 informative: int = 4, modes: int = 1, factor_noise: float = 0.1, label_noise: float = 0.1,
                  uncertain: float = 0.05, drift_at: int | list[int] | None = None,
                  drift_categories: list[int | str] | None = None, drift_kind: DriftKind = "permute",
                  drift_shift: float = 0.3, drift_duration: int = 0, outliers: float = 0.0, seed: int = 0,
@@ -151,6 +171,7 @@ class DecisionStream(BaseDecisionStream):
         n_factors = len(factor_names)
         if check.check_int("informative", informative, low=1) > n_factors:
             raise ValueError(f"informative must be in [1, {n_factors}] (the number of factors), got {informative}")
+        self.modes = check.check_int("modes", modes, low=1)
         factor_noise = check.check_real("factor_noise", factor_noise, low=0.0)
         label_noise = check.check_real("label_noise", label_noise, low=0.0, high=1.0)
         if label_noise > 0 and len(action_names) < 2:
@@ -190,7 +211,7 @@ class DecisionStream(BaseDecisionStream):
         # which factors inform each category: the first `informative` of a random permutation
         chosen = torch.rand(n_categories, n_factors, generator=gen).argsort(dim=1)[:, :informative]
         self.informative_mask = torch.zeros(n_categories, n_factors, dtype=torch.bool).scatter_(1, chosen, True)
-        first = self._draw_prototypes(gen, n_actions)
+        first = self._draw_prototypes(gen, n_actions * modes)
         category = torch.randint(n_categories, (n,), generator=gen)
         truth = torch.randint(n_actions, (n,), generator=gen)
         noise = torch.randn(n, n_factors, generator=gen)
@@ -198,6 +219,8 @@ class DecisionStream(BaseDecisionStream):
         # a wrong verdict is another action: truth + 1..A-1 (mod A); max() keeps one action legal
         offset = torch.randint(1, max(n_actions, 2), (n,), generator=gen)
         skip = torch.rand(n, generator=gen) < uncertain
+        # no draw when modes == 1, so such a stream is the one earlier versions drew
+        mode = torch.randint(modes, (n,), generator=gen) if modes > 1 else torch.zeros(n, dtype=torch.int64)
         prototypes = [first]
         for _ in self.drift_at:
             prototypes.append(self._drift(prototypes[-1], gen))
@@ -205,7 +228,7 @@ class DecisionStream(BaseDecisionStream):
 
         index = torch.arange(n)
         period = torch.bucketize(index, torch.tensor(self.drift_at, dtype=torch.int64), right=True)
-        x = self._prototypes_at(index, period, category, truth) + factor_noise * noise
+        x = self._prototypes_at(index, period, category, truth * modes + mode) + factor_noise * noise
         if clip:
             x.clamp_(0.0, 1.0)
         action = torch.where(wrong, (truth + offset) % n_actions, truth)
@@ -232,19 +255,19 @@ class DecisionStream(BaseDecisionStream):
         return tuple(points)
 
     def prototypes_in_force(self) -> Tensor:
-        """(N, A, K): the ground-truth prototypes of each decision's category when it was drawn
-        (during a gradual drift, the blend then in force)."""
+        """(N, A * M, K): the ground-truth prototypes of each decision's category when it was drawn
+        (during a gradual drift, the blend then in force); cluster ``j`` belongs to action ``j // modes``."""
         index = torch.arange(len(self))
         period = torch.bucketize(index, torch.tensor(self.drift_at, dtype=torch.int64), right=True)
         return self._prototypes_at(index, period, self._data.category, slice(None))
 
-    def _prototypes_at(self, index: Tensor, period: Tensor, category: Tensor, action: Tensor | slice) -> Tensor:
-        """The ground-truth prototype in force at each decision: (N, K) for an action per decision,
-        (N, A, K) for ``action=slice(None)``; blended while a gradual drift is under way."""
-        at = self.prototypes[period, category, action]
+    def _prototypes_at(self, index: Tensor, period: Tensor, category: Tensor, cluster: Tensor | slice) -> Tensor:
+        """The ground-truth prototype in force at each decision: (N, K) for a cluster per decision,
+        (N, A * M, K) for ``cluster=slice(None)``; blended while a gradual drift is under way."""
+        at = self.prototypes[period, category, cluster]
         if not self.drift_duration or not self.drift_at:
             return at
-        before = self.prototypes[(period - 1).clamp(min=0), category, action]
+        before = self.prototypes[(period - 1).clamp(min=0), category, cluster]
         start = torch.tensor((0, *self.drift_at))[period]
         weight = ((index - start + 1).double() / self.drift_duration).clamp(max=1.0).float()
         weight = torch.where(period > 0, weight, 1.0)
@@ -257,26 +280,26 @@ class DecisionStream(BaseDecisionStream):
         chosen = torch.rand(n, generator=gen) < rate
         where = chosen.nonzero().squeeze(-1)
         candidates = torch.rand(where.numel(), 16, n_factors, generator=gen)  # 16 candidates per outlier
-        random_action = torch.randint(self.prototypes.shape[2], (where.numel(),), generator=gen)
-        prototypes = self._prototypes_at(index[where], period[where], category[where], slice(None))  # (M, A, K)
-        nearest = torch.cdist(candidates, prototypes).amin(-1)  # (M, 16): distance to the closest prototype
+        random_action = torch.randint(self.prototypes.shape[2] // self.modes, (where.numel(),), generator=gen)
+        prototypes = self._prototypes_at(index[where], period[where], category[where], slice(None))  # (O, A * M, K)
+        nearest = torch.cdist(candidates, prototypes).amin(-1)  # (O, 16): distance to the closest prototype
         farthest = candidates[torch.arange(where.numel()), nearest.argmax(-1)]
         self.outlier_mask = chosen
         x, action, truth = x.clone(), action.clone(), truth.clone()
         x[where], action[where], truth[where] = farthest, random_action, random_action
         return x, action, truth
 
-    def _draw_prototypes(self, gen: torch.Generator, n_actions: int) -> Tensor:
-        """(C, A, K): uniform per action on informative factors, one shared value on noise factors."""
+    def _draw_prototypes(self, gen: torch.Generator, n_clusters: int) -> Tensor:
+        """(C, A * M, K): uniform per cluster on informative factors, one shared value on noise factors."""
         n_categories, n_factors = self.informative_mask.shape
-        per_action = torch.rand(n_categories, n_actions, n_factors, generator=gen)
+        per_cluster = torch.rand(n_categories, n_clusters, n_factors, generator=gen)
         shared = torch.rand(n_categories, 1, n_factors, generator=gen)
-        return torch.where(self.informative_mask[:, None, :], per_action, shared)
+        return torch.where(self.informative_mask[:, None, :], per_cluster, shared)
 
     def _drift(self, before: Tensor, gen: torch.Generator) -> Tensor:
         """The prototypes after one drift; categories that do not drift keep theirs."""
         if self.drift_kind == "permute":
-            after = before.roll(-1, dims=1)
+            after = before.roll(-self.modes, dims=1)  # action a takes every cluster of action a + 1
         elif self.drift_kind == "redraw":
             after = self._draw_prototypes(gen, before.shape[1])
         else:
