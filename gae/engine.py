@@ -45,7 +45,7 @@ class JudgmentRule(NamedTuple):
     recovery_margin: float = 0.05  # following stops when fast >= slow - margin
     # prototypes=P > 1 (several prototypes per category and action)
     spawn_threshold: float = 0.5  # unweighted L2 beyond which a decision starts a new prototype
-    spawn_support: float = 2.0  # recent wins a prototype needs to score (its action's best always does)
+    spawn_support: float = 1.5  # recent wins a prototype needs to score: two wins close together
     win_decay: float = 0.05  # per decision of the action: wins remember about the last 1 / 0.05 = 20
 
 

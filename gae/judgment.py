@@ -16,7 +16,7 @@ from gae import _validation as check
 from gae import functional as F
 from gae._base import DecisionMemory
 from gae._validation import Names
-from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, StreamStep
+from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, RecycleLog, StreamStep
 
 DriftMode = Literal["seed", "adaptive"]
 
@@ -96,7 +96,8 @@ class JudgmentMemory(DecisionMemory):
         prototypes: prototype slots per category and action, P >= 1. Default: 1.
         spawn_threshold: unweighted L2 distance from every prototype of its action beyond
             which a verified decision starts a new prototype (P > 1 only). Default: 0.5.
-        spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 2.
+        spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 1.5,
+            two wins close together (a win decays by 5% per decision of its action).
 
     Shape:
         - x: (B, K) float factors; category, action: (B,) integer indices.
@@ -154,7 +155,7 @@ class JudgmentMemory(DecisionMemory):
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
                  min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
                  promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
-                 spawn_support: float = 2.0) -> None:
+                 spawn_support: float = 1.5) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
@@ -195,6 +196,7 @@ class JudgmentMemory(DecisionMemory):
             self.register_buffer("category_accuracy", torch.full((n_categories, 2), 0.5))
         self._gate_chunks: list[GateLog] = []
         self._promotion_chunks: list[PromotionLog] = []
+        self._recycle_chunks: list[RecycleLog] = []
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
 
@@ -416,39 +418,52 @@ class JudgmentMemory(DecisionMemory):
         if where.numel():
             self._gate_chunks.append(GateLog(where + first, category[where], action[where],
                                              events.displacement[where], events.eta[where]))
+        where = events.recycled.nonzero().squeeze(-1)
+        if where.numel():
+            self._recycle_chunks.append(RecycleLog(where + first, category[where], action[where],
+                                                   events.prototype[where], events.displacement[where]))
+
+    @staticmethod
+    def _joined(chunks: list, log_type: Any, floats: tuple[str, ...]) -> Any:
+        """One log from the chunks appended batch by batch (joined once, in place); empty when none."""
+        if not chunks:
+            return log_type(*(torch.zeros(0) if name in floats else torch.zeros(0, dtype=torch.int64)
+                              for name in log_type._fields))
+        if len(chunks) > 1:
+            chunks[:] = [log_type(*(torch.cat(parts) for parts in zip(*chunks, strict=True)))]
+        return chunks[0]
 
     @property
     def gate_log(self) -> GateLog:
         """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
-        if not self._gate_chunks:
-            return GateLog(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
-                           torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0))
-        if len(self._gate_chunks) > 1:
-            self._gate_chunks = [GateLog(*(torch.cat(parts) for parts in zip(*self._gate_chunks, strict=True)))]
-        return self._gate_chunks[0]
+        return self._joined(self._gate_chunks, GateLog, ("displacement", "eta"))
 
     @property
     def promotion_log(self) -> PromotionLog:
         """Every promotion of shadow prototypes so far (``drift_mode='adaptive'``), in stream order."""
-        if not self._promotion_chunks:
-            empty = torch.zeros(0, dtype=torch.int64)
-            return PromotionLog(empty, empty, torch.zeros(0), empty, empty, torch.zeros(0))
-        if len(self._promotion_chunks) > 1:
-            self._promotion_chunks = [PromotionLog(*(torch.cat(parts)
-                                                     for parts in zip(*self._promotion_chunks, strict=True)))]
-        return self._promotion_chunks[0]
+        return self._joined(self._promotion_chunks, PromotionLog, ("statistic", "shift"))
+
+    @property
+    def recycle_log(self) -> RecycleLog:
+        """Every recycled prototype so far (``prototypes > 1``), in stream order."""
+        return self._joined(self._recycle_chunks, RecycleLog, ("displacement",))
 
     def gate_records(self) -> list[dict[str, Any]]:
         """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
-        (``event='gated'``: ``action``, ``disp``, ``eta``) and, in ``drift_mode='adaptive'``, the
+        (``event='gated'``: ``action``, ``disp``, ``eta``), in ``drift_mode='adaptive'`` the
         promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
-        ``main_right``, ``shift``)."""
+        ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
+        (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
         log = self.gate_log
         records = [{"step": int(s), "event": "gated", "category": self.category_names[int(c)],
                     "action": self.action_names[int(a)], "disp": float(d), "eta": float(e)}
                    for s, c, a, d, e in zip(log.step, log.category, log.action, log.displacement, log.eta,
                                             strict=True)]
         records += self.promotion_records()
+        recycled = self.recycle_log
+        records += [{"step": int(s), "event": "recycled", "category": self.category_names[int(c)],
+                     "action": self.action_names[int(a)], "prototype": int(p), "disp": float(d)}
+                    for s, c, a, p, d in zip(*recycled, strict=True)]
         return sorted(records, key=lambda record: (record["step"], record["event"]))
 
     def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
@@ -480,6 +495,8 @@ class JudgmentMemory(DecisionMemory):
         state["gate_log"] = dict(self.gate_log._asdict())
         if self.drift_mode == "adaptive":
             state["promotion_log"] = dict(self.promotion_log._asdict())
+        if self.prototypes > 1:
+            state["recycle_log"] = dict(self.recycle_log._asdict())
         return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
@@ -487,6 +504,8 @@ class JudgmentMemory(DecisionMemory):
         self._gate_chunks = [GateLog(**{k: v.cpu() for k, v in log.items()})] if log else []
         promotions = state.get("promotion_log")
         self._promotion_chunks = [PromotionLog(**{k: v.cpu() for k, v in promotions.items()})] if promotions else []
+        recycled = state.get("recycle_log")
+        self._recycle_chunks = [RecycleLog(**{k: v.cpu() for k, v in recycled.items()})] if recycled else []
 
     def _check_names_state(self, state: dict[str, Any]) -> None:
         super()._check_names_state(state)

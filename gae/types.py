@@ -130,3 +130,26 @@ class PromotionLog(NamedTuple):
     shadow_right: Tensor
     main_right: Tensor
     shift: Tensor
+
+
+class RecycleLog(NamedTuple):
+    """Every recycled prototype (``prototypes=P > 1``), in stream order. All fields are 1-D
+    tensors of one length.
+
+    A verified decision that lies farther than ``spawn_threshold`` from every prototype of its
+    action, when all P slots of the action are in use, replaces the prototype with the fewest
+    recent wins by itself.
+
+    Attributes:
+        step: int64, the sequence number of the decision that took the slot.
+        category: int64 category index.
+        action: int64 action index.
+        prototype: int64, the slot that was recycled.
+        displacement: float, the decision's distance to the nearest prototype of its action.
+    """
+
+    step: Tensor
+    category: Tensor
+    action: Tensor
+    prototype: Tensor
+    displacement: Tensor

@@ -57,13 +57,18 @@ MEMORY_FACTORIES = {
     "judgment_adaptive_options": lambda: make_judgment(drift_mode="adaptive", clip=(0.0, 1.0), push_rate=0.02,
                                                        min_confidence=0.3, shadow_eta=0.5,
                                                        promotion_threshold=2.0),
+    "judgment_prototypes": lambda: make_judgment(prototypes=3),
+    "judgment_prototypes_options": lambda: make_judgment(prototypes=4, drift_mode="adaptive", clip=(0.0, 1.0),
+                                                         push_rate=0.02, min_confidence=0.3, promotion_threshold=2.0,
+                                                         spawn_threshold=0.45, spawn_support=2.0),
     "knn": make_knn,
     "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
     "retrieval": lambda: make_retrieval(scoped=True),
 }
 # the memories whose online loop has a compiled kernel and a torch reference
 ENGINE_FACTORIES = {name: MEMORY_FACTORIES[name] for name in ("judgment", "judgment_options", "judgment_adaptive",
-                                                               "judgment_adaptive_options", "knn", "knn_scoped")}
+                                                               "judgment_adaptive_options", "judgment_prototypes",
+                                                               "judgment_prototypes_options", "knn", "knn_scoped")}
 
 
 @pytest.fixture(params=sorted(MEMORY_FACTORIES))

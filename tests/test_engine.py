@@ -19,12 +19,13 @@ def assert_steps_equal(fast, slow):
     torch.testing.assert_close(fast.output.probs, slow.output.probs, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.output.confidence, slow.output.confidence, rtol=1e-5, atol=1e-6)
     assert torch.equal(fast.output.action, slow.output.action)
-    for name in ("applied", "gated", "skipped", "initialized", "promoted"):
+    for name in ("applied", "gated", "skipped", "initialized", "promoted", "prototype", "spawned", "recycled"):
         assert torch.equal(getattr(fast.events, name), getattr(slow.events, name)), name
     torch.testing.assert_close(fast.events.eta, slow.events.eta)
     torch.testing.assert_close(fast.events.displacement, slow.events.displacement, rtol=1e-5, atol=1e-6)
     if fast.sq_diff is not None:
         torch.testing.assert_close(fast.sq_diff, slow.sq_diff)
+        assert torch.equal(fast.nearest, slow.nearest)
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_FACTORIES))
@@ -36,7 +37,10 @@ def test_compiled_equals_reference(name, seed):
     for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=key)
-    if name.startswith("judgment_adaptive"):  # promotions happened, and both logged the same ones
+    if name.startswith("judgment_prototypes"):  # the stream exercised spawning and recycling
+        events = fast.prequential_(stream.x, stream.category, stream.action, skip=stream.skip).events
+        assert events.spawned.any() and events.recycled.any() and (events.prototype > 0).any()
+    if "adaptive" in name:  # promotions happened, and both logged the same ones
         assert fast.promotion_log.step.numel() > 0
         for field, a, b in zip(fast.promotion_log._fields, fast.promotion_log, slow.promotion_log, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=field)
