@@ -45,9 +45,10 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
         seeds: stream seeds (0..seeds-1); every figure is a mean over them with a bootstrap CI.
         n_decisions: stream length; the drift is at its middle (1,000 in the protocol).
         settings: among ``permute`` (the harshest drift), ``shift``, ``gradual`` (the permutation
-            over 500 decisions), ``none`` (no drift) and ``outliers`` (no drift, 5% outliers).
-            Default: all.
-        contestants: among jm, jm_attention, jm_adaptive, knn, knn_scoped, retrieval. Default: all;
+            over 500 decisions), ``none`` (no drift), ``outliers`` (no drift, 5% outliers),
+            ``multimodal`` (no drift, 3 clusters per action), and scikit-learn's ``classification``
+            (3 clusters per class) and ``moons``. Default: all.
+        contestants: among jm, jm_attention, jm_adaptive, jm_prototypes, knn, knn_scoped, retrieval. Default: all;
             ablation variants run whenever an ablation's two sides are available. The retrieval
             memory runs in the permute and shift settings only (it is 200x slower).
         resamples: bootstrap resamples over seeds.
@@ -69,7 +70,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     drift_at = n_decisions // 2
     began = time.perf_counter()
     runs: dict[str, dict[str, list]] = {
-        setting: {name: [] for name in [*roster, R.CEILING] if name == R.CEILING or E.runs_in(name, setting)}
+        setting: {name: [] for name in [*roster, R.CEILING]
+                  if (E.has_ceiling(setting) if name == R.CEILING else E.runs_in(name, setting))}
         for setting in settings}
     tasks = [(setting, seed) for setting in settings for seed in range(seeds)]
     workers = min(os.cpu_count() or 1, 8) if workers is None else workers
@@ -92,6 +94,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     summary = R.summarize(runs, drift_at, n_decisions, resamples)
     claim_list = R.claims(summary)
     bars = R.drift_bars(summary)
+    several = R.prototype_bars(summary)
     protocol = {"seeds": seeds, "n_decisions": n_decisions, "drift_at": drift_at, "settings": settings,
                 "stream": {**E.STREAM, "n_decisions": n_decisions, "drift_at": drift_at},
                 "drift_settings": {s: E.SETTINGS[s] for s in settings}, "window": E.WINDOW,
@@ -102,7 +105,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                                      "learn_attention": c.learn_attention, "skip_uncertain": c.skip_uncertain}
                               for name, c in roster.items()},
               "metrics": summary["metrics"], "differences": summary["differences"],
-              "ablations": summary["ablations"], "claims": claim_list, "drift_bars": bars}
+              "ablations": summary["ablations"], "claims": claim_list, "drift_bars": bars,
+              "prototype_bars": several}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     (out / "report.md").write_text(R.markdown(summary, claim_list, protocol))
@@ -110,13 +114,14 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     if tensorboard:
         log_tensorboard(settings[0], n_decisions, out / "tensorboard")
     print(R.claims_table(claim_list))
-    if bars:
-        print(f"\n{R.bars_table(bars)}")
+    for table in (bars, several):
+        if table:
+            print(f"\n{R.bars_table(table)}")
     print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
           + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
     if readme is not None:
-        update_readme(readme, summary, claim_list, bars, figures, settings[0])
+        update_readme(readme, summary, claim_list, bars + several, figures, settings[0])
     return report
 
 
@@ -164,8 +169,12 @@ def update_readme(path: Path, summary: dict[str, Any], claim_list: list, bars: l
                   setting: str) -> None:
     """Put the headline tables between the README's report markers and its figures in docs/figures/."""
     target = path.parent / "docs" / "figures"
-    adaptive = (f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) against its bars:\n\n"
+    adaptive = (f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
+                f"action (`prototypes=4`, docs/prototypes.md) against their bars:\n\n"
                 f"{R.bars_table(bars)}\n\n{R.promotions_table(summary)}\n\n") if bars else ""
+    if "multimodal" in summary["metrics"]:
+        adaptive += ("Cost in the multi-modal setting, from the same run:\n\n"
+                     f"{R.cost_table(summary, 'multimodal')}\n\n")
     body = (f"{R.claims_table(claim_list)}\n\n{adaptive}{setting} drift, mean [95% CI] over seeds:\n\n"
             f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
             "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"

@@ -33,7 +33,7 @@ def test_report_schema(small_report):
     out, report = small_report
     on_disk = json.loads((out / "report.json").read_text())
     assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims",
-                            "drift_bars"}
+                            "drift_bars", "prototype_bars"}
     assert on_disk["protocol"]["seeds"] == 2 and on_disk["protocol"]["drift_at"] == 150
     assert set(on_disk["contestants"]) == {*E.CONTESTANTS, *E.VARIANTS}
     assert set(on_disk["metrics"]) == set(E.SETTINGS)
@@ -41,11 +41,14 @@ def test_report_schema(small_report):
         for name in [n for n in E.CONTESTANTS if E.runs_in(n, setting)]:
             figures = on_disk["metrics"][setting][name]
             for key in ("cumulative", "before_drift", "after_drift", "at_recovery_point", "recovery_decisions",
-                        "ece", "latency_us"):
+                        "ece", "latency_us", "state_bytes"):
                 low, mean, high = figures[key]["low"], figures[key]["mean"], figures[key]["high"]
                 assert low <= mean <= high, (setting, name, key)
         assert len(on_disk["ablations"][setting]) == len(E.ABLATIONS)
         assert "jm - knn" in on_disk["differences"][setting]
+        if not E.has_ceiling(setting):  # scikit-learn's streams do not know their true prototypes
+            assert "ceiling" not in on_disk["metrics"][setting]
+            continue
         ceiling = on_disk["metrics"][setting]["ceiling"]["cumulative"]["mean"]
         assert ceiling >= max(on_disk["metrics"][setting][name]["cumulative"]["mean"] for name in E.CONTESTANTS
                               if E.runs_in(name, setting)) - 0.05  # the Bayes rule, up to small-sample luck
@@ -55,13 +58,32 @@ def test_report_schema(small_report):
         assert set(claim["settings"]) == set(E.CLAIM_SETTINGS)
         assert {entry["verdict"] for entry in claim["settings"].values()} <= {"reproduced", "not reproduced"}
     bars = on_disk["drift_bars"]
-    assert {bar["setting"] for bar in bars} == set(E.SETTINGS)
+    assert {bar["setting"] for bar in bars} == {"permute", "shift", "gradual", "none", "outliers"}
     for bar in bars:
         assert isinstance(bar["met"], bool) and bar["comparison"].startswith("jm_adaptive")
         if "value_pp" in bar:
             assert bar["value_pp"]["low"] <= bar["value_pp"]["mean"] <= bar["value_pp"]["high"]
     promotions = [on_disk["metrics"][s]["jm_adaptive"]["promotions_after"]["mean"] for s in E.SETTINGS]
     assert all(p >= 0 for p in promotions) and on_disk["metrics"]["permute"]["jm"]["promotions_after"]["mean"] == 0
+    several = on_disk["prototype_bars"]
+    assert [bar["bar"] for bar in several if bar["met"] is not None] == [
+        "within 2 pp of knn_scoped (cap 400)", "ahead of prototypes=1 by >= 20 pp",
+        "within 1 pp of prototypes=1 (uni-modal)"]
+    assert all(bar["comparison"].startswith("jm_prototypes") for bar in several)
+    assert {bar["setting"] for bar in several} == {"multimodal", "none", "classification", "moons", "permute",
+                                                  "shift"}
+    sizes = {name: on_disk["metrics"]["multimodal"][name]["state_bytes"]["mean"] for name in ("jm", "jm_prototypes")}
+    assert sizes["jm_prototypes"] > sizes["jm"] > 0  # four slots cost more, and every byte is counted
+
+
+def test_state_bytes_counts_parameters_and_buffers():
+    from gae import JudgmentMemory, KNNMemory
+
+    memory = JudgmentMemory(4, 4, 8, prototypes=4)
+    expected = 4 * (4 * 8) + 4 * (4 * 4 * 4 * 8) + (4 * 4 * 4) * (1 + 8 + 4) + 8  # logits, centroids, masks, num
+    assert E.state_bytes(memory) == expected
+    knn = KNNMemory(8, 4, categories=4, capacity=400)
+    assert E.state_bytes(knn) >= 400 * 8 * 4  # the ring of stored decisions dominates
 
 
 def test_readme_section_is_replaced(small_report):

@@ -16,7 +16,8 @@ import torch
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
 from training.metrics_functional import calibration_error, correctness, rolling_accuracy
-from training.streams import DecisionStream
+from training.streams import BaseDecisionStream, DecisionStream
+from training.streams_sklearn import SklearnDecisionStream
 
 WINDOW = 50  # rolling accuracy window of the original design
 RECOVERY_AFTER = 150  # the original claim's "N=1,150" is 150 decisions after its drift at 1,000
@@ -46,6 +47,7 @@ CONTESTANTS: dict[str, Contestant] = {
     "jm": Contestant("JudgmentMemory (defaults)", "judgment"),
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", learn_attention=True),
     "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", {"drift_mode": "adaptive"}),
+    "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", {"prototypes": 4}),
     "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
     "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
     "retrieval": Contestant("RetrievalMemory (recency-weighted score, cap 400, scoped)", "retrieval",
@@ -70,6 +72,7 @@ ABLATIONS: list[tuple[str, str, str]] = [
     ("uncertain outcomes skipped vs learned", "jm", "jm_learn_uncertain"),
     ("drift-aware (adaptive) vs seed rule", "jm_adaptive", "jm"),
     ("change test vs its shadow rule alone (ungated, eta 0.3)", "jm_adaptive", "jm_fast"),
+    ("four prototypes per action vs one", "jm_prototypes", "jm"),
 ]
 # The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
 STREAM: dict[str, Any] = {"n_decisions": 2000, "categories": 4, "actions": 4, "factors": 8, "informative": 4,
@@ -80,6 +83,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "gradual": {"drift_kind": "permute", "drift_duration": 500},  # the permutation, blended over 500 decisions
     "none": {"drift_at": None},
     "outliers": {"drift_at": None, "outliers": 0.05},  # no drift; 5% far points with random actions
+    "multimodal": {"drift_at": None, "modes": 3},  # no drift; every action has 3 clusters per category
+    # scikit-learn's generators, 4 categories (one independent draw each), no drift
+    "classification": {"sklearn": "classification", "categories": 4},  # 3 clusters per class
+    "moons": {"sklearn": "moons", "categories": 4},  # two interleaved half-moons: a curved boundary
 }
 # the settings in which the original page's claims are judged (both have a drift at the middle)
 CLAIM_SETTINGS = ("permute", "shift")
@@ -92,8 +99,13 @@ def runs_in(name: str, setting: str) -> bool:
     return setting in SLOW_CONTESTANTS.get(name, (setting,))
 
 
-def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> DecisionStream:
+def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> BaseDecisionStream:
     """The protocol's stream for a setting and seed (any drift starts at the middle of the stream)."""
+    if "sklearn" in SETTINGS[setting]:
+        options = {key: value for key, value in SETTINGS[setting].items() if key != "sklearn"}
+        return SklearnDecisionStream(n_decisions or STREAM["n_decisions"], generator=SETTINGS[setting]["sklearn"],
+                                     label_noise=STREAM["label_noise"], uncertain=STREAM["uncertain"], seed=seed,
+                                     **options)
     spec = {**STREAM, **SETTINGS[setting], "seed": seed}
     if n_decisions is not None:
         spec["n_decisions"] = n_decisions
@@ -103,21 +115,30 @@ def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> Deci
     return DecisionStream(**spec)
 
 
-def ceiling(stream: DecisionStream) -> dict[str, np.ndarray]:
-    """The accuracy ceiling of a stream: each decision given to the nearest ground-truth prototype in
-    force (the Bayes rule for isotropic noise and equal priors), in the format of :func:`run`.
+def has_ceiling(setting: str) -> bool:
+    """Whether the setting's streams know their true prototypes (the synthetic ones do)."""
+    return "sklearn" not in SETTINGS[setting]
+
+
+def ceiling(stream: BaseDecisionStream) -> dict[str, Any]:
+    """The accuracy ceiling of a stream: each decision given to the action of the nearest
+    ground-truth prototype (cluster) in force (the Bayes rule for isotropic noise, equal priors and
+    one mode per action; close to it with several), in the format of :func:`run`.
 
     No memory can know the true prototypes; what separates a memory from this is what it still
     has to learn. Outliers are scored like any decision (they are unpredictable).
     """
+    if not isinstance(stream, DecisionStream):
+        raise TypeError(f"the ceiling needs a stream that knows its true prototypes (DecisionStream), "
+                        f"got {type(stream).__name__}")
     data = stream.tensors()
-    action = ((data.x[:, None, :] - stream.prototypes_in_force()) ** 2).sum(-1).argmin(-1)
+    action = ((data.x[:, None, :] - stream.prototypes_in_force()) ** 2).sum(-1).argmin(-1) // stream.modes
     return {"action": action.numpy(), "confidence": np.ones(len(stream), dtype=np.float32),
             "correct": correctness(action, data.truth).numpy(), "latency_us": np.zeros(1),
-            "promotions": np.zeros(0, dtype=np.int64)}
+            "promotions": np.zeros(0, dtype=np.int64), "state_bytes": 0}
 
 
-def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
+def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
     names = stream.category_names, stream.action_names, stream.factor_names
     if contestant.kind == "judgment":
         return JudgmentMemory(*names, **contestant.options)
@@ -126,10 +147,17 @@ def build(contestant: Contestant, stream: DecisionStream) -> JudgmentMemory | KN
     return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
 
 
-def run(contestant: Contestant, stream: DecisionStream, lr: float = 0.05) -> dict[str, np.ndarray]:
+def state_bytes(memory: torch.nn.Module) -> int:
+    """Bytes of the memory's parameters and buffers: what it holds to score and learn (its event
+    logs, kept for audit in the extra state, are not counted)."""
+    return sum(t.numel() * t.element_size() for t in [*memory.parameters(), *memory.buffers()])
+
+
+def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05) -> dict[str, Any]:
     """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct``, the
-    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step)
-    and the decisions after which shadow prototypes were promoted (``promotions``)."""
+    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step),
+    the decisions after which shadow prototypes were promoted (``promotions``) and the size of
+    the memory's state at the end (``state_bytes``, see :func:`state_bytes`)."""
     memory = build(contestant, stream)
     optimizer = torch.optim.Adam(memory.parameters(), lr=lr) if contestant.learn_attention else None
     actions, confidences, latencies = [], [], []
@@ -152,10 +180,10 @@ def run(contestant: Contestant, stream: DecisionStream, lr: float = 0.05) -> dic
     promotions = memory.promotion_log.step if isinstance(memory, JudgmentMemory) else torch.zeros(0)
     return {"action": action.numpy(), "confidence": confidence.numpy(),
             "correct": correctness(action, truth).numpy(), "latency_us": np.asarray(latencies),
-            "promotions": promotions.numpy().astype(np.int64)}
+            "promotions": promotions.numpy().astype(np.int64), "state_bytes": state_bytes(memory)}
 
 
-def figures(result: dict[str, np.ndarray], drift_at: int) -> dict[str, Any]:
+def figures(result: dict[str, Any], drift_at: int) -> dict[str, Any]:
     """The protocol's figures of one run (abstentions count as wrong)."""
     correct = result["correct"].astype(np.float64)
     rolling = rolling_accuracy(torch.from_numpy(result["correct"]), WINDOW).numpy()
@@ -171,6 +199,7 @@ def figures(result: dict[str, np.ndarray], drift_at: int) -> dict[str, Any]:
         "latency_us": float(np.median(result["latency_us"])),
         "promotions_before": float((result["promotions"] < drift_at).sum()),
         "promotions_after": float((result["promotions"] >= drift_at).sum()),
+        "state_bytes": float(result["state_bytes"]),
     }
 
 

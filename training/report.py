@@ -26,6 +26,7 @@ METRICS = {  # key: (table label, unit); accuracies are fractions, shown in % / 
     "latency_us": ("median latency per decision (us)", "us"),
     "promotions_before": ("promotions before the drift", "count"),
     "promotions_after": ("promotions after the drift", "count"),
+    "state_bytes": ("state (bytes)", "bytes"),
 }
 CEILING = "ceiling"  # the pseudo-contestant of evaluation.ceiling: nearest true prototype
 CEILING_LABEL = "ceiling: nearest true prototype (Bayes rule, not a memory)"
@@ -116,13 +117,15 @@ def claims(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def _fmt(ci: dict[str, float], unit: str) -> str:
     if unit in ("%", "pp"):
         return f"{100 * ci['mean']:.1f} [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]"
+    if unit == "bytes":
+        return f"{ci['mean']:,.0f}"
     return f"{ci['mean']:.1f} [{ci['low']:.1f}, {ci['high']:.1f}]"
 
 
 def headline_table(summary: dict[str, Any], setting: str) -> str:
     """Markdown: one row per contestant, mean [95% CI] over seeds of the headline figures."""
     keys = ["cumulative", "before_drift", "after_drift", "at_recovery_point", "recovery_decisions", "ece",
-            "latency_us"]
+            "latency_us", "state_bytes"]
     head = "| contestant | " + " | ".join(METRICS[k][0] for k in keys) + " |"
     lines = [head, "|---" + "|---:" * len(keys) + "|"]
     for name, figures in summary["metrics"][setting].items():
@@ -144,14 +147,11 @@ def _difference(summary: dict[str, Any], setting: str, a: str, b: str, key: str)
     return None
 
 
-def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars ``drift_mode='adaptive'`` is held to, each with its measured value and verdict.
-
-    Differences are paired by seed (pp, 95% CI). "ahead" means the CI's low end is above zero
-    (and, where a margin is named, the mean is at least that margin); "within 1 pp of" is read
-    as non-inferiority: the CI's low end above -1 pp (being better does not fail it).
-    """
-    bars: list[dict[str, Any]] = []
+def _bar_adder(summary: dict[str, Any], bars: list[dict[str, Any]]):
+    """``add(setting, text, a, b, key, margin=0, non_inferior=None)``: append the bar on the paired
+    difference ``a - b`` (pp, 95% CI) when both ran. "ahead" means the CI's low end is above zero
+    (and, where a margin is named, the mean is at least that margin); "within X pp of" is read
+    as non-inferiority: the CI's low end above -X pp (being better does not fail it)."""
 
     def add(setting: str, text: str, a: str, b: str, key: str, margin: float = 0.0,
             non_inferior: float | None = None) -> None:
@@ -162,6 +162,15 @@ def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
         met = pp["low"] > -non_inferior if non_inferior is not None else pp["low"] > 0 and pp["mean"] >= margin
         bars.append({"setting": setting, "bar": text, "comparison": f"{a} - {b}", "metric": key,
                      "value_pp": pp, "met": bool(met)})
+
+    return add
+
+
+def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars ``drift_mode='adaptive'`` is held to, each with its measured value and verdict
+    (paired differences, read as in :func:`_bar_adder`)."""
+    bars: list[dict[str, Any]] = []
+    add = _bar_adder(summary, bars)
 
     at = "at_recovery_point"
     for knn in ("knn", "knn_scoped"):
@@ -186,6 +195,40 @@ def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return bars
 
 
+def prototype_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars ``prototypes=4`` is held to (cumulative accuracy, paired by seed), and what it
+    does on scikit-learn's streams and under drift (reported, no bar)."""
+    bars: list[dict[str, Any]] = []
+    add = _bar_adder(summary, bars)
+    key = "cumulative"
+    add("multimodal", "within 2 pp of knn_scoped (cap 400)", "jm_prototypes", "knn_scoped", key, non_inferior=2.0)
+    add("multimodal", "ahead of prototypes=1 by >= 20 pp", "jm_prototypes", "jm", key, margin=20.0)
+    add("none", "within 1 pp of prototypes=1 (uni-modal)", "jm_prototypes", "jm", key, non_inferior=1.0)
+    for setting in ("classification", "moons", "permute", "shift"):
+        for other in ("knn_scoped", "jm"):
+            add(setting, f"reported: vs {other}", "jm_prototypes", other, key)
+    for bar in bars:
+        if bar["bar"].startswith("reported"):
+            bar["met"] = None
+    return bars
+
+
+COST_CONTESTANTS = ("jm", "jm_prototypes", "knn", "knn_scoped")
+
+
+def cost_table(summary: dict[str, Any], setting: str) -> str:
+    """Latency per decision and state size next to k-NN's, from the same run."""
+    metrics = summary["metrics"].get(setting, {})
+    lines = ["| memory | cumulative accuracy (%) | median latency per decision (us) | state (bytes) |",
+             "|---|---:|---:|---:|"]
+    for name in COST_CONTESTANTS:
+        if name in metrics:
+            entry = metrics[name]
+            lines.append(f"| {CONTESTANTS[name].label} | {_fmt(entry['cumulative'], '%')} | "
+                         f"{_fmt(entry['latency_us'], 'us')} | {_fmt(entry['state_bytes'], 'bytes')} |")
+    return "\n".join(lines)
+
+
 def headroom(summary: dict[str, Any], setting: str, at: str = "at_recovery_point") -> dict[str, float] | None:
     """Ceiling minus each k-NN variant at N=1,150, in pp: the most any memory could be ahead."""
     metrics = summary["metrics"].get(setting, {})
@@ -204,7 +247,8 @@ def bars_table(bars: list[dict[str, Any]]) -> str:
         else:
             pp = bar["value_pp"]
             value = f"{pp['mean']:+.1f} [{pp['low']:+.1f}, {pp['high']:+.1f}] pp"
-        lines.append(f"| {bar['setting']} | {bar['bar']} | {value} | **{'met' if bar['met'] else 'not met'}** |")
+        verdict = "reported" if bar["met"] is None else "**met**" if bar["met"] else "**not met**"
+        lines.append(f"| {bar['setting']} | {bar['bar']} | {value} | {verdict} |")
     return "\n".join(lines)
 
 
@@ -264,6 +308,10 @@ def markdown(summary: dict[str, Any], claim_list: list[dict[str, Any]], protocol
                           + ", ".join(f"{name} {value:.1f} pp" for name, value in room.items())
                           + (": the +14 pp claim is out of reach of any memory there."
                              if max(room.values()) < 14 else "."), ""]
+    several = prototype_bars(summary)
+    if several:
+        parts += ["## Several prototypes per action (`prototypes=4`)", "", bars_table(several), "",
+                  "Cost, multi-modal setting (docs/prototypes.md):", "", cost_table(summary, "multimodal"), ""]
     for setting in summary["metrics"]:
         parts += [f"## {setting}", "", headline_table(summary, setting), "",
                   "Ablations:", "", ablation_table(summary, setting), ""]
