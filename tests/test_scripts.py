@@ -25,7 +25,8 @@ def test_bench_quick_writes_every_measurement(tmp_path):
     out_file = tmp_path / "bench.json"
     result = run_script("scripts/bench.py", "--quick", "--repeats", "1", "--no-readme", "--out", str(out_file))
     record = json.loads(out_file.read_text())
-    for key in ("online_gae", "online_numpy", "online_torch", "batch_no_grad", "batch_grad", "score_one_us",
+    for key in ("online_gae", "online_gae_adaptive", "online_gae_prototypes", "online_numpy", "online_torch",
+                "batch_no_grad", "batch_grad", "score_one_us",
                 "numpy_score_one_us", "online_knn"):
         assert key in record["results"], key
     assert record["results"]["agreement"]["numpy_vs_gae"]["allclose"]
