@@ -28,7 +28,8 @@ def fit(tmp_path: Path, *extra: str, config: str = "default.yaml"):
                  *extra])
 
 
-@pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml", "adaptive.yaml"])
+@pytest.mark.parametrize("config", ["default.yaml", "drift.yaml", "large.yaml", "file.yaml", "adaptive.yaml",
+                                    "prototypes.yaml"])
 def test_every_config_runs_fast_dev_run(tmp_path, config):
     cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false", config=config)
     assert int(cli.model.stream_position) == cli.datamodule.batch_size
@@ -71,7 +72,8 @@ def test_tensorboard_event_files_hold_every_tag(tmp_path):
     attention = sum(events.Scalars(f"attention/invoice/{name}")[-1].value for name in cli.model.memory.factor_names)
     assert attention == pytest.approx(8.0, rel=1e-5)  # the weights of a category sum to K
     text = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
-    assert f"{len(cli.model.memory.gate_log.step)} gate events and 0 promotions in 400 decisions" in text
+    assert f"{len(cli.model.memory.gate_log.step)} gate events, 0 promotions and 0 recycled prototypes in 400 " \
+           "decisions" in text
 
 
 def test_promotions_reach_tensorboard(tmp_path):
@@ -87,7 +89,22 @@ def test_promotions_reach_tensorboard(tmp_path):
     category = cli.model.memory.category_names[int(promotions.category[0])]
     assert f"decision {int(promotions.step[0])}: the shadow prototypes of **{category}** were promoted" in first
     log = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
-    assert f"and {promotions.step.numel()} promotions in 400 decisions" in log and "**promoted**" in log
+    assert f", {promotions.step.numel()} promotions and 0 recycled" in log and "**promoted**" in log
+
+
+def test_recycled_prototypes_reach_tensorboard(tmp_path):
+    cli = fit(tmp_path, *SMALL, config="prototypes.yaml")
+    memory = cli.model.memory
+    recycled = memory.recycle_log
+    assert memory.prototypes == 4 and cli.datamodule.stream.modes == 3 and recycled.step.numel() > 0
+    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    assert events.Scalars("gate/recycles")[-1].value == recycled.step.numel()
+    texts = events.Tensors("gate/recycle/text_summary")
+    assert [event.step for event in texts] == (recycled.step + 1).tolist()
+    log = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
+    assert f"{recycled.step.numel()} recycled prototypes in 400 decisions" in log
+    assert "prototypes/invoice" in events.Tags()["histograms"]
 
 
 def state(model: DecisionMemoryModule) -> dict[str, torch.Tensor]:

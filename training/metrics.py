@@ -285,39 +285,45 @@ class GateRate(_StreamMetric):
 
     ``compute()`` returns ``{'gate/rate': events / applied updates (0 before any),
     'gate/events': the number of gate events, 'gate/promotions': the number of promotions of
-    shadow prototypes (``drift_mode='adaptive'``)}``.
+    shadow prototypes (``drift_mode='adaptive'``), 'gate/recycles': the number of recycled
+    prototypes (``prototypes > 1``)}``.
 
     Shape:
         - gated, applied: (B,) bool, as in :class:`~gae.types.LearnEvents`; a gated step is applied.
         - promoted: (B,) bool or None (no promotions).
+        - recycled: (B,) bool or None (no recycled prototypes).
 
     Attributes:
-        gated: () int64. applied: () int64. promoted: () int64.
+        gated: () int64. applied: () int64. promoted: () int64. recycled: () int64.
 
     Examples::
 
         >>> metric = GateRate()
         >>> metric.update(torch.tensor([True, False, False, False]), torch.tensor([True, True, False, True]))
-        >>> metric.compute()
-        {'gate/rate': tensor(0.3333), 'gate/events': tensor(1), 'gate/promotions': tensor(0)}
+        >>> {tag: round(float(value), 4) for tag, value in metric.compute().items()}
+        {'gate/rate': 0.3333, 'gate/events': 1.0, 'gate/promotions': 0.0, 'gate/recycles': 0.0}
     """
 
     higher_is_better = False
     gated: Tensor
     applied: Tensor
     promoted: Tensor
+    recycled: Tensor
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._add_stream_state("gated", torch.zeros((), dtype=torch.int64))
         self._add_stream_state("applied", torch.zeros((), dtype=torch.int64))
         self._add_stream_state("promoted", torch.zeros((), dtype=torch.int64))
+        self._add_stream_state("recycled", torch.zeros((), dtype=torch.int64))
 
-    def update(self, gated: Tensor, applied: Tensor, promoted: Tensor | None = None) -> None:
+    def update(self, gated: Tensor, applied: Tensor, promoted: Tensor | None = None,
+               recycled: Tensor | None = None) -> None:
         _check_vector("gated", gated, "bool")
         _check_vector("applied", applied, "bool", gated.shape[0])
-        if promoted is not None:
-            _check_vector("promoted", promoted, "bool", gated.shape[0])
+        for name, flags in (("promoted", promoted), ("recycled", recycled)):
+            if flags is not None:
+                _check_vector(name, flags, "bool", gated.shape[0])
         unapplied = gated & ~applied
         if bool(unapplied.any()):
             raise ValueError(f"gated marks a step that applied does not, at [{int(unapplied.nonzero()[0, 0])}]: "
@@ -326,10 +332,12 @@ class GateRate(_StreamMetric):
         self.applied += applied.sum()
         if promoted is not None:
             self.promoted += promoted.sum()
+        if recycled is not None:
+            self.recycled += recycled.sum()
 
     def compute(self) -> dict[str, Tensor]:
         return {"gate/rate": _rate(self.gated, self.applied), "gate/events": self.gated,
-                "gate/promotions": self.promoted}
+                "gate/promotions": self.promoted, "gate/recycles": self.recycled}
 
 
 class PrototypeDrift(_StreamMetric):

@@ -35,6 +35,8 @@ class DecisionMemoryModule(L.LightningModule):
         tau, eta_confirmed, eta_override, drift_threshold, gate_damping: the memory's rule.
         drift_mode, shadow_eta, promotion_threshold: the drift-aware mode (see
             :class:`~gae.JudgmentMemory`). Default: ``'seed'``, the original rule.
+        prototypes, spawn_threshold, spawn_support: several prototypes per category and action
+            (see :class:`~gae.JudgmentMemory`). Default: 1, the original design.
         learn_attention: train ``criterion_logits`` by gradient; False keeps the original
             design's plain Euclidean distance (no optimizer at all). Default: True.
         lr: Adam learning rate of the attention. Default: 0.05.
@@ -49,8 +51,9 @@ class DecisionMemoryModule(L.LightningModule):
 
     def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
-                 gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.3,
-                 promotion_threshold: float = math.log(100.0), learn_attention: bool = True, lr: float = 0.05,
+                 gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
+                 promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
+                 spawn_support: float = 1.5, learn_attention: bool = True, lr: float = 0.05,
                  knn: bool = True,
                  knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
                  curve_points_per_batch: int = 10, figure_every_n_steps: int = 20) -> None:
@@ -59,7 +62,8 @@ class DecisionMemoryModule(L.LightningModule):
         self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
                                      eta_override=eta_override, drift_threshold=drift_threshold,
                                      gate_damping=gate_damping, drift_mode=drift_mode, shadow_eta=shadow_eta,
-                                     promotion_threshold=promotion_threshold)
+                                     promotion_threshold=promotion_threshold, prototypes=prototypes,
+                                     spawn_threshold=spawn_threshold, spawn_support=spawn_support)
         self.memory.criterion_logits.requires_grad_(learn_attention)
         self.knn = KNNMemory(factors, actions, k=knn_k, capacity=knn_capacity, categories=categories,
                              scoped=knn_scoped) if knn else None
@@ -90,12 +94,15 @@ class DecisionMemoryModule(L.LightningModule):
                                         batch.skip)
         self.stream_position.fill_(int(batch.position[-1]) + 1)
         self._update_metrics(self.jm_metrics, step, batch)
-        self.gate_rate.update(step.events.gated, step.events.applied, step.events.promoted)
-        self.drift.update(before, self.memory.centroids, self.memory.initialized)
+        self.gate_rate.update(step.events.gated, step.events.applied, step.events.promoted, step.events.recycled)
+        # every prototype slot is one prototype to the drift metric: (C, A, P, K) -> (C, A * P, K)
+        slots = self.memory._slots
+        self.drift.update(slots(before).flatten(1, 2), slots(self.memory.centroids).flatten(1, 2),
+                          slots(self.memory.initialized).flatten(1, 2))
         if self.knn is not None and self.knn_metrics is not None:
             knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
             self._update_metrics(self.knn_metrics, knn_step, batch)
-        self._log_step(batch, int(step.events.promoted.sum()))
+        self._log_step(batch, int(step.events.promoted.sum()), int(step.events.recycled.sum()))
         return self._attention_loss(step, batch) if self.hparams["learn_attention"] else None
 
     def _unseen(self, batch: DecisionBatch) -> DecisionBatch | None:
@@ -122,7 +129,7 @@ class DecisionMemoryModule(L.LightningModule):
         experiment = getattr(self.logger, "experiment", None)
         return experiment if hasattr(experiment, "add_scalar") else None
 
-    def _log_step(self, batch: DecisionBatch, promotions: int = 0) -> None:
+    def _log_step(self, batch: DecisionBatch, promotions: int = 0, recycles: int = 0) -> None:
         decision = int(self.stream_position)
         scalars = self.metric_values()
         bar = {"acc_jm": scalars["acc/rolling_jm"]}
@@ -137,6 +144,8 @@ class DecisionMemoryModule(L.LightningModule):
         self._log_rolling_curve(writer, batch)
         if promotions:
             self._log_promotions(writer, promotions)
+        if recycles:
+            self._log_recycles(writer, recycles)
         if self.global_step % self._figure_every == 0:
             self._log_figures(writer, decision)
 
@@ -160,6 +169,15 @@ class DecisionMemoryModule(L.LightningModule):
                             f"were promoted (mean shift {r['shift']:.3f}); CUSUM {r['statistic']:.2f} after "
                             f"{r['shadow_right']} decisions closer to the shadows and {r['main_right']} closer "
                             "to the prototypes", r["step"] + 1)
+
+    def _log_recycles(self, writer: Any, count: int) -> None:
+        """Each recycled prototype of the latest batch as TensorBoard text at its decision."""
+        log = self.memory.recycle_log
+        names = self.memory.category_names, self.memory.action_names
+        for s, c, a, p, d in zip(*(field[-count:] for field in log), strict=True):
+            writer.add_text("gate/recycle", f"decision {int(s)}: prototype {int(p)} of **{names[1][int(a)]}** in "
+                            f"**{names[0][int(c)]}** had the fewest recent wins and was replaced by a decision "
+                            f"{float(d):.3f} from every prototype of its action", int(s) + 1)
 
     def _log_figures(self, writer: Any, decision: int) -> None:
         attention = self.memory.criterion_attention().detach().cpu()
@@ -195,8 +213,9 @@ class DecisionMemoryModule(L.LightningModule):
         TensorBoard's text plugin; every promotion is listed, with its evidence."""
         records = self.memory.gate_records()
         promotions = [r for r in records if r["event"] == "promoted"]
-        lines = [f"{len(records) - len(promotions)} gate events and {len(promotions)} promotions in "
-                 f"{int(self.stream_position)} decisions"
+        recycles = [r for r in records if r["event"] == "recycled"]
+        lines = [f"{len(records) - len(promotions) - len(recycles)} gate events, {len(promotions)} promotions and "
+                 f"{len(recycles)} recycled prototypes in {int(self.stream_position)} decisions"
                  + (f"; the last {GATE_LOG_ROWS} events shown" if len(records) > GATE_LOG_ROWS else ""), "",
                  "| step | event | category | action | displacement | eta | evidence |",
                  "|---:|---|---|---|---:|---:|---|"]
@@ -204,6 +223,9 @@ class DecisionMemoryModule(L.LightningModule):
             if r["event"] == "gated":
                 lines.append(f"| {r['step']} | gated | {r['category']} | {r['action']} | {r['disp']:.3f} | "
                              f"{r['eta']:.4f} | |")
+            elif r["event"] == "recycled":
+                lines.append(f"| {r['step']} | recycled | {r['category']} | {r['action']} | {r['disp']:.3f} | 1 | "
+                             f"prototype {r['prototype']}, the fewest recent wins |")
             else:
                 lines.append(f"| {r['step']} | **promoted** | {r['category']} | all | {r['shift']:.3f} | | "
                              f"CUSUM {r['statistic']:.2f}; {r['shadow_right']} decisions closer to the shadows, "
