@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-from gae import _kernels, engine
+from gae import _kernels, audit, engine
 from gae import _validation as check
 from gae import functional as F
 from gae._base import DecisionMemory
@@ -266,6 +266,70 @@ class JudgmentMemory(DecisionMemory):
         sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category]) ** 2
         distance = (sq_diff * alpha[category][:, None, None, :]).sum(-1)  # (B, A, P)
         return (-distance / self.tau).masked_fill(~self.scoring_mask()[category], float("-inf"))
+
+    def explain(self, factors: Tensor | Sequence[float] | np.ndarray,
+                category: Tensor | str | int = "general") -> audit.Explanation:
+        """Every number behind the memory's recommendation for a batch of decisions, or one.
+
+        Args:
+            factors: (B, K) tensor with ``category`` a (B,) tensor of indices, or one decision's
+                K factors with ``category`` a name or index.
+            category: see ``factors``.
+
+        Returns:
+            an :class:`~gae.audit.Explanation`: probabilities, the distance to each action's
+            nearest prototype and each criterion's contribution to it, the attention, the
+            margin, and whether learning the decision would be gated (or start a prototype).
+            ``print()`` it for a table with the memory's names. Nothing is learned.
+
+        Examples::
+
+            >>> memory = JudgmentMemory(["invoice"], ["approve", "reject"], ["amount", "age"])
+            >>> _ = memory.learn_one([0.9, 0.1], "approve", "invoice")
+            >>> _ = memory.learn_one([0.1, 0.9], "reject", "invoice")
+            >>> why = memory.explain([0.8, 0.2], "invoice")
+            >>> why.action_names[int(why.action[0])], round(float(why.distance[0, 0]), 3)
+            ('approve', 0.02)
+            >>> bool(torch.allclose(why.contributions.sum(-1), why.distance))
+            True
+        """
+        if isinstance(factors, Tensor) and factors.dim() == 2:
+            if not isinstance(category, Tensor):
+                raise TypeError(f"category must be a (B,) tensor of indices with (B, K) factors, got {category!r}")
+            x, category_t = self._check_query(factors, category)
+        else:
+            x = self._one_factor_row(factors)
+            if isinstance(category, Tensor):
+                raise TypeError("category must be a name or an index with one decision's factors, got a tensor")
+            category_t = torch.tensor([self._category_index(category)], device=x.device)
+        with torch.no_grad():
+            alpha = self.criterion_attention()[category_t]  # (B, K)
+            slots = self._slots(self.centroids)[category_t]  # (B, A, P, K)
+            sq_diff = (x[:, None, None, :] - slots) ** 2
+            slot_distance = (sq_diff * alpha[:, None, None, :]).sum(-1)  # (B, A, P)
+            scoring = self.scoring_mask()[category_t]
+            slot_distance = slot_distance.masked_fill(~scoring, float("inf"))
+            distance, nearest = slot_distance.min(-1)  # (B, A)
+            present = scoring.any(-1)
+            nearest = torch.where(present, nearest, -1)
+            rows = torch.arange(x.shape[0], device=x.device)[:, None]
+            picked = nearest.clamp(min=0)
+            contributions = sq_diff[rows, torch.arange(len(self.action_names), device=x.device), picked] \
+                * alpha[:, None, :]
+            contributions = contributions.masked_fill(~present[..., None], float("nan"))
+            out = F.memory_output((-distance / self.tau).masked_fill(~present, float("-inf")), self.min_confidence)
+            # the gate's view: learning the recommendation would move its nearest prototype in use
+            in_use = self._slots(self.initialized)[category_t]  # (B, A, P)
+            plain = (x[:, None, None, :] - slots).pow(2).sum(-1).sqrt().masked_fill(~in_use, float("inf"))
+            recommended = out.action.clamp(min=0)
+            displacement = plain[rows.squeeze(1), recommended].min(-1).values
+            displacement = torch.where(out.action >= 0, displacement, float("nan"))
+            spawns = (displacement > self.spawn_threshold) if self.prototypes > 1 else torch.zeros_like(out.action,
+                                                                                                    dtype=torch.bool)
+            gated = (displacement > self.drift_threshold) & ~spawns
+        return audit.Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, nearest,
+                                 audit.margins(distance), displacement, gated, spawns, category_t,
+                                 self.category_names, self.action_names, self.factor_names)
 
     def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
         """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
