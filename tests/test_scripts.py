@@ -32,3 +32,15 @@ def test_bench_quick_writes_every_measurement(tmp_path):
     assert record["results"]["agreement"]["numpy_vs_gae"]["allclose"]
     assert record["results"]["agreement"]["torch_vs_gae"]["allclose"]
     assert "| measurement | result | target | verdict |" in result.stdout
+
+
+def test_prototype_sweep_writes_its_table(tmp_path):
+    out = tmp_path / "sweep.md"
+    run_script("scripts/sweep_prototypes.py", "--seeds", "1", "--n_decisions", "300", "--workers", "2",
+               "--out", str(out))
+    lines = out.read_text().splitlines()
+    assert lines[0] == "| configuration | multimodal | none | classification | moons | permute |"
+    assert len(lines) == 2 + 12 and lines[2].startswith("| KNNMemory scoped")
+    for line in lines[2:]:
+        values = [float(cell) for cell in line.strip("|").split("|")[1:]]
+        assert len(values) == 5 and all(0.0 <= value <= 100.0 for value in values)
