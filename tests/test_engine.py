@@ -40,6 +40,7 @@ def test_compiled_equals_reference(name, seed):
     if name.startswith("judgment_prototypes"):  # the stream exercised spawning and recycling
         events = fast.prequential_(stream.x, stream.category, stream.action, skip=stream.skip).events
         assert events.spawned.any() and events.recycled.any() and (events.prototype > 0).any()
+        assert (events.gated & (events.prototype > 0)).any()  # the gate acts on spawned prototypes too
     if "adaptive" in name:  # promotions happened, and both logged the same ones
         assert fast.promotion_log.step.numel() > 0
         for field, a, b in zip(fast.promotion_log._fields, fast.promotion_log, slow.promotion_log, strict=True):
