@@ -40,6 +40,25 @@ def _scores(initialized, wins, c, a, p, support):  # pragma: no cover
     return True
 
 
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _nearest_slot(x, b, c, a, centroids, initialized, wins, support, alpha, tau32):  # pragma: no cover
+    """(logit, slot) of the nearest scoring prototype of action ``a`` for decision ``b``;
+    (-inf, -1) when the action has none."""
+    best_logit = _NEG_INF
+    near = -1
+    for p in range(centroids.shape[2]):
+        if not _scores(initialized, wins, c, a, p, support):
+            continue
+        d = np.float32(0.0)
+        for k in range(x.shape[1]):
+            diff = x[b, k] - centroids[c, a, p, k]
+            d += alpha[c, k] * (diff * diff)
+        if -d / tau32 > best_logit:
+            best_logit = -d / tau32
+            near = p
+    return best_logit, near
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FAST_MATH)
 def judgment_score(x, category, centroids, initialized, wins, support, alpha, tau, logits, probs, action,
                    confidence, min_confidence):  # pragma: no cover
@@ -47,25 +66,15 @@ def judgment_score(x, category, centroids, initialized, wins, support, alpha, ta
 
     ``centroids`` is (C, A, P, K): an action's logit is that of its nearest scoring prototype.
     """
-    n_decisions, n_factors = x.shape
-    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
+    n_decisions = x.shape[0]
+    n_actions = centroids.shape[1]
     tau32 = np.float32(tau)
     for b in range(n_decisions):
         c = category[b]
         best = -1
         best_logit = _NEG_INF
         for a in range(n_actions):
-            logit_a = _NEG_INF
-            for p in range(n_slots):
-                if not _scores(initialized, wins, c, a, p, support):
-                    continue
-                d = np.float32(0.0)
-                for k in range(n_factors):
-                    diff = x[b, k] - centroids[c, a, p, k]
-                    d += alpha[c, k] * (diff * diff)
-                logit = -d / tau32
-                if logit > logit_a:
-                    logit_a = logit
+            logit_a, _ = _nearest_slot(x, b, c, a, centroids, initialized, wins, support, alpha, tau32)
             logits[b, a] = logit_a
             if logit_a > best_logit:
                 best_logit = logit_a
@@ -216,18 +225,7 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                 logit_a = -d / tau32 if initialized[c, a, 0] else _NEG_INF
                 nearest[b, a] = 0 if initialized[c, a, 0] else -1
             else:
-                logit_a = _NEG_INF
-                near = -1
-                for p in range(n_slots):
-                    if not _scores(initialized, wins, c, a, p, spawn_support):
-                        continue
-                    d = np.float32(0.0)
-                    for k in range(n_factors):
-                        diff = x[b, k] - centroids[c, a, p, k]
-                        d += alpha[c, k] * (diff * diff)
-                    if -d / tau32 > logit_a:
-                        logit_a = -d / tau32
-                        near = p
+                logit_a, near = _nearest_slot(x, b, c, a, centroids, initialized, wins, spawn_support, alpha, tau32)
                 nearest[b, a] = near
                 row = max(near, 0)
                 for k in range(n_factors):

@@ -151,15 +151,21 @@ def test_gate_rate_counts():
     applied = torch.rand(200, generator=gen) < 0.7
     gated = applied & (torch.rand(200, generator=gen) < 0.2)
     promoted = applied & (torch.rand(200, generator=gen) < 0.05)
+    recycled = applied & (torch.rand(200, generator=gen) < 0.1)
     metric = M.GateRate()
     for i, part in enumerate(split(200, [9, 31])):
-        metric.update(gated[part], applied[part], promoted[part] if i % 2 else None)
+        metric.update(gated[part], applied[part], promoted[part] if i % 2 else None,
+                      recycled[part] if i % 3 else None)
     values = metric.compute()
-    assert set(values) == {"gate/rate", "gate/events", "gate/promotions"}
+    assert set(values) == {"gate/rate", "gate/events", "gate/promotions", "gate/recycles"}
+    assert 0 < int(values["gate/recycles"]) == sum(r for i, part in enumerate(split(200, [9, 31])) if i % 3
+                                               for r in recycled[part].tolist())
     assert int(values["gate/events"]) == sum(gated.tolist())
     counted = [p for i, part in enumerate(split(200, [9, 31])) if i % 2 for p in promoted[part].tolist()]
     assert 0 < int(values["gate/promotions"]) == sum(counted)
     assert float(values["gate/rate"]) == pytest.approx(sum(gated.tolist()) / sum(applied.tolist()))
+    with pytest.raises(ValueError, match="recycled"):
+        metric.update(gated[:5], applied[:5], None, recycled[:4])
 
 
 def test_prototype_drift_matches_loops_on_a_real_stream():
