@@ -66,15 +66,22 @@ def judgment_score(x, category, centroids, initialized, wins, support, alpha, ta
 
     ``centroids`` is (C, A, P, K): an action's logit is that of its nearest scoring prototype.
     """
-    n_decisions = x.shape[0]
-    n_actions = centroids.shape[1]
+    n_decisions, n_factors = x.shape
+    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
     tau32 = np.float32(tau)
     for b in range(n_decisions):
         c = category[b]
         best = -1
         best_logit = _NEG_INF
         for a in range(n_actions):
-            logit_a, _ = _nearest_slot(x, b, c, a, centroids, initialized, wins, support, alpha, tau32)
+            if n_slots == 1:  # the original design's loop, which the compiler vectorises over K
+                d = np.float32(0.0)
+                for k in range(n_factors):
+                    diff = x[b, k] - centroids[c, a, 0, k]
+                    d += alpha[c, k] * (diff * diff)
+                logit_a = -d / tau32 if initialized[c, a, 0] else _NEG_INF
+            else:
+                logit_a, _ = _nearest_slot(x, b, c, a, centroids, initialized, wins, support, alpha, tau32)
             logits[b, a] = logit_a
             if logit_a > best_logit:
                 best_logit = logit_a
