@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import _validation as check
-from gae._columns import memory_type_column, per_memory, scope_column, scope_index
+from gae._columns import MEMORY_TYPES, memory_type_column, per_memory, scope_column, scope_index
 from gae.admission import Admission, AdmissionPolicy
 from gae.retrieval import RetrievalScorer, top_k
+from gae.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
 _COLUMNS = {  # name: dtype of the per-memory columns, each a buffer of ``allocated`` rows
@@ -71,12 +74,22 @@ class EpisodicMemory(nn.Module):
     audit log holds one record per mutation and per refused admission. Deletes are physical
     in this index; the audit keeps their record. Time is explicit: ``now`` is an argument.
 
+    With a ``store`` (:class:`~gae.store.SQLiteStore`, :class:`~gae.store.PostgresStore`) the
+    store is the source of truth: each call that mutates the memory (``add``, ``delete``,
+    ``expire``, ``admit_and_add``, evictions included) writes all it did, rows, tombstones,
+    audit records and counters, in one transaction before it returns. If that write fails,
+    the index is rebuilt from the store (so it never runs ahead of it) and the error is
+    raised. Building a memory on a store that already holds one restores its index exactly:
+    rows in insertion order, ids, version, scope names, provenance and audit.
+
     Args:
         dim: embedding width D.
         capacity: memories kept. Default: 30 (the original design).
         scorer: the :class:`~gae.RetrievalScorer`; default weights 0.60/0.25/0.15, tau 15 s.
         eviction: one of ``'lowest_score'``, ``'fifo'``, ``'importance_recency'``.
-        device: where the store lives.
+        device: where the tensor index lives.
+        store: a :class:`~gae.store.MemoryStore` to write through to and restore from. Default:
+            None (in-process only).
 
     Examples::
 
@@ -93,7 +106,8 @@ class EpisodicMemory(nn.Module):
     next_id: Tensor
 
     def __init__(self, dim: int, capacity: int = 30, *, scorer: RetrievalScorer | None = None,
-                 eviction: str = "lowest_score", device: torch.device | str | None = None) -> None:
+                 eviction: str = "lowest_score", device: torch.device | str | None = None,
+                 store: MemoryStore | None = None) -> None:
         super().__init__()
         self.dim = check.check_int("dim", dim, low=1)
         self.capacity = check.check_int("capacity", capacity, low=1)
@@ -112,6 +126,15 @@ class EpisodicMemory(nn.Module):
         self.audit_log: list[AuditRecord] = []
         if device is not None:
             self.scorer.to(device)
+        if store is not None and not isinstance(store, MemoryStore):
+            raise TypeError(f"store must be a gae.store.MemoryStore or None, got {type(store).__name__}")
+        self.store = store
+        self._pending: Change | None = None  # the mutations of the call under way, for the store
+        self._depth = 0
+        if store is not None:
+            snapshot = store.open(dim)
+            if snapshot is not None:
+                self._restore(snapshot)
 
     def __len__(self) -> int:
         return int(self.size)
@@ -130,7 +153,8 @@ class EpisodicMemory(nn.Module):
     def add(self, embeddings: Tensor, importance: Tensor | float, *, created_at: Tensor | float | None = None,
             scope: Any = 0, memory_type: str | Sequence[str] = "episode", confidence: Any = 1.0,
             source_ids: Sequence[Sequence[int]] | None = None, valid_from: Any = None, valid_until: Any = None,
-            query: Tensor | None = None, now: float | None = None) -> Tensor:
+            query: Tensor | None = None, now: float | None = None,
+            content: Sequence[str | None] | None = None) -> Tensor:
         """Store B memories, then evict down to ``capacity``; returns their (B,) ids.
 
         Args:
@@ -145,6 +169,8 @@ class EpisodicMemory(nn.Module):
             query: (D,) the current query, for ``'lowest_score'`` eviction. Default: the last
                 embedding added (the most recent context).
             now: the current time in seconds, for eviction scores. Default: the latest ``created_at``.
+            content: per memory, its text (or None), kept by the store for full-text search
+                (``w_text``); the tensor index does not hold it. Default: none.
         """
         device = self.embeddings.device
         x = check.check_factors(embeddings, self.dim, device, "embeddings")
@@ -171,18 +197,25 @@ class EpisodicMemory(nn.Module):
         if query is not None:
             query = check.check_factors(query.reshape(1, -1) if isinstance(query, Tensor) else query,
                                         self.dim, device, "query")
-        self.scope_names.extend(new_scope_names)  # only now: a refused add registers nothing
-        ids = torch.arange(int(self.next_id), int(self.next_id) + n, device=device)
-        columns["ids"] = ids
-        columns["inserted"] = ids  # insertion order, for FIFO
-        self._append(nnf.normalize(x.to(self.embeddings.dtype), dim=-1), columns, sources)
-        self.next_id += n
-        self._record("add", now_value, ids, "")
-        overflow = int(self.size) - self.capacity
-        if overflow > 0:
-            probe = query.to(self.embeddings.dtype) if query is not None else \
-                self.embeddings[int(self.size) - 1: int(self.size)]
-            self._evict(overflow, probe, now_value)
+        texts = list(content) if content is not None else []
+        if content is not None and (len(texts) != n or not all(t is None or isinstance(t, str) for t in texts)):
+            raise ValueError(f"content must be one string (or None) per memory ({n}), got {content!r}")
+        with self._transaction():
+            self.scope_names.extend(new_scope_names)  # only now: a refused add registers nothing
+            ids = torch.arange(int(self.next_id), int(self.next_id) + n, device=device)
+            columns["ids"] = ids
+            columns["inserted"] = ids  # insertion order, for FIFO
+            unit = nnf.normalize(x.to(self.embeddings.dtype), dim=-1)
+            self._append(unit, columns, sources)
+            if self._pending is not None:
+                self._pending.added = self._rows(unit, columns, sources, texts)
+            self.next_id += n
+            self._record("add", now_value, ids, "")
+            overflow = int(self.size) - self.capacity
+            if overflow > 0:
+                probe = query.to(self.embeddings.dtype) if query is not None else \
+                    self.embeddings[int(self.size) - 1: int(self.size)]
+                self._evict(overflow, probe, now_value)
         return ids
 
     def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]]) -> None:
@@ -302,8 +335,9 @@ class EpisodicMemory(nn.Module):
         if wanted.numel() == 0:
             return 0
         rows = torch.isin(self._column("ids"), wanted).nonzero().squeeze(1)
-        self._remove(rows)
-        self._record("delete", now, wanted, reason)
+        with self._transaction():
+            self._remove(rows)
+            self._record("delete", now, wanted, reason)
         return int(wanted.numel())
 
     @torch.no_grad()
@@ -314,8 +348,9 @@ class EpisodicMemory(nn.Module):
         if rows.numel() == 0:
             return 0
         expired = self._column("ids")[rows]
-        self._remove(rows)
-        self._record("expire", now, expired, "valid_until <= now")
+        with self._transaction():
+            self._remove(rows)
+            self._record("expire", now, expired, "valid_until <= now")
         return int(rows.numel())
 
     # -- admission ----------------------------------------------------------------------------
@@ -338,6 +373,13 @@ class EpisodicMemory(nn.Module):
             else:
                 refusals.append(verdict.reason)
         ids = torch.zeros(0, dtype=torch.int64, device=device)
+        with self._transaction():  # the adds and the refusals land in the store together
+            ids = self._admit(accepted, refusals, ids, now, query)
+        return ids
+
+    def _admit(self, accepted: list[dict[str, Any]], refusals: list[str], ids: Tensor, now: float,
+               query: Tensor | None) -> Tensor:
+        device = self.embeddings.device
         if accepted:  # a bad accepted trace raises here, before any refusal is logged
             ids = self.add(torch.stack([torch.as_tensor(t["embedding"], dtype=torch.float32, device=device)
                                         for t in accepted]),
@@ -352,7 +394,7 @@ class EpisodicMemory(nn.Module):
                                                    dtype=torch.float64),
                            valid_until=torch.tensor([float(t.get("valid_until", math.inf)) for t in accepted],
                                                     dtype=torch.float64),
-                           query=query, now=now)
+                           query=query, now=now, content=[t.get("content") for t in accepted])
         for reason in refusals:
             self._record("reject", now, (), reason)
         return ids
@@ -363,6 +405,94 @@ class EpisodicMemory(nn.Module):
             self.version_counter += 1
         id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
         self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, self.version))
+        if self._pending is not None:
+            self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, self.version))
+            if action in ("evict", "delete", "expire"):
+                self._pending.removed.append((action, float(now), id_tuple))
+
+    # -- the store -------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Collect the mutations of one public call and write them to the store in one commit
+        (the outermost call does; nested ones add to it). Without a store: nothing to do."""
+        if self.store is None:
+            yield
+            return
+        if self._depth == 0:
+            self._pending = Change()
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            if self._depth == 1:  # the call failed half-way: the store still holds the truth
+                self._pending = None
+                self._reload()
+            raise
+        finally:
+            self._depth -= 1
+        if self._depth == 0:
+            change, self._pending = self._pending, None
+            assert change is not None
+            change.version, change.next_id, change.scope_names = self.version, int(self.next_id), self.scope_names
+            try:
+                self.store.commit(change)
+            except BaseException:
+                self._reload()
+                raise
+
+    def _rows(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]],
+              content: list[str | None]) -> Rows:
+        """New memories as the store holds them."""
+
+        def numpy(name: str) -> np.ndarray:
+            return columns[name].detach().cpu().double().numpy()
+
+        keys = [f"#{code}" if code >= 0 else self.scope_names[-1 - code] for code in columns["scope"].tolist()]
+        return Rows(seq=columns["ids"].cpu().numpy().astype(np.int64), embedding=unit.detach().float().cpu().numpy(),
+                    scope=keys, memory_type=[MEMORY_TYPES[t] for t in columns["memory_type"].tolist()],
+                    importance=numpy("importance"), confidence=numpy("confidence"), created_at=numpy("created_at"),
+                    valid_from=numpy("valid_from"), valid_until=numpy("valid_until"), source_ids=list(sources),
+                    content=content)
+
+    def _reload(self) -> None:
+        """Rebuild the index from the store (after a failed call)."""
+        assert self.store is not None
+        snapshot = self.store.open(self.dim)
+        self._clear()
+        if snapshot is not None:
+            self._restore(snapshot)
+
+    def _clear(self) -> None:
+        device = self.embeddings.device
+        self.embeddings = self.embeddings.new_zeros((0, self.dim))
+        for name, dtype in _COLUMNS.items():
+            setattr(self, name, torch.zeros(0, dtype=dtype, device=device))
+        self.size.zero_()
+        self.version_counter.zero_()
+        self.next_id.zero_()
+        self.scope_names, self.source_ids, self.audit_log = [], [], []
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        """The index of a store's live rows, exactly as the memory that wrote them had it."""
+        rows = snapshot.rows
+        if len(rows) > self.capacity:
+            raise ValueError(f"the store holds {len(rows)} live memories but this memory has "
+                             f"capacity={self.capacity}")
+        device = self.embeddings.device
+        self.scope_names = list(snapshot.scope_names)
+        if len(rows):
+            codes = [int(key[1:]) if key.startswith("#") else -1 - self.scope_names.index(key) for key in rows.scope]
+            seq = torch.as_tensor(rows.seq, dtype=torch.int64, device=device)
+            columns = {
+                "ids": seq, "inserted": seq, "scope": torch.tensor(codes, dtype=torch.int64, device=device),
+                "memory_type": torch.tensor([MEMORY_TYPES.index(t) for t in rows.memory_type], device=device),
+                **{name: torch.as_tensor(getattr(rows, name), device=device).to(_COLUMNS[name])
+                   for name in ("importance", "confidence", "created_at", "valid_from", "valid_until")}}
+            unit = torch.as_tensor(rows.embedding, device=device).to(self.embeddings.dtype)
+            self._append(unit, columns, [tuple(s) for s in rows.source_ids])
+        self.version_counter.fill_(snapshot.version)
+        self.next_id.fill_(snapshot.next_id)
+        self.audit_log = [AuditRecord(e.action, e.time, tuple(e.ids), e.reason, e.version) for e in snapshot.audit]
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],

@@ -1,0 +1,22 @@
+"""Durable memory stores: SQLite by default, Postgres + pgvector when a memory outgrows one process.
+
+``EpisodicMemory(dim, store=SQLiteStore('memory.db'))`` writes every mutation through to the
+store before the call returns and rebuilds its tensor index from the store when reopened.
+See ``docs/store.md``.
+"""
+
+from typing import Any
+
+from gae.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot, StoreRetrieval
+from gae.store.sqlite import SQLiteStore
+
+__all__ = ["AuditEntry", "Change", "MemoryStore", "PostgresStore", "Rows", "SQLiteStore", "Snapshot",
+           "StoreRetrieval"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresStore":  # imported on first use: it needs psycopg, which SQLite users may not have
+        from gae.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module 'gae.store' has no attribute {name!r}")

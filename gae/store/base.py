@@ -1,0 +1,245 @@
+"""The durable-store interface behind :class:`~gae.EpisodicMemory`, and what travels through it.
+
+A store is the source of truth of a memory: the tensor index is a cache of its live rows.
+Every mutation of an :class:`~gae.EpisodicMemory` with a store becomes one :class:`Change`,
+written by :meth:`MemoryStore.commit` in one transaction before the call returns; opening a
+memory on an existing store reads a :class:`Snapshot` and rebuilds the index exactly.
+
+Stores also answer retrieval themselves (:meth:`MemoryStore.retrieve`), with scope,
+validity and tombstone filters applied by the store, so that a caller can never see
+another scope's rows, and optionally with a full-text term (``w_text``).
+
+Time is seconds, as everywhere in gae (the caller's clock: ``now`` is an argument).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+SCHEMA_VERSION = 1  # bump with a migration in each store's _migrate when the tables change
+MEMORY_TYPES = ("episode", "semantic")
+AUDIT_ACTIONS = ("add", "evict", "delete", "expire", "reject")
+
+
+@dataclass
+class Rows:
+    """A batch of memories as the store holds them (numpy columns of one length N).
+
+    ``seq`` is the memory's stable integer id (EpisodicMemory's id); ``scope`` is the scope as
+    text: a name, or ``'#<int>'`` for an integer scope (see :func:`scope_key`).
+    """
+
+    seq: np.ndarray  # (N,) int64
+    embedding: np.ndarray  # (N, D) float32, unit norm
+    scope: list[str]
+    memory_type: list[str]
+    importance: np.ndarray  # (N,) float64
+    confidence: np.ndarray  # (N,) float64
+    created_at: np.ndarray  # (N,) float64 seconds
+    valid_from: np.ndarray  # (N,) float64, -inf: always
+    valid_until: np.ndarray  # (N,) float64, +inf: forever
+    source_ids: list[tuple[int, ...]]
+    content: list[str | None] = field(default_factory=list)  # optional text, empty list: none
+    sensitivity: list[str] = field(default_factory=list)  # empty list: 'normal' for all
+
+    def __len__(self) -> int:
+        return int(self.seq.shape[0])
+
+    def contents(self) -> list[str | None]:
+        return self.content if self.content else [None] * len(self)
+
+    def sensitivities(self) -> list[str]:
+        return self.sensitivity if self.sensitivity else ["normal"] * len(self)
+
+
+class AuditEntry(NamedTuple):
+    """One audit row: an add, evict, delete or expiry (a mutation), or a rejected admission."""
+
+    action: str
+    time: float
+    ids: tuple[int, ...]
+    reason: str
+    version: int
+    actor: str = "gae"
+
+
+@dataclass
+class Change:
+    """One call's mutations, committed atomically: rows added, ids removed, audit rows, counters."""
+
+    added: Rows | None = None
+    removed: list[tuple[str, float, tuple[int, ...]]] = field(default_factory=list)  # (action, time, seqs)
+    audit: list[AuditEntry] = field(default_factory=list)
+    version: int = 0
+    next_id: int = 0
+    scope_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    """Everything needed to rebuild the tensor index: live rows in insertion order, and the log."""
+
+    dim: int
+    rows: Rows
+    audit: list[AuditEntry]
+    version: int
+    next_id: int
+    scope_names: list[str]
+
+
+class StoreRetrieval(NamedTuple):
+    """The ``k`` best memories of each query as ranked by the store (padded with -1 / ``-inf``).
+
+    Attributes:
+        ids: (Q, k) int64 memory ids (``seq``). scores: (Q, k) float64 full scores.
+        similarity, recency, importance, text: (Q, k) float64 unweighted terms (0 where padded;
+            ``text`` is 0 unless a text query was given).
+    """
+
+    ids: np.ndarray
+    scores: np.ndarray
+    similarity: np.ndarray
+    recency: np.ndarray
+    importance: np.ndarray
+    text: np.ndarray
+
+
+def scope_key(scope: Any) -> str:
+    """The store's text form of a scope: a name as is, an int ``s >= 0`` as ``'#s'``."""
+    if isinstance(scope, str):
+        if scope.startswith("#"):
+            raise ValueError(f"scope names may not start with '#', got {scope!r}")
+        return scope
+    if isinstance(scope, bool) or not isinstance(scope, (int, np.integer)) or scope < 0:
+        raise ValueError(f"a scope must be a name or an int >= 0, got {scope!r}")
+    return f"#{int(scope)}"
+
+
+def scope_filters(scopes: Any, n_queries: int) -> list[list[str] | None]:
+    """Per query, the scope keys it may see (None: every scope), from EpisodicMemory's forms:
+    None, a list shared by every query, or one list per query."""
+    if scopes is None:
+        return [None] * n_queries
+    if isinstance(scopes, str) or not isinstance(scopes, Sequence):
+        raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
+    per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
+    if not per_query:
+        keys = [scope_key(s) for s in scopes]
+        return [keys] * n_queries
+    if len(scopes) != n_queries:
+        raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
+    return [[scope_key(s) for s in allowed] for allowed in scopes]
+
+
+def check_rows(rows: Rows, dim: int) -> None:
+    """Refuse rows a store must not write: wrong width, non-finite values, unknown types."""
+    n = len(rows)
+    if rows.embedding.ndim != 2 or rows.embedding.shape != (n, dim):
+        raise ValueError(f"embedding must be ({n}, {dim}) for this store (dim={dim}), got {rows.embedding.shape}")
+    if not np.isfinite(rows.embedding).all():
+        raise ValueError("embedding must be finite (no NaN or Inf)")
+    for name in ("importance", "confidence", "created_at"):
+        values = getattr(rows, name)
+        if values.shape != (n,) or not np.isfinite(values).all():
+            raise ValueError(f"{name} must be ({n},) finite values, got {values!r}")
+    for name in ("valid_from", "valid_until"):
+        values = getattr(rows, name)
+        if values.shape != (n,) or np.isnan(values).any():
+            raise ValueError(f"{name} must be ({n},) values, not NaN")
+    unknown = sorted({t for t in rows.memory_type if t not in MEMORY_TYPES})
+    if unknown:
+        raise ValueError(f"memory_type must be one of {MEMORY_TYPES}, got {unknown}")
+    for column in ("scope", "memory_type", "source_ids"):
+        if len(getattr(rows, column)) != n:
+            raise ValueError(f"{column} must have {n} entries, got {len(getattr(rows, column))}")
+    for column in ("content", "sensitivity"):
+        if getattr(rows, column) and len(getattr(rows, column)) != n:
+            raise ValueError(f"{column} must be empty or have {n} entries, got {len(getattr(rows, column))}")
+
+
+def check_query(queries: Any, dim: int, now: float, k: int) -> np.ndarray:
+    q = np.asarray(queries, dtype=np.float32)
+    if q.ndim != 2 or q.shape[1] != dim or q.shape[0] == 0:
+        raise ValueError(f"queries must be (Q, {dim}) with Q >= 1, got shape {q.shape}")
+    if not np.isfinite(q).all():
+        raise ValueError("queries must be finite (no NaN or Inf)")
+    if not isinstance(now, (int, float)) or isinstance(now, bool) or not math.isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    norms = np.linalg.norm(q, axis=1, keepdims=True)
+    return q / np.maximum(norms, 1e-12)
+
+
+def dumps_ids(ids: Sequence[int]) -> str:
+    return json.dumps([int(i) for i in ids])
+
+
+class MemoryStore(abc.ABC):
+    """Where an :class:`~gae.EpisodicMemory` keeps its memories durably.
+
+    A store holds one memory of one embedding width (``dim``, fixed at the first
+    :meth:`open`). Implementations: :class:`~gae.store.SQLiteStore` (embedded, the default)
+    and :class:`~gae.store.PostgresStore` (a Postgres server with pgvector).
+    """
+
+    dim: int | None
+
+    @abc.abstractmethod
+    def open(self, dim: int) -> Snapshot | None:
+        """Create the tables for width ``dim`` if the store is new (and return None), or check the
+        width and return the stored :class:`Snapshot`. Raises ValueError on another width."""
+
+    @abc.abstractmethod
+    def commit(self, change: Change) -> None:
+        """Write one change in one transaction: all of it lands, or none of it."""
+
+    @abc.abstractmethod
+    def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
+                 weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
+                 text: str | Sequence[str] | None = None, w_text: float = 0.0) -> StoreRetrieval:
+        """Rank the live, valid rows each query may see by ``w_sim cos + w_rec exp(-age/tau) +
+        w_imp importance (+ w_text text_match)``, in the store."""
+
+    @abc.abstractmethod
+    def audit(self) -> list[AuditEntry]:
+        """Every audit row, in order."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection (the data stays)."""
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_weights(weights: Any, tau: float, w_text: float, text: Any, n_queries: int) -> list[str | None]:
+    """Validate the ranking arguments; return the text query of each query (None: no text term)."""
+    if len(weights) != 3 or not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
+        raise ValueError(f"weights must be three finite numbers (w_sim, w_rec, w_imp), got {weights!r}")
+    if not isinstance(tau, (int, float)) or not tau > 0 or not math.isfinite(tau):
+        raise ValueError(f"tau must be a positive number of seconds, got {tau!r}")
+    if not isinstance(w_text, (int, float)) or not math.isfinite(w_text):
+        raise ValueError(f"w_text must be a finite number, got {w_text!r}")
+    if text is None:
+        return [None] * n_queries
+    texts = [text] * n_queries if isinstance(text, str) else list(text)
+    if len(texts) != n_queries or not all(t is None or isinstance(t, str) for t in texts):
+        raise ValueError(f"text must be one string or one per query ({n_queries}), got {text!r}")
+    return texts
+
+
+def padded(n_queries: int, k: int) -> StoreRetrieval:
+    zeros = np.zeros((n_queries, k))
+    return StoreRetrieval(np.full((n_queries, k), -1, dtype=np.int64), np.full((n_queries, k), -np.inf), zeros,
+                          zeros.copy(), zeros.copy(), zeros.copy())

@@ -1,0 +1,297 @@
+"""SQLiteStore: the embedded default store (Python's sqlite3, no server), full-text search with FTS5."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gae.store.base import (
+    SCHEMA_VERSION,
+    AuditEntry,
+    Change,
+    MemoryStore,
+    Rows,
+    Snapshot,
+    StoreRetrieval,
+    check_query,
+    check_rows,
+    check_weights,
+    dumps_ids,
+    padded,
+    scope_filters,
+)
+
+_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE memories (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    scope_type TEXT NOT NULL,
+    scope_id TEXT NOT NULL,
+    memory_type TEXT NOT NULL CHECK (memory_type IN ('episode', 'semantic')),
+    content TEXT,
+    embedding BLOB,
+    confidence REAL NOT NULL,
+    sensitivity TEXT NOT NULL,
+    source_ids TEXT NOT NULL,
+    valid_from REAL NOT NULL,
+    valid_until REAL NOT NULL,
+    importance REAL NOT NULL,
+    created_at REAL NOT NULL,
+    deleted_at REAL,
+    deleted_reason TEXT
+);
+CREATE INDEX memories_filter ON memories (scope_type, scope_id, memory_type, valid_until);
+CREATE VIRTUAL TABLE memories_text USING fts5 (content);
+CREATE TABLE audit (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    action TEXT NOT NULL CHECK (action IN ('add', 'evict', 'delete', 'expire', 'reject')),
+    time REAL NOT NULL,
+    ids TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    actor TEXT NOT NULL
+);
+"""
+
+
+def split_scope(key: str) -> tuple[str, str]:
+    """('int', '5') for the key '#5', ('name', key) for a name."""
+    return ("int", key[1:]) if key.startswith("#") else ("name", key)
+
+
+def join_scope(scope_type: str, scope_id: str) -> str:
+    return f"#{scope_id}" if scope_type == "int" else scope_id
+
+
+class SQLiteStore(MemoryStore):
+    """A memory store in one SQLite file (or ``':memory:'``), the default of :class:`~gae.EpisodicMemory`.
+
+    The ``memories`` table has the columns of the original design (a uuid ``id``, ``scope_type``
+    and ``scope_id``, ``memory_type``, ``content``, the embedding as float32 bytes,
+    ``confidence``, ``sensitivity``, ``source_ids`` as JSON, ``valid_from`` / ``valid_until``)
+    plus ``seq`` (the memory's integer id), ``importance``, ``created_at`` and a tombstone
+    (``deleted_at``, ``deleted_reason``); a btree index on (scope_type, scope_id, memory_type,
+    valid_until), an FTS5 table over ``content``, an ``audit`` table and a ``meta`` table with
+    the version counter. Evicted and expired rows keep their data with a tombstone; deleted
+    rows lose their content and embedding (the audit keeps the record).
+
+    Each :meth:`commit` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction in WAL mode, so a
+    process killed at any point leaves every committed change and nothing of the others.
+
+    Args:
+        path: the database file (created if missing), or ``':memory:'``.
+        synchronous: SQLite's ``synchronous`` pragma: ``'FULL'`` (default) also survives a
+            power cut; ``'NORMAL'`` survives a killed process and is faster.
+        actor: written in the audit rows of this connection. Default: ``'gae'``.
+    """
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", actor: str = "gae") -> None:
+        if synchronous not in ("FULL", "NORMAL", "OFF"):
+            raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
+        if not isinstance(actor, str) or not actor:
+            raise ValueError(f"actor must be a non-empty string, got {actor!r}")
+        self.path = str(path)
+        self.actor = actor
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self.dim: int | None = None
+        self._cache: tuple[int, dict[str, Any]] | None = None  # (version, live columns) for retrieve
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, dim={self.dim})"
+
+    # -- schema ----------------------------------------------------------------------------
+    def _tables(self) -> set[str]:
+        return {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def open(self, dim: int) -> Snapshot | None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be an int >= 1, got {dim!r}")
+        if "memories" not in self._tables():
+            self._conn.execute("BEGIN IMMEDIATE")  # SQLite's DDL is transactional: all tables or none
+            try:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+                self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                self._conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]")])
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self.dim = dim
+            return None
+        self._migrate()
+        stored = int(self._meta("dim"))
+        if stored != dim:
+            raise ValueError(f"{self.path} holds memories of dim={stored}, not dim={dim}")
+        self.dim = dim
+        return self._snapshot()
+
+    def _migrate(self) -> None:
+        """Bring an older schema up to :data:`SCHEMA_VERSION` (there is one version so far)."""
+        version = self._conn.execute("SELECT version FROM schema_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"{self.path} has schema version {version}, newer than this gae ({SCHEMA_VERSION}); "
+                             "upgrade gae to open it")
+
+    def _meta(self, key: str) -> str:
+        return self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
+
+    def _snapshot(self) -> Snapshot:
+        assert self.dim is not None
+        rows = self._conn.execute(
+            "SELECT seq, embedding, scope_type, scope_id, memory_type, importance, confidence, created_at, "
+            "valid_from, valid_until, source_ids, content, sensitivity FROM memories "
+            "WHERE deleted_at IS NULL ORDER BY seq").fetchall()
+        n = len(rows)
+        embedding = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(n, self.dim).copy()
+        live = Rows(
+            seq=np.array([r[0] for r in rows], dtype=np.int64), embedding=embedding,
+            scope=[join_scope(r[2], r[3]) for r in rows], memory_type=[r[4] for r in rows],
+            importance=np.array([r[5] for r in rows], dtype=np.float64),
+            confidence=np.array([r[6] for r in rows], dtype=np.float64),
+            created_at=np.array([r[7] for r in rows], dtype=np.float64),
+            valid_from=np.array([r[8] for r in rows], dtype=np.float64),
+            valid_until=np.array([r[9] for r in rows], dtype=np.float64),
+            source_ids=[tuple(json.loads(r[10])) for r in rows], content=[r[11] for r in rows],
+            sensitivity=[r[12] for r in rows])
+        return Snapshot(self.dim, live, self.audit(), int(self._meta("version")), int(self._meta("next_id")),
+                        json.loads(self._meta("scope_names")))
+
+    # -- writing -----------------------------------------------------------------------------
+    def commit(self, change: Change) -> None:
+        if self.dim is None:
+            raise RuntimeError("open(dim) the store before committing to it")
+        if change.added is not None:
+            check_rows(change.added, self.dim)
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if change.added is not None and len(change.added):
+                self._insert(change.added)
+            for action, time, seqs in change.removed:
+                self._remove(action, time, seqs)
+            conn.executemany("INSERT INTO audit (action, time, ids, reason, version, actor) VALUES (?, ?, ?, ?, ?, ?)",
+                             [(e.action, e.time, dumps_ids(e.ids), e.reason, e.version, self.actor)
+                              for e in change.audit])
+            conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [
+                (str(change.version), "version"), (str(change.next_id), "next_id"),
+                (json.dumps(change.scope_names), "scope_names")])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _insert(self, rows: Rows) -> None:
+        scopes = [split_scope(key) for key in rows.scope]
+        contents = rows.contents()
+        self._conn.executemany(
+            "INSERT INTO memories (seq, id, scope_type, scope_id, memory_type, content, embedding, confidence, "
+            "sensitivity, source_ids, valid_from, valid_until, importance, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(int(rows.seq[i]), str(uuid.uuid4()), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
+              np.ascontiguousarray(rows.embedding[i], dtype=np.float32).tobytes(), float(rows.confidence[i]),
+              rows.sensitivities()[i], json.dumps(list(rows.source_ids[i])), float(rows.valid_from[i]),
+              float(rows.valid_until[i]), float(rows.importance[i]), float(rows.created_at[i]))
+             for i in range(len(rows))])
+        self._conn.executemany("INSERT INTO memories_text (rowid, content) VALUES (?, ?)",
+                               [(int(rows.seq[i]), text) for i, text in enumerate(contents) if text is not None])
+
+    def _remove(self, action: str, time: float, seqs: Sequence[int]) -> None:
+        ids = [(float(time), action, int(s)) for s in seqs]
+        if action == "delete":  # a user's data goes: only the tombstone and the audit record stay
+            self._conn.executemany("UPDATE memories SET deleted_at = ?, deleted_reason = ?, content = NULL, "
+                                   "embedding = NULL WHERE seq = ?", ids)
+        else:
+            self._conn.executemany("UPDATE memories SET deleted_at = ?, deleted_reason = ? WHERE seq = ?", ids)
+        self._conn.executemany("DELETE FROM memories_text WHERE rowid = ?", [(int(s),) for s in seqs])
+
+    # -- reading -------------------------------------------------------------------------------
+    def audit(self) -> list[AuditEntry]:
+        return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor in
+                self._conn.execute("SELECT action, time, ids, reason, version, actor FROM audit ORDER BY n")]
+
+    def _live(self) -> dict[str, Any]:
+        """The live rows' retrieval columns, cached until the stored version changes."""
+        version = int(self._meta("version"))
+        if self._cache is not None and self._cache[0] == version:
+            return self._cache[1]
+        rows = self._conn.execute("SELECT seq, embedding, scope_type, scope_id, importance, created_at, valid_from, "
+                                  "valid_until FROM memories WHERE deleted_at IS NULL ORDER BY seq").fetchall()
+        n = len(rows)
+        assert self.dim is not None
+        live = {"seq": np.array([r[0] for r in rows], dtype=np.int64),
+                "embedding": np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(n, self.dim),
+                "scope": np.array([join_scope(r[2], r[3]) for r in rows], dtype=object),
+                **{name: np.array([r[j] for r in rows], dtype=np.float64)
+                   for j, name in enumerate(("importance", "created_at", "valid_from", "valid_until"), start=4)}}
+        self._cache = (version, live)
+        return live
+
+    def _text_scores(self, text: str) -> dict[int, float]:
+        """FTS5 relevance of each matching row, scaled to (0, 1] by the best match (bm25: lower is better)."""
+        terms = [t for t in "".join(ch if ch.isalnum() else " " for ch in text).split() if t]
+        if not terms:
+            return {}
+        query = " OR ".join(f'"{t}"' for t in terms)
+        found = self._conn.execute("SELECT rowid, bm25(memories_text) FROM memories_text WHERE memories_text MATCH ?",
+                                   (query,)).fetchall()
+        if not found:
+            return {}
+        best = max(-score for _, score in found)
+        return {int(rowid): (-score / best if best > 0 else 1.0) for rowid, score in found}
+
+    def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
+                 weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
+                 text: str | Sequence[str] | None = None, w_text: float = 0.0) -> StoreRetrieval:
+        """Rank in this process over the live rows that pass the scope, validity and tombstone
+        filters (exact: every candidate is scored); see :meth:`MemoryStore.retrieve`."""
+        if self.dim is None:
+            raise RuntimeError("open(dim) the store before retrieving from it")
+        unit = check_query(queries, self.dim, now, k)
+        n_queries = unit.shape[0]
+        allowed = scope_filters(scopes, n_queries)
+        texts = check_weights(weights, tau, w_text, text, n_queries)
+        live = self._live()
+        result = padded(n_queries, k)
+        valid = (live["valid_from"] <= now) & (now < live["valid_until"])
+        recency = np.exp(-(now - live["created_at"]) / tau)
+        w_sim, w_rec, w_imp = weights
+        for q in range(n_queries):
+            scope_keys = allowed[q]
+            mask = valid if scope_keys is None else valid & np.isin(live["scope"], scope_keys)
+            rows = np.flatnonzero(mask)
+            if rows.size == 0:
+                continue
+            similarity = live["embedding"][rows] @ unit[q]
+            match = np.zeros(rows.size)
+            query_text = texts[q]
+            if query_text is not None and w_text != 0.0:
+                scores_by_seq = self._text_scores(query_text)
+                match = np.array([scores_by_seq.get(int(s), 0.0) for s in live["seq"][rows]])
+            score = w_sim * similarity + w_rec * recency[rows] + w_imp * live["importance"][rows] + w_text * match
+            order = np.lexsort((live["seq"][rows], -score))[:k]  # best first; ties: the older memory first
+            m = order.size
+            result.ids[q, :m] = live["seq"][rows][order]
+            result.scores[q, :m] = score[order]
+            result.similarity[q, :m] = similarity[order]
+            result.recency[q, :m] = recency[rows][order]
+            result.importance[q, :m] = live["importance"][rows][order]
+            result.text[q, :m] = match[order]
+        return result
+
+    def close(self) -> None:
+        self._conn.close()
