@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -44,3 +46,17 @@ def test_prototype_sweep_writes_its_table(tmp_path):
     for line in lines[2:]:
         values = [float(cell) for cell in line.strip("|").split("|")[1:]]
         assert len(values) == 5 and all(0.0 <= value <= 100.0 for value in values)
+
+
+def test_bench_store_measures_every_store(tmp_path):
+    pytest.importorskip("pgserver")
+    out = tmp_path / "bench_store.json"
+    run_script("scripts/bench_store.py", "--n", "600", "--dim", "16", "--repeats", "1", "--ef_search", "[10,40]",
+               "--out", str(out))
+    record = json.loads(out.read_text())
+    assert {"add_index", "add_sqlite", "add_postgres", "latency_ms", "recall_curve", "recall_default"} <= set(record)
+    assert set(record["latency_ms"]) == {"tensor index", "SQLite (exact, in process)", "Postgres exact",
+                                         "Postgres HNSW"}
+    assert record["postgres_exact_equals_index"] == 1.0  # the server's exact ranking is the tensor index's
+    assert [row["ef_search"] for row in record["recall_curve"]] == [10, 40]
+    assert all(0.0 <= row["similarity_recall_at_5"] <= 1.0 for row in record["recall_curve"])

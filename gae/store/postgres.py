@@ -1,0 +1,475 @@
+"""PostgresStore: memories in a Postgres server with pgvector, filtered and ranked by the server."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gae.store.base import (
+    SCHEMA_VERSION,
+    AuditEntry,
+    Change,
+    MemoryStore,
+    Rows,
+    Snapshot,
+    StoreRetrieval,
+    check_query,
+    check_rows,
+    check_weights,
+    padded,
+    scope_filters,
+    scope_key,
+)
+from gae.store.sqlite import join_scope, split_scope
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")  # leaves room in Postgres' 63 bytes for the suffixes
+_TSV = "to_tsvector('simple', coalesce(content, ''))"  # the GIN index's expression, spelled the same
+_TSQ = "to_tsquery('simple', %(tsq)s)"
+_COLUMNS = ("seq", "scope_type", "scope_id", "memory_type", "content", "embedding", "confidence", "sensitivity",
+            "source_ids", "valid_from", "valid_until", "importance", "created_at")
+
+_SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE {version} (version integer NOT NULL);
+CREATE TABLE {meta} (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {t} (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    seq bigint UNIQUE NOT NULL,
+    scope_type text NOT NULL,
+    scope_id text NOT NULL,
+    memory_type text NOT NULL CHECK (memory_type IN ('episode', 'semantic')),
+    content text,
+    embedding vector({dim}),
+    confidence double precision NOT NULL,
+    sensitivity text NOT NULL,
+    source_ids jsonb NOT NULL,
+    valid_from double precision NOT NULL,
+    valid_until double precision NOT NULL,
+    importance double precision NOT NULL,
+    created_at double precision NOT NULL,
+    deleted_at double precision,
+    deleted_reason text
+);
+CREATE INDEX {filter_index} ON {t} (scope_type, scope_id, memory_type, valid_until);
+CREATE INDEX {hnsw_index} ON {t} USING hnsw (embedding vector_cosine_ops) WHERE deleted_at IS NULL;
+CREATE INDEX {text_index} ON {t} USING gin (to_tsvector('simple', coalesce(content, ''))) WHERE deleted_at IS NULL;
+CREATE INDEX {created_index} ON {t} (created_at) WHERE deleted_at IS NULL;
+CREATE INDEX {importance_index} ON {t} (importance) WHERE deleted_at IS NULL;
+CREATE TABLE {audit} (
+    n bigserial PRIMARY KEY,
+    action text NOT NULL CHECK (action IN ('add', 'evict', 'delete', 'expire', 'reject')),
+    time double precision NOT NULL,
+    ids jsonb NOT NULL,
+    reason text NOT NULL,
+    version bigint NOT NULL,
+    actor text NOT NULL
+)
+"""
+
+# A scope list in gae.scopes (JSON) restricts every statement of the session; unset or '': all scopes.
+_RLS = """
+ALTER TABLE {t} ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {t} FORCE ROW LEVEL SECURITY;
+CREATE POLICY {policy} ON {t} USING (
+    coalesce(current_setting('gae.scopes', true), '') = ''
+    OR (CASE WHEN scope_type = 'int' THEN '#' || scope_id ELSE scope_id END)
+       = ANY (ARRAY(SELECT jsonb_array_elements_text(current_setting('gae.scopes', true)::jsonb))))
+"""
+
+
+class _Vector:
+    """A float32 vector to send as pgvector's ``vector`` (a query parameter)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+
+def _register_vector(conn: psycopg.Connection[Any]) -> None:
+    """Send and read pgvector's ``vector`` in its binary form (uint16 dim, uint16 0, big-endian
+    float32s), so that embeddings come back exactly as written."""
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.pq import Format
+    from psycopg.types import TypeInfo
+
+    info = TypeInfo.fetch(conn, "vector")
+    if info is None:
+        raise RuntimeError("the pgvector extension's type 'vector' is missing from this database")
+    info.register(conn)
+    vector_oid = info.oid
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+        oid = vector_oid
+
+        def dump(self, obj: _Vector) -> bytes:
+            values = np.asarray(obj.values, dtype=">f4")
+            return struct.pack(">HH", values.size, 0) + values.tobytes()
+
+    class VectorLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> np.ndarray:
+            (dim,) = struct.unpack_from(">H", data)
+            return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32)
+
+    conn.adapters.register_dumper(_Vector, VectorDumper)
+    conn.adapters.register_loader(vector_oid, VectorLoader)
+
+
+def _text_query(text: str) -> str | None:
+    """The words of ``text`` OR-ed as a tsquery (SQLiteStore's FTS5 query), None when it has none."""
+    terms = "".join(ch if ch.isalnum() else " " for ch in text).split()
+    return " | ".join(terms) if terms else None
+
+
+class PostgresStore(MemoryStore):
+    """A memory store in a Postgres database with the pgvector extension.
+
+    The same tables as :class:`~gae.store.SQLiteStore` (the columns of the original design, a
+    uuid ``id`` and the memory's integer id ``seq``; tombstones; an audit and a meta table),
+    with the embedding as ``vector(dim)``. Indexes: a btree on (scope_type, scope_id,
+    memory_type, valid_until), and over the live rows (``deleted_at IS NULL``, so tombstones
+    never crowd a scan) an HNSW index (cosine) on the embedding, a GIN full-text index on
+    ``content`` and btrees on ``created_at`` and ``importance``. The auxiliary tables are named
+    after ``table`` (``<table>_meta``, ``<table>_audit``, ``<table>_schema_version``), so one
+    database can hold several memories. Each :meth:`commit` is one transaction.
+
+    :meth:`retrieve` ranks in the server: scope, validity and tombstone filters are in the
+    ``WHERE`` clause and the score ``w_sim cos + w_rec exp(-age/tau) + w_imp importance
+    (+ w_text text_match)`` is computed in SQL, over every row that passes the filters
+    (``exact=True``: SQLiteStore's ranking) or over a candidate pool drawn from the indexes
+    (default), which falls back to the exact ranking when it cannot prove it holds the top k.
+
+    With ``row_level_security=True`` the table gets a row-level security policy keyed on the
+    session setting ``gae.scopes`` (see :meth:`set_scopes`): a connection restricted to some
+    scopes sees, changes and retrieves only their rows, whatever the query. This guards against
+    mistakes in the application, not against a client that can set ``gae.scopes`` itself; and
+    Postgres superusers and roles with BYPASSRLS are never restricted.
+
+    Args:
+        dsn: a libpq connection string or URI.
+        table: the memories table (a lowercase SQL identifier). Default: ``'memories'``.
+        actor: written in the audit rows of this connection. Default: ``'gae'``.
+        row_level_security: enable the scope policy on the table at :meth:`open`. Default: False.
+        ef_search: HNSW ``ef_search`` of approximate retrieval (1 to 1000). Default: the
+            candidate count (capped at 1000), since pgvector's index scan returns at most
+            ``ef_search`` rows.
+        candidates: rows drawn per query from each index (nearest, most recent, most
+            important, best text matches) to be re-ranked by the full score. Default:
+            ``max(100, 10 k)``.
+
+    Attributes:
+        exact_fallbacks: queries of approximate :meth:`retrieve` calls that fell back to the
+            exact ranking (their pool could not be shown to hold the top k), since construction.
+
+    Examples::
+
+        store = PostgresStore("postgresql://localhost/gae", table="support_memories")
+        memory = EpisodicMemory(384, store=store)
+    """
+
+    def __init__(self, dsn: str, *, table: str = "memories", actor: str = "gae", row_level_security: bool = False,
+                 ef_search: int | None = None, candidates: int | None = None) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
+        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
+            raise ValueError(f"table must be a lowercase SQL identifier of at most 40 characters, got {table!r}")
+        if not isinstance(actor, str) or not actor:
+            raise ValueError(f"actor must be a non-empty string, got {actor!r}")
+        if not isinstance(row_level_security, bool):
+            raise ValueError(f"row_level_security must be a bool, got {row_level_security!r}")
+        for name, value, most in (("ef_search", ef_search, 1000), ("candidates", candidates, None)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
+                                      or (most is not None and value > most)):
+                raise ValueError(f"{name} must be None or an int in [1, {most or 'inf'}], got {value!r}")
+        try:
+            import psycopg
+            from psycopg import sql
+        except ImportError as error:
+            raise ImportError("PostgresStore needs psycopg 3: pip install 'gae-torch[store]'") from error
+        self.table = table
+        self.actor = actor
+        self.row_level_security = row_level_security
+        self.ef_search = ef_search
+        self.candidates = candidates
+        self.dim: int | None = None
+        self.exact_fallbacks = 0
+        self._sql = sql
+        self._statements: dict[tuple[bool, bool, bool], sql.Composed] = {}
+        self._names = {name: sql.Identifier(f"{table}{suffix}") for name, suffix in (
+            ("t", ""), ("meta", "_meta"), ("audit", "_audit"), ("version", "_schema_version"),
+            ("filter_index", "_filter"), ("hnsw_index", "_embedding_hnsw"), ("text_index", "_content_fts"),
+            ("created_index", "_created_at"), ("importance_index", "_importance"),
+            ("policy", "_scopes"))}
+        self._conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+        self._dbname = self._conn.info.dbname  # for repr, which must not show the dsn's password
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(dbname={self._dbname!r}, table={self.table!r}, dim={self.dim})"
+
+    def _q(self, template: str, **extra: Any) -> sql.Composed:
+        """A statement with the store's table names filled in (``{t}``, ``{meta}``, ...)."""
+        return self._sql.SQL(template).format(**self._names, **extra)
+
+    # -- schema ----------------------------------------------------------------------------
+    def _exists(self) -> bool:
+        return self._conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.table}_meta",)).fetchone() == (True,)
+
+    def open(self, dim: int) -> Snapshot | None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 2000:
+            raise ValueError(f"dim must be an int in [1, 2000] (pgvector's HNSW limit), got {dim!r}")
+        conn = self._conn
+        created = False
+        if not self._exists():
+            with conn.transaction():  # Postgres' DDL is transactional: every table or none
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))
+                if not self._exists():  # another process may have created it while we waited
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        conn.execute(self._q(statement, dim=self._sql.Literal(dim)))
+                    conn.execute(self._q("INSERT INTO {version} VALUES (%s)"), (SCHEMA_VERSION,))
+                    with conn.cursor() as cur:
+                        cur.executemany(self._q("INSERT INTO {meta} VALUES (%s, %s)"), [
+                            ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]")])
+                    if self.row_level_security:
+                        self._enable_row_level_security()
+                    created = True
+        _register_vector(conn)
+        if created:
+            self.dim = dim
+            return None
+        self._migrate()
+        stored = int(self._meta("dim"))
+        if stored != dim:
+            raise ValueError(f"table {self.table!r} holds memories of dim={stored}, not dim={dim}")
+        if self.row_level_security and not self._has_row_level_security():
+            with conn.transaction():
+                self._enable_row_level_security()
+        self.dim = dim
+        return self._snapshot()
+
+    def _migrate(self) -> None:
+        """Bring an older schema up to :data:`SCHEMA_VERSION` (there is one version so far)."""
+        row = self._conn.execute(self._q("SELECT version FROM {version}")).fetchone()
+        if row is None:
+            raise ValueError(f"table {self.table!r} has no schema version: not a gae store")
+        if row[0] > SCHEMA_VERSION:
+            raise ValueError(f"table {self.table!r} has schema version {row[0]}, newer than this gae "
+                             f"({SCHEMA_VERSION}); upgrade gae to open it")
+
+    def _has_row_level_security(self) -> bool:
+        found = self._conn.execute("SELECT relrowsecurity AND relforcerowsecurity FROM pg_class "
+                                   "WHERE oid = %s::regclass", (self.table,)).fetchone()
+        return found == (True,)
+
+    def _enable_row_level_security(self) -> None:
+        for statement in filter(str.strip, _RLS.split(";")):
+            self._conn.execute(self._q(statement))
+
+    def set_scopes(self, scopes: Sequence[Any] | None) -> None:
+        """Restrict this connection to the rows of ``scopes`` (names or ints >= 0), or lift the
+        restriction (None). Needs ``row_level_security=True``: the table's policy enforces it."""
+        if not self.row_level_security:
+            raise ValueError("set_scopes needs a store opened with row_level_security=True")
+        if scopes is not None and (isinstance(scopes, str) or not isinstance(scopes, Sequence)):
+            raise ValueError(f"scopes must be None or a list of scopes, got {scopes!r}")
+        setting = "" if scopes is None else json.dumps([scope_key(s) for s in scopes])
+        self._conn.execute("SELECT set_config('gae.scopes', %s, false)", (setting,))
+
+    def _meta(self, key: str) -> str:
+        row = self._conn.execute(self._q("SELECT value FROM {meta} WHERE key = %s"), (key,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def _snapshot(self) -> Snapshot:
+        assert self.dim is not None
+        with self._conn.transaction():  # one consistent view of rows, audit and counters
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            rows = self._conn.execute(self._q(
+                "SELECT seq, embedding, scope_type, scope_id, memory_type, importance, confidence, created_at, "
+                "valid_from, valid_until, source_ids, content, sensitivity FROM {t} "
+                "WHERE deleted_at IS NULL ORDER BY seq"), binary=True).fetchall()
+            audit = self.audit()
+            version, next_id, scope_names = (self._meta(key) for key in ("version", "next_id", "scope_names"))
+        n = len(rows)
+        live = Rows(
+            seq=np.array([r[0] for r in rows], dtype=np.int64),
+            embedding=np.stack([r[1] for r in rows]) if n else np.zeros((0, self.dim), dtype=np.float32),
+            scope=[join_scope(r[2], r[3]) for r in rows], memory_type=[r[4] for r in rows],
+            importance=np.array([r[5] for r in rows], dtype=np.float64),
+            confidence=np.array([r[6] for r in rows], dtype=np.float64),
+            created_at=np.array([r[7] for r in rows], dtype=np.float64),
+            valid_from=np.array([r[8] for r in rows], dtype=np.float64),
+            valid_until=np.array([r[9] for r in rows], dtype=np.float64),
+            source_ids=[tuple(r[10]) for r in rows], content=[r[11] for r in rows],
+            sensitivity=[r[12] for r in rows])
+        return Snapshot(self.dim, live, audit, int(version), int(next_id), json.loads(scope_names))
+
+    # -- writing -----------------------------------------------------------------------------
+    def commit(self, change: Change) -> None:
+        if self.dim is None:
+            raise RuntimeError("open(dim) the store before committing to it")
+        if change.added is not None:
+            check_rows(change.added, self.dim)
+        from psycopg.types.json import Jsonb
+
+        conn = self._conn
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
+            if change.added is not None and len(change.added):
+                self._insert(cur, change.added)
+            for action, time, seqs in change.removed:
+                purge = ", content = NULL, embedding = NULL" if action == "delete" else ""  # the data goes
+                cur.execute(self._q("UPDATE {t} SET deleted_at = %s, deleted_reason = %s{purge} "
+                                    "WHERE seq = ANY(%s::bigint[])", purge=self._sql.SQL(purge)),
+                            (float(time), action, [int(s) for s in seqs]))
+            if change.audit:
+                cur.executemany(self._q("INSERT INTO {audit} (action, time, ids, reason, version, actor) "
+                                        "VALUES (%s, %s, %s, %s, %s, %s)"),
+                                [(e.action, float(e.time), Jsonb([int(i) for i in e.ids]), e.reason, int(e.version),
+                                  self.actor) for e in change.audit])
+            cur.executemany(self._q("UPDATE {meta} SET value = %s WHERE key = %s"), [
+                (str(change.version), "version"), (str(change.next_id), "next_id"),
+                (json.dumps(change.scope_names), "scope_names")])
+
+    def _insert(self, cur: psycopg.Cursor[Any], rows: Rows) -> None:
+        """INSERT in one pipelined batch (COPY would be faster, but Postgres refuses it under
+        row-level security, and the HNSW index's upkeep dominates either way)."""
+        from psycopg.types.json import Jsonb
+
+        scopes = [split_scope(key) for key in rows.scope]
+        contents, sensitivities = rows.contents(), rows.sensitivities()
+        cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(_COLUMNS)}) VALUES ({', '.join(['%s'] * 13)})"), [
+            (int(rows.seq[i]), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
+             _Vector(rows.embedding[i]), float(rows.confidence[i]), sensitivities[i],
+             Jsonb([int(s) for s in rows.source_ids[i]]), float(rows.valid_from[i]), float(rows.valid_until[i]),
+             float(rows.importance[i]), float(rows.created_at[i])) for i in range(len(rows))])
+
+    # -- reading -------------------------------------------------------------------------------
+    def audit(self) -> list[AuditEntry]:
+        return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor in self._conn.execute(
+            self._q("SELECT action, time, ids, reason, version, actor FROM {audit} ORDER BY n"))]
+
+    def _ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
+        """One query's ranking statement: filters, scores and top k, over a candidate pool or not.
+
+        The pool is the union of the ``candidates`` best live rows by each term: similarity from
+        the HNSW index, recency, importance and text match from theirs. Each result row carries
+        ``bound``, the highest score a row outside the pool can reach (Fagin's threshold, for
+        non-negative weights): a k-th score below it means the pool may have missed a row.
+        ``bound`` is NULL when there is no pool or it holds every row that passes the filters, and
+        +inf when the index returned no row.
+        """
+        key = (pooled, scoped, texted)
+        if key not in self._statements:
+            self._statements[key] = self._compose_ranking(pooled, scoped, texted)
+        return self._statements[key]
+
+    def _compose_ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
+        where = "m.deleted_at IS NULL AND m.valid_from <= %(now)s AND %(now)s < m.valid_until"
+        if scoped:  # both arms can use the (scope_type, scope_id, ...) index
+            where += (" AND ((m.scope_type = 'int' AND m.scope_id = ANY(%(ints)s::text[])) "
+                      "OR (m.scope_type = 'name' AND m.scope_id = ANY(%(names)s::text[])))")
+        # Postgres' exp() raises on underflow and overflow where numpy returns 0 and inf.
+        age = "(m.created_at - %(now)s) / %(tau)s"
+        recency = f"CASE WHEN {age} < -700 THEN 0 WHEN {age} > 709 THEN 'Infinity'::float8 ELSE exp({age}) END"
+        ctes, joins, text, bound = [], "", "0::float8", "NULL::float8"
+        if texted:  # every live match (through the GIN index), scaled by the best, as SQLiteStore does
+            ctes += [f"matches AS MATERIALIZED (SELECT seq, ts_rank_cd({_TSV}, {_TSQ})::float8 AS rank FROM {{t}} "
+                     f"WHERE deleted_at IS NULL AND {_TSV} @@ {_TSQ})",
+                     "best AS (SELECT max(rank) AS v FROM matches)"]
+            joins = " LEFT JOIN matches x ON x.seq = m.seq CROSS JOIN best"
+            text = "CASE WHEN x.rank IS NULL THEN 0 WHEN best.v > 0 THEN x.rank / best.v ELSE 1 END"
+        if pooled:
+            # The nearest live rows whether or not they pass the filters, so that the index returns
+            # all it is asked for and the least similarity among them bounds every row outside.
+            ctes.append(f"near AS (SELECT m.seq, 1 - (m.embedding <=> %(q)s) AS v, {where} AS ok FROM {{t}} m "
+                        "WHERE m.deleted_at IS NULL ORDER BY m.embedding <=> %(q)s LIMIT %(candidates)s)")
+            lists = {"recent": (recency, "m.created_at DESC"), "important": ("m.importance", "m.importance DESC")}
+            if texted:
+                lists["matching"] = (text, "x.rank DESC NULLS LAST")
+            ctes += [f"{name} AS (SELECT m.seq, {value} AS v FROM {{t}} m{joins} WHERE {where} "
+                     f"{'AND x.rank IS NOT NULL ' if name == 'matching' else ''}ORDER BY {order} LIMIT %(candidates)s)"
+                     for name, (value, order) in lists.items()]
+            ctes.append("pool AS (SELECT seq FROM near WHERE ok" + "".join(
+                f" UNION SELECT seq FROM {name}" for name in lists) + ")")
+            # with fewer matches than candidates every match is in the pool: the rows outside score 0
+            text_bound = " + %(w_text)s * (SELECT CASE WHEN count(*) < %(candidates)s THEN 0 ELSE min(v) END " \
+                         "FROM matching)" if texted else ""
+            # The index scan returns its ef_search nearest rows, less those row-level security
+            # hides: every row it did not return is farther than all it did. It skips zero vectors
+            # (similarity 0), hence the greatest(.., 0).
+            bound = ("CASE WHEN (SELECT count(*) FROM recent) < %(candidates)s THEN NULL "
+                     "WHEN NOT EXISTS (SELECT FROM near) THEN 'Infinity'::float8 "
+                     "ELSE %(w_sim)s * greatest((SELECT min(v) FROM near), 0) "
+                     "+ %(w_rec)s * (SELECT min(v) FROM recent) "
+                     f"+ %(w_imp)s * (SELECT min(v) FROM important){text_bound} END")
+            where += " AND m.seq IN (SELECT seq FROM pool)"
+        return self._q(
+            ("WITH " + ", ".join(ctes) + " " if ctes else "")
+            + "SELECT seq, %(w_sim)s * similarity + %(w_rec)s * recency + %(w_imp)s * importance "
+            f"+ %(w_text)s * text AS score, similarity, recency, importance, text, {bound} AS bound FROM ("
+            f"SELECT m.seq, -(m.embedding <#> %(q)s) AS similarity, {recency} AS recency, m.importance, "
+            f"{text} AS text FROM {{t}} m{joins} WHERE {where}) scored ORDER BY score DESC, seq LIMIT %(k)s")
+
+    def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
+                 weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
+                 text: str | Sequence[str] | None = None, w_text: float = 0.0,
+                 exact: bool = False) -> StoreRetrieval:
+        """Rank in the server (see :meth:`MemoryStore.retrieve`); the similarity is the dot product
+        of the stored embedding with the unit query, as in SQLiteStore.
+
+        ``exact=True`` scores every row that passes the filters. ``exact=False`` (default) scores
+        a candidate pool (see :meth:`_ranking`) and falls back to the exact ranking for a query
+        whose pool cannot be shown to hold its top ``k`` (and always with a negative weight), so
+        that it differs from the exact ranking only where the HNSW index misses a neighbour.
+        """
+        if self.dim is None:
+            raise RuntimeError("open(dim) the store before retrieving from it")
+        if not isinstance(exact, bool):
+            raise ValueError(f"exact must be a bool, got {exact!r}")
+        unit = check_query(queries, self.dim, now, k)
+        n_queries = unit.shape[0]
+        allowed = scope_filters(scopes, n_queries)
+        texts = check_weights(weights, tau, w_text, text, n_queries)
+        candidates = max(self.candidates or max(100, 10 * k), k)
+        pooled = not exact and min(weights) >= 0 and w_text >= 0
+        result = padded(n_queries, k)
+        conn = self._conn
+        with conn.transaction():  # every query of the batch sees the same rows
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
+                         (str(self.ef_search or min(candidates, 1000)),))
+            for q, (scopes_q, text_q) in enumerate(zip(allowed, texts, strict=True)):
+                if scopes_q is not None and not scopes_q:
+                    continue
+                tsq = _text_query(text_q) if text_q is not None and w_text != 0.0 else None
+                keys = [split_scope(key) for key in scopes_q or []]
+                params = {"q": _Vector(unit[q]), "now": float(now), "tau": float(tau), "k": k, "tsq": tsq,
+                          "candidates": candidates, "w_sim": float(weights[0]), "w_rec": float(weights[1]),
+                          "w_imp": float(weights[2]), "w_text": float(w_text),
+                          "ints": [i for kind, i in keys if kind == "int"],
+                          "names": [i for kind, i in keys if kind == "name"]}
+                shape = (scopes_q is not None, tsq is not None)
+                found = conn.execute(self._ranking(pooled, *shape), params).fetchall()
+                bound = found[0][-1] if found else None
+                if bound is not None and not found[-1][1] >= bound + 1e-6:  # the pool may miss a row
+                    self.exact_fallbacks += 1
+                    found = conn.execute(self._ranking(False, *shape), params).fetchall()
+                for j, row in enumerate(found):
+                    for column, value in zip(result, row[:6], strict=True):  # ids, scores, ..., text
+                        column[q, j] = value
+        return result
+
+    def close(self) -> None:
+        self._conn.close()
