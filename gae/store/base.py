@@ -111,6 +111,35 @@ class StoreRetrieval(NamedTuple):
     text: np.ndarray
 
 
+SNAPSHOT_COLUMNS = ("seq, embedding, scope_type, scope_id, memory_type, importance, confidence, created_at, "
+                    "valid_from, valid_until, source_ids, content, sensitivity")
+
+
+def rows_from_records(records: Sequence[Sequence[Any]], dim: int) -> Rows:
+    """:class:`Rows` from database records in the order of :data:`SNAPSHOT_COLUMNS`, with the
+    embedding already a float32 array and ``source_ids`` a sequence (each store decodes its own)."""
+    def floats(j: int) -> np.ndarray:
+        return np.array([r[j] for r in records], dtype=np.float64)
+
+    embedding = np.stack([np.asarray(r[1], dtype=np.float32) for r in records]) if records else \
+        np.zeros((0, dim), dtype=np.float32)
+    return Rows(seq=np.array([r[0] for r in records], dtype=np.int64), embedding=embedding,
+                scope=[join_scope(r[2], r[3]) for r in records], memory_type=[r[4] for r in records],
+                importance=floats(5), confidence=floats(6), created_at=floats(7), valid_from=floats(8),
+                valid_until=floats(9), source_ids=[tuple(r[10]) for r in records],
+                content=[r[11] for r in records], sensitivity=[r[12] for r in records])
+
+
+def split_scope(key: str) -> tuple[str, str]:
+    """The table's (scope_type, scope_id) of a scope key: ('int', '5') for '#5', ('name', key) for a name."""
+    return ("int", key[1:]) if key.startswith("#") else ("name", key)
+
+
+def join_scope(scope_type: str, scope_id: str) -> str:
+    """The scope key of a table's (scope_type, scope_id)."""
+    return f"#{scope_id}" if scope_type == "int" else scope_id
+
+
 def scope_key(scope: Any) -> str:
     """The store's text form of a scope: a name as is, an int ``s >= 0`` as ``'#s'``."""
     if isinstance(scope, str):

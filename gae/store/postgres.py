@@ -12,6 +12,7 @@ import numpy as np
 
 from gae.store.base import (
     SCHEMA_VERSION,
+    SNAPSHOT_COLUMNS,
     AuditEntry,
     Change,
     MemoryStore,
@@ -22,10 +23,11 @@ from gae.store.base import (
     check_rows,
     check_weights,
     padded,
+    rows_from_records,
     scope_filters,
     scope_key,
+    split_scope,
 )
-from gae.store.sqlite import join_scope, split_scope
 
 if TYPE_CHECKING:
     import psycopg
@@ -295,24 +297,11 @@ class PostgresStore(MemoryStore):
         assert self.dim is not None
         with self._conn.transaction():  # one consistent view of rows, audit and counters
             self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            rows = self._conn.execute(self._q(
-                "SELECT seq, embedding, scope_type, scope_id, memory_type, importance, confidence, created_at, "
-                "valid_from, valid_until, source_ids, content, sensitivity FROM {t} "
-                "WHERE deleted_at IS NULL ORDER BY seq"), binary=True).fetchall()
+            records = self._conn.execute(self._q(f"SELECT {SNAPSHOT_COLUMNS} FROM {{t}} WHERE deleted_at IS NULL "
+                                                 "ORDER BY seq"), binary=True).fetchall()
             audit = self.audit()
             version, next_id, scope_names = (self._meta(key) for key in ("version", "next_id", "scope_names"))
-        n = len(rows)
-        live = Rows(
-            seq=np.array([r[0] for r in rows], dtype=np.int64),
-            embedding=np.stack([r[1] for r in rows]) if n else np.zeros((0, self.dim), dtype=np.float32),
-            scope=[join_scope(r[2], r[3]) for r in rows], memory_type=[r[4] for r in rows],
-            importance=np.array([r[5] for r in rows], dtype=np.float64),
-            confidence=np.array([r[6] for r in rows], dtype=np.float64),
-            created_at=np.array([r[7] for r in rows], dtype=np.float64),
-            valid_from=np.array([r[8] for r in rows], dtype=np.float64),
-            valid_until=np.array([r[9] for r in rows], dtype=np.float64),
-            source_ids=[tuple(r[10]) for r in rows], content=[r[11] for r in rows],
-            sensitivity=[r[12] for r in rows])
+        live = rows_from_records(records, self.dim)
         return Snapshot(self.dim, live, audit, int(version), int(next_id), json.loads(scope_names))
 
     # -- writing -----------------------------------------------------------------------------

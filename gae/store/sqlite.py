@@ -13,6 +13,7 @@ import numpy as np
 
 from gae.store.base import (
     SCHEMA_VERSION,
+    SNAPSHOT_COLUMNS,
     AuditEntry,
     Change,
     MemoryStore,
@@ -23,8 +24,11 @@ from gae.store.base import (
     check_rows,
     check_weights,
     dumps_ids,
+    join_scope,
     padded,
+    rows_from_records,
     scope_filters,
+    split_scope,
 )
 
 _SCHEMA = """
@@ -60,15 +64,6 @@ CREATE TABLE audit (
     actor TEXT NOT NULL
 );
 """
-
-
-def split_scope(key: str) -> tuple[str, str]:
-    """('int', '5') for the key '#5', ('name', key) for a name."""
-    return ("int", key[1:]) if key.startswith("#") else ("name", key)
-
-
-def join_scope(scope_type: str, scope_id: str) -> str:
-    return f"#{scope_id}" if scope_type == "int" else scope_id
 
 
 class SQLiteStore(MemoryStore):
@@ -151,22 +146,10 @@ class SQLiteStore(MemoryStore):
 
     def _snapshot(self) -> Snapshot:
         assert self.dim is not None
-        rows = self._conn.execute(
-            "SELECT seq, embedding, scope_type, scope_id, memory_type, importance, confidence, created_at, "
-            "valid_from, valid_until, source_ids, content, sensitivity FROM memories "
-            "WHERE deleted_at IS NULL ORDER BY seq").fetchall()
-        n = len(rows)
-        embedding = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(n, self.dim).copy()
-        live = Rows(
-            seq=np.array([r[0] for r in rows], dtype=np.int64), embedding=embedding,
-            scope=[join_scope(r[2], r[3]) for r in rows], memory_type=[r[4] for r in rows],
-            importance=np.array([r[5] for r in rows], dtype=np.float64),
-            confidence=np.array([r[6] for r in rows], dtype=np.float64),
-            created_at=np.array([r[7] for r in rows], dtype=np.float64),
-            valid_from=np.array([r[8] for r in rows], dtype=np.float64),
-            valid_until=np.array([r[9] for r in rows], dtype=np.float64),
-            source_ids=[tuple(json.loads(r[10])) for r in rows], content=[r[11] for r in rows],
-            sensitivity=[r[12] for r in rows])
+        records = self._conn.execute(f"SELECT {SNAPSHOT_COLUMNS} FROM memories WHERE deleted_at IS NULL "
+                                     "ORDER BY seq").fetchall()
+        live = rows_from_records([(r[0], np.frombuffer(r[1], dtype=np.float32), *r[2:10], json.loads(r[10]), *r[11:])
+                                  for r in records], self.dim)
         return Snapshot(self.dim, live, self.audit(), int(self._meta("version")), int(self._meta("next_id")),
                         json.loads(self._meta("scope_names")))
 
