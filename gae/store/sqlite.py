@@ -253,27 +253,39 @@ class SQLiteStore(MemoryStore):
         valid = (live["valid_from"] <= now) & (now < live["valid_until"])
         recency = np.exp(-(now - live["created_at"]) / tau)
         w_sim, w_rec, w_imp = weights
-        for q in range(n_queries):
-            scope_keys = allowed[q]
-            mask = valid if scope_keys is None else valid & np.isin(live["scope"], scope_keys)
+        groups: dict[tuple[str, ...] | None, list[int]] = {}  # queries that see the same rows share one matmul
+        for q, keys in enumerate(allowed):
+            groups.setdefault(None if keys is None else tuple(sorted(set(keys))), []).append(q)
+        for group, members in groups.items():
+            mask = valid if group is None else valid & np.isin(live["scope"], list(group))
             rows = np.flatnonzero(mask)
             if rows.size == 0:
                 continue
-            similarity = live["embedding"][rows] @ unit[q]
-            match = np.zeros(rows.size)
-            query_text = texts[q]
-            if query_text is not None and w_text != 0.0:
-                scores_by_seq = self._text_scores(query_text)
-                match = np.array([scores_by_seq.get(int(s), 0.0) for s in live["seq"][rows]])
-            score = w_sim * similarity + w_rec * recency[rows] + w_imp * live["importance"][rows] + w_text * match
-            order = np.lexsort((live["seq"][rows], -score))[:k]  # best first; ties: the older memory first
-            m = order.size
-            result.ids[q, :m] = live["seq"][rows][order]
-            result.scores[q, :m] = score[order]
-            result.similarity[q, :m] = similarity[order]
-            result.recency[q, :m] = recency[rows][order]
-            result.importance[q, :m] = live["importance"][rows][order]
-            result.text[q, :m] = match[order]
+            every = rows.size == mask.size  # no copy of the embeddings when every row is visible
+            embedding, seq = (live["embedding"], live["seq"]) if every else (live["embedding"][rows], live["seq"][rows])
+            bias = w_rec * recency[rows] + w_imp * live["importance"][rows]
+            similarities = unit[members] @ embedding.T  # (G, R)
+            for i, q in enumerate(members):
+                similarity = similarities[i].astype(np.float64)
+                match = np.zeros(rows.size)
+                query_text = texts[q]
+                if query_text is not None and w_text != 0.0:
+                    scores_by_seq = self._text_scores(query_text)
+                    match = np.array([scores_by_seq.get(int(s), 0.0) for s in seq])
+                score = w_sim * similarity + bias + w_text * match
+                if score.size > k:  # the k best and everything tied with the k-th, then an exact sort
+                    kth = np.partition(score, score.size - k)[score.size - k]
+                    near = np.flatnonzero(score >= kth)
+                else:
+                    near = np.arange(score.size)
+                order = near[np.lexsort((seq[near], -score[near]))][:k]  # best first; ties: the older memory
+                m = order.size
+                result.ids[q, :m] = seq[order]
+                result.scores[q, :m] = score[order]
+                result.similarity[q, :m] = similarity[order]
+                result.recency[q, :m] = recency[rows][order]
+                result.importance[q, :m] = live["importance"][rows][order]
+                result.text[q, :m] = match[order]
         return result
 
     def close(self) -> None:
