@@ -45,12 +45,12 @@ class DecisionMemory(nn.Module):
 
     # -- the batched API -------------------------------------------------------------
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                     skip: Tensor) -> StreamStep:
+                     skip: Tensor, source_ids: Tensor | None = None) -> StreamStep:
         raise NotImplementedError
 
     @torch.no_grad()
     def prequential_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
-                     skip: Tensor | None = None) -> StreamStep:
+                     skip: Tensor | None = None, source_ids: Tensor | None = None) -> StreamStep:
         """Score every decision with the state left by the ones before it, then learn it.
 
         The result equals a Python loop of single decisions. The whole batch is validated
@@ -63,18 +63,24 @@ class DecisionMemory(nn.Module):
             confirmed: (B,) bool, or None for "the memory's own pre-learning recommendation
                 equals ``action``".
             skip: (B,) bool, True for uncertain outcomes that must not be learned. Default none.
+            source_ids: (B,) int64, where each decision came from (a user's episode, a ticket),
+                kept by :class:`~gae.JudgmentMemory`'s decision log for ``trace`` and
+                ``forget_``. Default: the decisions' sequence numbers. Memories without a log
+                validate and ignore them.
 
         Returns:
             :class:`~gae.types.StreamStep` with the pre-learning outputs and the learn events.
         """
         x, category, action, confirmed, skip = self._check_stream(x, category, action, confirmed, skip)
-        return self._prequential(x, category, action, confirmed, skip)
+        if source_ids is not None:
+            source_ids = check.check_index(source_ids, "source_ids", None, x.shape[0], x.device)
+        return self._prequential(x, category, action, confirmed, skip, source_ids)
 
     @torch.no_grad()
     def learn_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
-               skip: Tensor | None = None) -> LearnEvents:
+               skip: Tensor | None = None, source_ids: Tensor | None = None) -> LearnEvents:
         """Learn a batch of verified decisions in stream order; see :meth:`prequential_`."""
-        return self.prequential_(x, category, action, confirmed, skip).events
+        return self.prequential_(x, category, action, confirmed, skip, source_ids).events
 
     # -- the single-decision API of the original implementation ------------------------
     def score_one(self, factors: Sequence[float] | Tensor | np.ndarray,

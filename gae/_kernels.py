@@ -177,7 +177,7 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                   evidence_clip, evidence_allowance, accuracy_rate_slow, accuracy_rate_fast, recovery_margin,
                   logits, probs, out_action, confidence, sq_diff, nearest,
                   applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned,
-                  recycled, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+                  recycled, before, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
     """Score-before-learn over a batch in stream order, mutating the state in place.
 
     The state has P prototype slots per (category, action): ``centroids`` (C, A, P, K),
@@ -190,7 +190,8 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
     distance) with the gated rule. When P > 1 and that distance exceeds ``spawn_threshold``,
     the decision instead starts a new prototype in a free slot, or in the slot with the fewest
     wins when all are in use (``recycled``). Each applied decision decays the wins of its
-    action's prototypes by ``1 - win_decay`` and adds 1 to the one it taught (``prototype``).
+    action's prototypes by ``1 - win_decay`` and adds 1 to the one it taught (``prototype``);
+    ``before[b]`` is that prototype's row before the decision changed it.
 
     With ``adaptive`` (``drift_mode='adaptive'``, see ``docs/drift.md``) a verified decision
     that moves an existing prototype is first weighed as evidence: ``e = clip(shadow logit -
@@ -309,6 +310,8 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
             target = free
             counts[c, a, target] = 0
             wins[c, a, target] = 0.0
+        for k in range(n_factors):
+            before[b, k] = centroids[c, a, target, k]
         if fresh:
             for k in range(n_factors):
                 value = x[b, k]

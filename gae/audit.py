@@ -8,6 +8,7 @@ memory's names.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -106,3 +107,78 @@ def margins(distance: Tensor) -> Tensor:
     two = distance.topk(2, dim=1, largest=False).values
     gap = two[:, 1] - two[:, 0]
     return torch.where(torch.isfinite(two[:, 0]), gap, float("nan"))
+
+
+# -- the decision log: what every learning call did, enough to trace, undo and forget ------------------
+EVENT_FIELDS = {  # name: dtype of the per-decision columns (x and before are (N, K))
+    "seq": torch.int64, "source_id": torch.int64, "category": torch.int64, "action": torch.int64,
+    "confirmed": torch.bool, "skipped": torch.bool, "eta": torch.float32, "displacement": torch.float32,
+    "gated": torch.bool, "initialized": torch.bool, "prototype": torch.int64, "x": torch.float32,
+    "before": torch.float32,
+}
+EVENT_BYTES_PER_FACTOR = 8  # x and before: two float32 per criterion
+EVENT_BYTES_FIXED = 5 * 8 + 4 * 1 + 2 * 4  # five int64, four bools, eta and displacement
+
+
+class DecisionLog:
+    """Every decision a :class:`~gae.JudgmentMemory` was taught, in stream order, with the state
+    before the first of them (the *base*): the audit trail behind ``trace``, ``undo_`` and
+    ``forget_``.
+
+    Per decision it keeps the sequence number, the ``source_id``, category, action, the
+    confirmed flag the rule used, whether it was skipped, eta, displacement, whether it was
+    gated or created its prototype, the prototype slot it taught, the factors ``x`` and that
+    prototype's row before the update: ``52 + 8 K`` bytes (116 at K = 8). Per learning call it
+    keeps the attention in force (C x K floats), so a replay scores exactly as the call did.
+
+    Args:
+        max_events: keep at most this many decisions; older ones are folded into the base
+            (undo and forget cannot reach before it). None: unbounded.
+    """
+
+    def __init__(self, max_events: int | None = None) -> None:
+        self.max_events = max_events
+        self.chunks: list[dict[str, Tensor]] = []  # one per learning call, with its "alpha"
+        self.base: dict[str, Tensor] = {}  # the memory's buffers before the first logged decision
+        self.base_logs: dict[str, Any] = {}  # the event logs (gate, promotion, recycle) of the folded decisions
+
+    def __len__(self) -> int:
+        return sum(int(chunk["seq"].shape[0]) for chunk in self.chunks)
+
+    def append(self, chunk: dict[str, Tensor]) -> None:
+        self.chunks.append(chunk)
+
+    def events(self) -> dict[str, Tensor]:
+        """Every logged decision as one column per field (empty columns when none)."""
+        if not self.chunks:
+            return {name: torch.zeros(0, dtype=dtype) for name, dtype in EVENT_FIELDS.items()}
+        return {name: torch.cat([chunk[name] for chunk in self.chunks]) for name in EVENT_FIELDS}
+
+    def state(self) -> dict[str, Any]:
+        """The log as plain tensors and lists (it travels in the memory's extra state)."""
+        return {"max_events": self.max_events, "chunks": [dict(chunk) for chunk in self.chunks],
+                "base": dict(self.base), "base_logs": self.base_logs}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DecisionLog:
+        log = cls(state.get("max_events"))
+        log.chunks = [{k: v.cpu() for k, v in chunk.items()} for chunk in state.get("chunks", [])]
+        log.base = {k: v.cpu() for k, v in state.get("base", {}).items()}
+        log.base_logs = state.get("base_logs", {})
+        return log
+
+
+class Trace(NamedTuple):
+    """The decisions that shaped one prototype, heaviest first.
+
+    Attributes:
+        source_ids: (T,) int64, the decisions' source ids.
+        weights: (T,) float, each one's weight in the prototype now: the eta of its update
+            times ``1 - eta`` of every later update of the same prototype (a first touch or a
+            spawn has eta 1, so it erases the weight of everything before it).
+        seq: (T,) int64, their sequence numbers.
+    """
+
+    source_ids: Tensor
+    weights: Tensor
+    seq: Tensor

@@ -113,6 +113,7 @@ def judgment_prequential(
     clip_low, clip_high = rule.clip if rule.clip is not None else (0.0, 0.0)
     state = adaptive if adaptive is not None else _NO_ADAPTIVE
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
+    before = torch.zeros(n, n_factors)
     _kernels.judgment_loop(
         centroids.numpy(), initialized.numpy(), counts.numpy(), wins.numpy(), alpha.numpy(),
         x.numpy(), category.numpy(), action.numpy(), confirmed_np, has_confirmed, skip.numpy(),
@@ -126,10 +127,10 @@ def judgment_prequential(
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(), nearest.numpy(),
         events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
         events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(), events.prototype.numpy(),
-        events.spawned.numpy(), events.recycled.numpy(),
+        events.spawned.numpy(), events.recycled.numpy(), before.numpy(),
         promo_statistic.numpy(), promo_evidence.numpy(), promo_shift.numpy(),
     )
-    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest, before)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 
 
@@ -164,6 +165,7 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
     nearest = torch.empty(n, n_actions, dtype=torch.int64)
     events = _empty_events(n)
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
+    before = torch.zeros(n, n_factors)
 
     def f32(value: float) -> Tensor:
         return torch.tensor(value, dtype=torch.float32)
@@ -237,6 +239,7 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
                 target = int(wins[c, a].argmin())
                 events.recycled[b] = True
             counts[c, a, target], wins[c, a, target] = 0, 0.0
+        before[b] = centroids[c, a, target]
         if fresh:
             centroids[c, a, target] = clip_(x[b].clone())
             initialized[c, a, target] = True
@@ -273,7 +276,7 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             events.promoted[b] = True
             statistic[c], evidence[c] = 0.0, 0
             following[c], accuracy[c, 1] = True, 0.0
-    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest)
+    step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest, before)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 
 

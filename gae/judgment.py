@@ -96,6 +96,9 @@ class JudgmentMemory(DecisionMemory):
         prototypes: prototype slots per category and action, P >= 1. Default: 1.
         spawn_threshold: unweighted L2 distance from every prototype of its action beyond
             which a verified decision starts a new prototype (P > 1 only). Default: 0.5.
+        max_log_events: decisions the decision log keeps for ``trace``, ``undo_`` and
+            ``forget_`` (:class:`~gae.audit.DecisionLog`, ``52 + 8 K`` bytes each); past it the
+            oldest are folded into the log's base state, down to half. Default: None (all).
         spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 1.5,
             two wins close together (a win decays by 5% per decision of its action).
 
@@ -155,7 +158,7 @@ class JudgmentMemory(DecisionMemory):
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
                  min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
                  promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
-                 spawn_support: float = 1.5) -> None:
+                 spawn_support: float = 1.5, max_log_events: int | None = None) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
@@ -197,6 +200,10 @@ class JudgmentMemory(DecisionMemory):
         self._gate_chunks: list[GateLog] = []
         self._promotion_chunks: list[PromotionLog] = []
         self._recycle_chunks: list[RecycleLog] = []
+        if max_log_events is not None:
+            check.check_int("max_log_events", max_log_events, low=1)
+        self._log = audit.DecisionLog(max_log_events)
+        self._log.base = self._buffer_state()
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
 
@@ -435,7 +442,7 @@ class JudgmentMemory(DecisionMemory):
 
     # -- learning ---------------------------------------------------------------------
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                     skip: Tensor) -> StreamStep:
+                     skip: Tensor, source_ids: Tensor | None = None, alpha: Tensor | None = None) -> StreamStep:
         if self.centroids.dtype != torch.float32:
             raise TypeError(f"JudgmentMemory learns in float32 (the engine's precision), but its centroids are "
                             f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
@@ -446,7 +453,9 @@ class JudgmentMemory(DecisionMemory):
         initialized = slots(self.initialized.to("cpu", copy=True))
         counts = slots(self.counts.to("cpu", copy=True))
         wins = self._wins().to("cpu", copy=True)
-        alpha = self.criterion_attention().detach().to("cpu", torch.float32).contiguous()
+        if alpha is None:  # a replay passes the attention that was in force when the decisions were learned
+            alpha = self.criterion_attention().detach()
+        alpha = alpha.to("cpu", torch.float32).contiguous()
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         confirmed = None if confirmed is None else confirmed.to("cpu").contiguous()
         adaptive = None
@@ -470,7 +479,158 @@ class JudgmentMemory(DecisionMemory):
         self._record_gate_events(first, category, action, step.events)
         if promotions.step.numel():
             self._promotion_chunks.append(promotions._replace(step=promotions.step + first))
+        self._log_decisions(first, x, category, action, confirmed, step, source_ids, alpha)
         return step if device.type == "cpu" else step.to(device)
+
+    # -- the decision log: trace, undo, forget ------------------------------------------------
+    def _buffer_state(self) -> dict[str, Tensor]:
+        return {name: buffer.detach().to("cpu", copy=True) for name, buffer in self.named_buffers()}
+
+    def _log_decisions(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                       step: StreamStep, source_ids: Tensor | None, alpha: Tensor) -> None:
+        n, events = x.shape[0], step.events
+        seq = torch.arange(first, first + n)
+        used = (step.output.action == action) if confirmed is None else confirmed  # the flag the rule used
+        assert step.before is not None
+        self._log.append({
+            "seq": seq, "source_id": seq.clone() if source_ids is None else source_ids.to("cpu").long(),
+            "category": category.clone(), "action": action.clone(), "confirmed": used.clone(),
+            "skipped": events.skipped, "eta": events.eta, "displacement": events.displacement,
+            "gated": events.gated, "initialized": events.initialized, "prototype": events.prototype,
+            "x": x.detach().to("cpu", torch.float32, copy=True), "before": step.before, "alpha": alpha.clone()})
+        limit = self._log.max_events
+        if limit is not None and len(self._log) > limit:
+            self._fold(len(self._log) - limit // 2)
+
+    @property
+    def decision_log(self) -> audit.DecisionLog:
+        """The :class:`~gae.audit.DecisionLog`: every decision learned since its base state."""
+        return self._log
+
+    _EVENT_LOGS = {"gate": GateLog, "promotion": PromotionLog, "recycle": RecycleLog}
+
+    def _logs_state(self) -> dict[str, list[dict[str, Tensor]]]:
+        """The gate, promotion and recycle logs as plain dicts of tensors (``weights_only`` loads them)."""
+        return {name: [dict(chunk._asdict()) for chunk in getattr(self, f"_{name}_chunks")]
+                for name in self._EVENT_LOGS}
+
+    def _set_logs(self, logs: dict[str, list[dict[str, Tensor]]]) -> None:
+        for name, log_type in self._EVENT_LOGS.items():
+            setattr(self, f"_{name}_chunks", [log_type(**chunk) for chunk in logs.get(name, [])])
+
+    def _replay(self, keep: Tensor | None = None, stop: int | None = None) -> None:
+        """Rebuild the state from the log's base by re-learning its decisions (the first ``stop``,
+        those in ``keep``) with the fast engine, call by call, each with the attention and the
+        confirmed flags it had. All of it or nothing: a failure restores the state as it was."""
+        saved = (self._buffer_state(), self._logs_state(), list(self._log.chunks))
+        chunks, self._log.chunks = self._log.chunks, []
+        try:
+            for name, buffer in self.named_buffers():
+                buffer.copy_(self._log.base[name].to(buffer.device))
+            self._set_logs(self._log.base_logs)
+            position = 0
+            for chunk in chunks:
+                n = int(chunk["seq"].shape[0])
+                rows = torch.arange(position, position + n)
+                chosen = torch.ones(n, dtype=torch.bool) if stop is None else rows < stop
+                if keep is not None:
+                    chosen &= keep[position:position + n]
+                position += n
+                if not bool(chosen.any()):
+                    continue
+                device = self.centroids.device
+                picked = {name: chunk[name][chosen].to(device) for name in ("x", "category", "action", "confirmed",
+                                                                              "skipped", "source_id")}
+                self._prequential(picked["x"], picked["category"], picked["action"], picked["confirmed"],
+                                  picked["skipped"], picked["source_id"], chunk["alpha"])
+        except BaseException:
+            buffers, logs, self._log.chunks = saved
+            for name, buffer in self.named_buffers():
+                buffer.copy_(buffers[name].to(buffer.device))
+            self._set_logs(logs)
+            raise
+
+    def _fold(self, count: int) -> None:
+        """Fold the oldest whole calls holding at least ``count`` decisions into the base."""
+        sizes = [int(chunk["seq"].shape[0]) for chunk in self._log.chunks]
+        folded, calls = 0, 0
+        while calls < len(sizes) and folded < count:
+            folded += sizes[calls]
+            calls += 1
+        current = (self._buffer_state(), self._logs_state(), list(self._log.chunks))
+        self._replay(stop=folded)  # the state right after the folded decisions
+        self._log.base, self._log.base_logs = self._buffer_state(), self._logs_state()
+        buffers, logs, chunks = current
+        for name, buffer in self.named_buffers():
+            buffer.copy_(buffers[name].to(buffer.device))
+        self._set_logs(logs)
+        self._log.chunks = chunks[calls:]
+
+    def undo_(self, n: int = 1) -> None:
+        """Revert the last ``n`` applied decisions exactly: the state is bit for bit the one
+        before them (skipped decisions among them go too). Raises ValueError, changing nothing,
+        when the log holds fewer (``max_log_events`` folds older decisions into its base)."""
+        n = check.check_int("n", n, low=1)
+        applied = (~self._log.events()["skipped"]).nonzero().squeeze(-1)
+        if n > applied.numel():
+            folded = " (older decisions were folded into the log's base by max_log_events)" \
+                if self._log.max_events is not None else ""
+            raise ValueError(f"undo_({n}) reaches before the start of the decision log: it holds "
+                             f"{applied.numel()} applied decisions{folded}")
+        self._replay(stop=int(applied[-n]))
+
+    def forget_(self, source_ids: Sequence[int] | Tensor) -> int:
+        """Remove every decision with these source ids, as if they had never been learned.
+
+        The state is rebuilt from the log's base by re-learning the other decisions in order
+        with the fast engine: gating, first touches, spawns and promotions are recomputed;
+        the recorded confirmed/override flags are facts and are kept. The result equals a
+        fresh memory fed the stream without them (to float rounding; the attention, a
+        parameter trained outside the memory, is not unlearned). Sequence numbers after the
+        first forgotten decision shift down. Returns how many decisions were removed.
+
+        Raises:
+            ValueError: an id is not in the log (never learned, or folded into its base by
+                ``max_log_events``), or ``source_ids`` is not a list of integers.
+        """
+        wanted = torch.as_tensor(source_ids).reshape(-1)
+        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool:
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
+        logged = self._log.events()["source_id"]
+        missing = wanted[~torch.isin(wanted, logged)]
+        if missing.numel():
+            raise ValueError(f"source_ids not in the decision log: {missing.tolist()[:10]}"
+                             + (" (older decisions may have been folded into its base by max_log_events)"
+                                if self._log.max_events is not None else ""))
+        keep = ~torch.isin(logged, wanted)
+        self._replay(keep=keep)
+        return int((~keep).sum())
+
+    def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> audit.Trace:
+        """The decisions that moved prototype ``prototype`` of (``category``, ``action``) most,
+        with their current weight in it (heaviest first, at most ``top``).
+
+        A decision's weight is the eta of its update times ``1 - eta`` of every later update of
+        the same prototype; the weights of all its decisions sum to 1 once it exists. Only the
+        prototype's own updates count: a promotion (``drift_mode='adaptive'``) or a push
+        (``push_rate``) moves it without being one of them.
+        """
+        c = self._category_index(category)
+        a = check.lookup("action", action, self.action_names)
+        top = check.check_int("top", top, low=1)
+        prototype = check.check_int("prototype", prototype, low=0)
+        if prototype >= self.prototypes:
+            raise ValueError(f"prototype must be in [0, {self.prototypes}), got {prototype}")
+        events = self._log.events()
+        mine = ((events["category"] == c) & (events["action"] == a) & ~events["skipped"]
+                & (events["prototype"] == prototype)).nonzero().squeeze(-1)
+        eta = events["eta"][mine].double()
+        # weight_i = eta_i * prod_{j > i} (1 - eta_j): a reversed cumulative product
+        keep_after = torch.cat([torch.flip(torch.cumprod(torch.flip(1.0 - eta, [0]), 0), [0])[1:],
+                                torch.ones(min(1, eta.numel()), dtype=torch.float64)])
+        weights = eta * keep_after
+        order = torch.argsort(weights, descending=True, stable=True)[:top]
+        return audit.Trace(events["source_id"][mine][order], weights[order].float(), events["seq"][mine][order])
 
     def _adaptive_buffers(self) -> tuple[Tensor, ...]:
         """The buffers of ``drift_mode='adaptive'``, in the order of :class:`gae.engine.AdaptiveState`."""
@@ -556,6 +716,7 @@ class JudgmentMemory(DecisionMemory):
         state = self._names_state()
         state["drift_mode"] = self.drift_mode
         state["prototypes"] = self.prototypes
+        state["decision_log"] = self._log.state()
         state["gate_log"] = dict(self.gate_log._asdict())
         if self.drift_mode == "adaptive":
             state["promotion_log"] = dict(self.promotion_log._asdict())
@@ -570,6 +731,13 @@ class JudgmentMemory(DecisionMemory):
         self._promotion_chunks = [PromotionLog(**{k: v.cpu() for k, v in promotions.items()})] if promotions else []
         recycled = state.get("recycle_log")
         self._recycle_chunks = [RecycleLog(**{k: v.cpu() for k, v in recycled.items()})] if recycled else []
+        max_events = self._log.max_events  # this memory's setting, not the saved one
+        if "decision_log" in state:
+            self._log = audit.DecisionLog.from_state(state["decision_log"])
+        else:  # a state saved before the log existed: the log starts from the loaded state
+            self._log = audit.DecisionLog(max_events)
+            self._log.base = self._buffer_state()
+        self._log.max_events = max_events
 
     def _check_names_state(self, state: dict[str, Any]) -> None:
         super()._check_names_state(state)

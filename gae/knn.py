@@ -95,7 +95,7 @@ class KNNMemory(DecisionMemory):
             outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
         return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
 
-    def _prequential(self, x, category, action, confirmed, skip) -> StreamStep:
+    def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))

@@ -98,7 +98,7 @@ class RetrievalMemory(DecisionMemory):
             return self._vote(x.detach(), category, self._now())
 
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                     skip: Tensor) -> StreamStep:
+                     skip: Tensor, source_ids: Tensor | None = None) -> StreamStep:
         x = x.detach()
         outputs = []
         n, device = x.shape[0], x.device

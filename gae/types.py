@@ -76,18 +76,22 @@ class StreamStep(NamedTuple):
         nearest: (B, A) int64, the prototype slot each action scored with (its nearest
             scoring prototype), -1 where the action had none; ``None`` for memories without
             prototypes.
+        before: (B, K) float, the row of the prototype each decision taught (see
+            ``events.prototype``) as it was before that decision changed it (0 where not
+            applied); ``None`` for memories without prototypes.
     """
 
     output: MemoryOutput
     events: LearnEvents
     sq_diff: Tensor | None
     nearest: Tensor | None = None
+    before: Tensor | None = None
 
     def to(self, device: torch.device | str) -> StreamStep:
         """The same step with every tensor on ``device``."""
         return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
                           LearnEvents(*(t.to(device) for t in self.events)),
-                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest)))
+                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest, self.before)))
 
 
 class GateLog(NamedTuple):

@@ -4,6 +4,7 @@ Measures, single-threaded, with C=4 categories x A=4 actions x K=8 factors and t
 over repeats (after an untimed warm-up, so JIT compilation is excluded):
 
 1. exact online learning (``JudgmentMemory.prequential_``, seed and adaptive drift modes, four prototypes per action)
+   and ``forget_`` of one decision from the middle of a 100,000-decision log (a replay with the same engine)
    against a per-decision numpy loop of the same maths (the original implementation's style) and the per-decision torch
    reference loop, checking that all three end with the same prototypes;
 2. batched scoring ``memory(x, category)`` without and with autograd;
@@ -41,7 +42,8 @@ from training.readme import replace_section  # noqa: E402
 C, A, K = 4, 4, 8
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 FULL_SIZES = {"online": 100_000, "numpy_loop": 5_000, "torch_loop": 2_000, "batch": 1_000_000,
-              "score_one": 20_000, "knn": 20_000}
+              "score_one": 20_000, "knn": 20_000, "forget": 100_000}
+FORGET_CALL = 100  # decisions per learning call of the log that forget_ replays
 
 
 def make_stream(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,6 +234,23 @@ def measure_knn(results: dict, stream, n: int, repeats: int) -> None:
                                             lambda: KNNMemory(K, A, k=5, capacity=400, categories=C)))
 
 
+def measure_forget(results: dict, stream, n: int, repeats: int) -> None:
+    """``forget_`` of one decision from the middle of an n-decision log, learned in calls of 100."""
+    progress(f"forget_: one decision from the middle of a {n:,}-decision log (calls of {FORGET_CALL})")
+    x, category, action = (t[:n] for t in stream)
+
+    def learned_memory() -> JudgmentMemory:
+        memory = JudgmentMemory(C, A, K)
+        for start in range(0, n, FORGET_CALL):
+            part = slice(start, start + FORGET_CALL)
+            memory.learn_(x[part], category[part], action[part])
+        return memory
+
+    results["forget_one"] = {"n": n, "seconds": seconds(lambda memory: memory.forget_([n // 2]), repeats,
+                                                        learned_memory)}
+    results["forget_one"]["median"] = statistics.median(results["forget_one"]["seconds"])
+
+
 def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
     """(measurement, result, target, verdict) for every target, then the reference numbers."""
     def verdict(ok: bool) -> str:
@@ -259,6 +278,8 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
          f"max abs diff {torch_check['max_abs_diff']:.1e}", "allclose 1e-5", verdict(torch_check["allclose"])),
         (f"batched scoring, `no_grad` (B={sizes['batch']:,})", fmt_rate(batch), ">= 20 M/s", verdict(batch >= 2e7)),
         ("`score_one` latency p50 / p99", latency("score_one_us"), "p50 <= 10 us", verdict(p50 <= 10)),
+        (f"`forget_` one decision from the middle of a {sizes['forget']:,}-decision log",
+         f"{results['forget_one']['median'] * 1e3:,.0f} ms", "< 1 s", verdict(results["forget_one"]["median"] < 1.0)),
         (f"ref: numpy per-decision loop ({sizes['numpy_loop']:,} decisions)",
          fmt_rate(results["online_numpy"]["median"]), "—", "—"),
         (f"ref: torch per-decision loop ({sizes['torch_loop']:,} decisions)",
@@ -313,6 +334,7 @@ def main() -> None:
     measure_scoring(results, trained, sizes["batch"], args.repeats)
     measure_single(results, trained, sizes["score_one"], args.repeats)
     measure_knn(results, stream, sizes["knn"], args.repeats)
+    measure_forget(results, stream, sizes["forget"], min(args.repeats, 3))
     elapsed = time.perf_counter() - began
     rows = table_rows(results, sizes)
     table = markdown(rows)

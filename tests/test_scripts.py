@@ -60,3 +60,37 @@ def test_bench_store_measures_every_store(tmp_path):
     assert record["postgres_exact_equals_index"] == 1.0  # the server's exact ranking is the tensor index's
     assert [row["ef_search"] for row in record["recall_curve"]] == [10, 40]
     assert all(0.0 <= row["similarity_recall_at_5"] <= 1.0 for row in record["recall_curve"])
+
+
+def test_inspect_memory_reads_a_state_dict(tmp_path):
+    import torch
+
+    from gae import JudgmentMemory
+    from training.streams import DecisionStream
+
+    stream = DecisionStream(400, categories=["invoice", "refund"], actions=["approve", "reject"], factors=3,
+                            informative=2, seed=1)
+    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names, prototypes=2)
+    data = stream.tensors()
+    memory.learn_(data.x, data.category, data.action, skip=data.skip)
+    path = tmp_path / "memory.pt"
+    torch.save(memory.state_dict(), path)
+    out = run_script("scripts/inspect_memory.py", str(path), "--category", "refund", "--explain", "0.2,0.5,0.9",
+                     "--trace", "refund,approve").stdout
+    assert "## refund" in out and "## invoice" not in out and "approve [0]" in out
+    assert "decision 0 (refund): recommends" in out and "the decisions that shaped refund/approve most" in out
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(path.read_bytes()[:100])  # truncated
+    failed = subprocess.run([sys.executable, "scripts/inspect_memory.py", str(bad)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert failed.returncode != 0 and "not a loadable checkpoint" in failed.stderr
+
+
+def test_inspect_memory_reads_a_lightning_checkpoint(tmp_path):
+    from tests.test_training import SMALL, fit
+
+    cli = fit(tmp_path, *SMALL, "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+              "--trainer.callbacks.save_last=true")
+    checkpoint = next(Path(cli.trainer.logger.log_dir).rglob("last.ckpt"), None) or next(tmp_path.rglob("*.ckpt"))
+    out = run_script("scripts/inspect_memory.py", str(checkpoint), "--events", "2").stdout
+    assert "400 decisions learned, 400 in the decision log" in out and "## invoice" in out

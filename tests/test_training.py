@@ -61,6 +61,8 @@ def test_tensorboard_event_files_hold_every_tag(tmp_path):
                 "final/acc/cumulative_jm"):
         assert tag in tags["scalars"], tag
     assert "attention/heatmap" in tags["images"]
+    explained = events.Tensors("explain/decision/text_summary")
+    assert explained and "recommends" in tensor_util.make_ndarray(explained[0].tensor_proto).item().decode()
     assert "prototypes/invoice" in tags["histograms"]
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(events.PluginTagToContent("hparams"))
     rolling = events.Scalars("acc/rolling_jm")

@@ -37,6 +37,8 @@ class DecisionMemoryModule(L.LightningModule):
             :class:`~gae.JudgmentMemory`). Default: ``'seed'``, the original rule.
         prototypes, spawn_threshold, spawn_support: several prototypes per category and action
             (see :class:`~gae.JudgmentMemory`). Default: 1, the original design.
+        max_log_events: decisions the memory's decision log keeps for trace / undo / forget
+            (None: all; the log travels in every checkpoint, ``52 + 8 K`` bytes a decision).
         learn_attention: train ``criterion_logits`` by gradient; False keeps the original
             design's plain Euclidean distance (no optimizer at all). Default: True.
         lr: Adam learning rate of the attention. Default: 0.05.
@@ -53,7 +55,8 @@ class DecisionMemoryModule(L.LightningModule):
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
                  promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
-                 spawn_support: float = 1.5, learn_attention: bool = True, lr: float = 0.05,
+                 spawn_support: float = 1.5, max_log_events: int | None = None, learn_attention: bool = True,
+                 lr: float = 0.05,
                  knn: bool = True,
                  knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
                  curve_points_per_batch: int = 10, figure_every_n_steps: int = 20) -> None:
@@ -63,7 +66,8 @@ class DecisionMemoryModule(L.LightningModule):
                                      eta_override=eta_override, drift_threshold=drift_threshold,
                                      gate_damping=gate_damping, drift_mode=drift_mode, shadow_eta=shadow_eta,
                                      promotion_threshold=promotion_threshold, prototypes=prototypes,
-                                     spawn_threshold=spawn_threshold, spawn_support=spawn_support)
+                                     spawn_threshold=spawn_threshold, spawn_support=spawn_support,
+                                     max_log_events=max_log_events)
         self.memory.criterion_logits.requires_grad_(learn_attention)
         self.knn = KNNMemory(factors, actions, k=knn_k, capacity=knn_capacity, categories=categories,
                              scoped=knn_scoped) if knn else None
@@ -148,6 +152,7 @@ class DecisionMemoryModule(L.LightningModule):
             self._log_recycles(writer, recycles)
         if self.global_step % self._figure_every == 0:
             self._log_figures(writer, decision)
+            self._log_explanation(writer, batch, decision)
 
     def _log_rolling_curve(self, writer: Any, batch: DecisionBatch) -> None:
         """Rolling accuracy at evenly spaced decisions of the batch, against the decision index."""
@@ -169,6 +174,14 @@ class DecisionMemoryModule(L.LightningModule):
                             f"were promoted (mean shift {r['shift']:.3f}); CUSUM {r['statistic']:.2f} after "
                             f"{r['shadow_right']} decisions closer to the shadows and {r['main_right']} closer "
                             "to the prototypes", r["step"] + 1)
+
+    def _log_explanation(self, writer: Any, batch: DecisionBatch, decision: int) -> None:
+        """The batch's last decision, explained by the memory as it stands, as TensorBoard text."""
+        explanation = self.memory.explain(batch.x[-1:], batch.category[-1:])
+        verified = self.memory.action_names[int(batch.action[-1])]
+        text = "\n".join("    " + line for line in str(explanation).splitlines())  # a Markdown code block
+        writer.add_text("explain/decision", f"decision {int(batch.position[-1])}, verified action **{verified}**:"
+                        f"\n\n{text}", decision)
 
     def _log_recycles(self, writer: Any, count: int) -> None:
         """Each recycled prototype of the latest batch as TensorBoard text at its decision."""

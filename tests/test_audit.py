@@ -1,0 +1,170 @@
+"""The decision log of JudgmentMemory: trace, exact undo and exact unlearning, in every mode."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import clustered_stream, make_judgment
+
+MODES = {
+    "seed": {},
+    "options": {"clip": (0.0, 1.0), "push_rate": 0.02, "min_confidence": 0.3},
+    "adaptive": {"drift_mode": "adaptive", "promotion_threshold": 2.0},
+    "prototypes": {"prototypes": 3},
+    "prototypes_adaptive": {"prototypes": 3, "drift_mode": "adaptive", "promotion_threshold": 2.0},
+}
+
+
+def tensors(memory) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in memory.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
+def assert_same_state(a, b, exact: bool = True) -> None:
+    left, right = tensors(a), tensors(b)
+    assert left.keys() == right.keys()
+    for key in left:
+        if exact or not left[key].is_floating_point():
+            assert torch.equal(left[key], right[key]), key
+        else:
+            torch.testing.assert_close(left[key], right[key], rtol=1e-5, atol=1e-5, msg=key)
+
+
+def feed(memory, stream, start: int, stop: int, batch: int = 50, confirmed=None, learn_attention: bool = False):
+    optimizer = torch.optim.Adam([memory.criterion_logits], lr=0.05) if learn_attention else None
+    for i in range(start, stop, batch):
+        j = min(i + batch, stop)
+        part = slice(i, j)
+        step = memory.prequential_(stream.x[part], stream.category[part], stream.action[part],
+                                   None if confirmed is None else confirmed[part], stream.skip[part],
+                                   torch.arange(i, j))
+        if optimizer is not None:
+            loss = memory.attention_loss(step, stream.category[part], stream.action[part], stream.skip[part])
+            if loss is not None:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_undo_is_exact_and_redo_returns_the_same_state(mode):
+    stream = clustered_stream(1, 600, drift_at=300)
+    memory = make_judgment(**MODES[mode])
+    feed(memory, stream, 0, 430, learn_attention=True)
+    before = copy.deepcopy(memory)
+    feed(memory, stream, 430, 600, learn_attention=False)
+    applied = int((~stream.skip[430:600]).sum())
+    memory.undo_(applied)
+    assert_same_state(memory, before)
+    assert memory.gate_records() == before.gate_records()
+    feed(memory, stream, 430, 600)  # redo
+    again = copy.deepcopy(before)
+    feed(again, stream, 430, 600)
+    assert_same_state(memory, again)
+
+
+def test_undo_past_the_log_start_fails_and_changes_nothing():
+    stream = clustered_stream(2, 100)
+    memory = make_judgment(max_log_events=60)
+    feed(memory, stream, 0, 100, batch=10)
+    assert len(memory.decision_log) <= 60
+    snapshot = copy.deepcopy(memory)
+    with pytest.raises(ValueError, match="reaches before the start of the decision log.*folded"):
+        memory.undo_(len(memory.decision_log) + 1)
+    assert_same_state(memory, snapshot)
+    memory.undo_(5)  # within reach: fine
+    with pytest.raises(ValueError, match="n must be"):
+        memory.undo_(0)
+
+
+def fed_without(mode: str, stream, confirmed, dropped: set[int]):
+    """A fresh memory fed the stream without the dropped decisions (same batches otherwise)."""
+    memory = make_judgment(**MODES[mode])
+    for i in range(0, len(stream.x), 50):
+        rows = [r for r in range(i, min(i + 50, len(stream.x))) if r not in dropped]
+        if rows:
+            index = torch.tensor(rows)
+            memory.prequential_(stream.x[index], stream.category[index], stream.action[index], confirmed[index],
+                                stream.skip[index], index)
+    return memory
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_forget_equals_retraining_without_the_episodes(mode):
+    stream = clustered_stream(3, 1000, drift_at=500)
+    confirmed = torch.rand(1000, generator=torch.Generator().manual_seed(4)) < 0.7  # the verifier's facts
+    memory = make_judgment(**MODES[mode])
+    feed(memory, stream, 0, 1000, confirmed=confirmed)
+    dropped = {5, 17, 400, 401, 650, 999}
+    assert memory.forget_(sorted(dropped)) == len(dropped)
+    assert_same_state(memory, fed_without(mode, stream, confirmed, dropped), exact=False)
+    assert int(memory.num_decisions) == 1000 - len(dropped)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sets(st.integers(0, 299), min_size=1, max_size=12), st.sampled_from(sorted(MODES)))
+def test_forget_random_selections(dropped, mode):
+    stream = clustered_stream(5, 300, drift_at=150)
+    confirmed = torch.rand(300, generator=torch.Generator().manual_seed(6)) < 0.6
+    memory = make_judgment(**MODES[mode])
+    feed(memory, stream, 0, 300, confirmed=confirmed)
+    memory.forget_(sorted(dropped))
+    assert_same_state(memory, fed_without(mode, stream, confirmed, dropped), exact=False)
+
+
+def test_forgetting_an_unknown_id_is_a_clear_error():
+    stream = clustered_stream(6, 100)
+    memory = make_judgment()
+    feed(memory, stream, 0, 100)
+    snapshot = copy.deepcopy(memory)
+    with pytest.raises(ValueError, match=r"not in the decision log: \[1000\]"):
+        memory.forget_([3, 1000])
+    with pytest.raises(ValueError, match="list of integers"):
+        memory.forget_([1.5])
+    assert_same_state(memory, snapshot)
+
+
+def test_trace_weights_match_a_slow_reference():
+    stream = clustered_stream(7, 800)
+    memory = make_judgment()
+    feed(memory, stream, 0, 800)
+    log = memory.decision_log.events()
+    for c, a in ((0, 0), (2, 3)):
+        rows = [i for i in range(len(log["seq"])) if int(log["category"][i]) == c and int(log["action"][i]) == a
+                and not bool(log["skipped"][i])]
+        weights = {}
+        for position, i in enumerate(rows):  # the slow, obvious product
+            w = float(log["eta"][i])
+            for j in rows[position + 1:]:
+                w *= 1.0 - float(log["eta"][j])
+            weights[int(log["source_id"][i])] = w
+        trace = memory.trace(c, a, top=5)
+        best = sorted(weights.items(), key=lambda item: -item[1])[:5]
+        assert trace.source_ids.tolist() == [s for s, _ in best]
+        torch.testing.assert_close(trace.weights, torch.tensor([w for _, w in best]), rtol=1e-5, atol=1e-7)
+        assert sum(weights.values()) == pytest.approx(1.0)  # a prototype is a weighted mean of its decisions
+        # and the weights rebuild the prototype from the decisions' factors
+        rebuilt = sum(w * stream.x[s] for s, w in weights.items())
+        torch.testing.assert_close(rebuilt.float(), memory.centroids[c, a], rtol=1e-4, atol=1e-4)
+
+
+def test_the_log_travels_in_the_state_dict(tmp_path):
+    stream = clustered_stream(8, 300)
+    memory = make_judgment(prototypes=2)
+    feed(memory, stream, 0, 300)
+    path = tmp_path / "memory.pt"
+    torch.save(memory.state_dict(), path)
+    copy_ = make_judgment(prototypes=2)
+    copy_.load_state_dict(torch.load(path, weights_only=True))
+    assert len(copy_.decision_log) == 300
+    copy_.forget_([10, 20])
+    memory.forget_([10, 20])
+    assert_same_state(copy_, memory)
+    events = memory.decision_log.events()
+    assert set(events) >= {"seq", "source_id", "category", "action", "confirmed", "skipped", "eta", "displacement",
+                           "gated", "initialized", "before"}
+    assert events["before"].shape == (298, 8)
