@@ -98,7 +98,8 @@ class JudgmentMemory(DecisionMemory):
             which a verified decision starts a new prototype (P > 1 only). Default: 0.5.
         max_log_events: decisions the decision log keeps for ``trace``, ``undo_`` and
             ``forget_`` (:class:`~gae.audit.DecisionLog`, ``52 + 8 K`` bytes each); past it the
-            oldest are folded into the log's base state, down to half. Default: None (all).
+            oldest are folded into the log's base state, down to half. 0 keeps no log (no
+            trace, undo or forget). Default: None (all).
         spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 1.5,
             two wins close together (a win decays by 5% per decision of its action).
 
@@ -201,9 +202,10 @@ class JudgmentMemory(DecisionMemory):
         self._promotion_chunks: list[PromotionLog] = []
         self._recycle_chunks: list[RecycleLog] = []
         if max_log_events is not None:
-            check.check_int("max_log_events", max_log_events, low=1)
+            check.check_int("max_log_events", max_log_events, low=0)
         self._log = audit.DecisionLog(max_log_events)
         self._log.base = self._buffer_state()
+        self._replaying = False
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
 
@@ -488,6 +490,8 @@ class JudgmentMemory(DecisionMemory):
 
     def _log_decisions(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                        step: StreamStep, source_ids: Tensor | None, alpha: Tensor) -> None:
+        if self._log.max_events == 0:  # the log is off
+            return
         n, events = x.shape[0], step.events
         seq = torch.arange(first, first + n)
         used = (step.output.action == action) if confirmed is None else confirmed  # the flag the rule used
@@ -499,7 +503,7 @@ class JudgmentMemory(DecisionMemory):
             "gated": events.gated, "initialized": events.initialized, "prototype": events.prototype,
             "x": x.detach().to("cpu", torch.float32, copy=True), "before": step.before, "alpha": alpha.clone()})
         limit = self._log.max_events
-        if limit is not None and len(self._log) > limit:
+        if limit is not None and len(self._log) > limit and not self._replaying:
             self._fold(len(self._log) - limit // 2)
 
     @property
@@ -524,6 +528,7 @@ class JudgmentMemory(DecisionMemory):
         confirmed flags it had. All of it or nothing: a failure restores the state as it was."""
         saved = (self._buffer_state(), self._logs_state(), list(self._log.chunks))
         chunks, self._log.chunks = self._log.chunks, []
+        self._replaying = True  # the replayed calls are logged again, but never folded while replaying
         try:
             for name, buffer in self.named_buffers():
                 buffer.copy_(self._log.base[name].to(buffer.device))
@@ -549,6 +554,8 @@ class JudgmentMemory(DecisionMemory):
                 buffer.copy_(buffers[name].to(buffer.device))
             self._set_logs(logs)
             raise
+        finally:
+            self._replaying = False
 
     def _fold(self, count: int) -> None:
         """Fold the oldest whole calls holding at least ``count`` decisions into the base."""

@@ -174,3 +174,26 @@ def test_the_log_travels_in_the_state_dict(tmp_path):
     assert set(events) >= {"seq", "source_id", "category", "action", "confirmed", "skipped", "eta", "displacement",
                            "gated", "initialized", "before"}
     assert events["before"].shape == (298, 8)
+
+
+def test_a_log_smaller_than_a_call_folds_without_recursing():
+    stream = clustered_stream(9, 300)
+    memory = make_judgment(max_log_events=20)
+    feed(memory, stream, 0, 300, batch=50)  # every call is bigger than the whole log
+    unbounded = make_judgment()
+    feed(unbounded, stream, 0, 300, batch=50)
+    assert_same_state(memory, unbounded)
+    assert len(memory.decision_log) <= 50
+
+
+def test_max_log_events_zero_keeps_no_log():
+    stream = clustered_stream(10, 100)
+    memory = make_judgment(max_log_events=0)
+    feed(memory, stream, 0, 100)
+    assert len(memory.decision_log) == 0
+    with pytest.raises(ValueError, match="holds 0 applied decisions"):
+        memory.undo_()
+    with pytest.raises(ValueError, match="not in the decision log"):
+        memory.forget_([3])
+    with pytest.raises(ValueError, match="max_log_events"):
+        make_judgment(max_log_events=-1)

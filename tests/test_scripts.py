@@ -94,3 +94,17 @@ def test_inspect_memory_reads_a_lightning_checkpoint(tmp_path):
     checkpoint = next(Path(cli.trainer.logger.log_dir).rglob("last.ckpt"), None) or next(tmp_path.rglob("*.ckpt"))
     out = run_script("scripts/inspect_memory.py", str(checkpoint), "--events", "2").stdout
     assert "400 decisions learned, 400 in the decision log" in out and "## invoice" in out
+
+
+def test_scaling_on_a_tiny_grid(tmp_path):
+    run_script("scripts/scaling.py", "--grid", "[10,60]", "--seeds", "2", "--workers", "1", "--resamples", "50",
+               "--memories", "[jm,jm_prototypes,knn,retrieval]", "--retrieval_max", "10", "--out", str(tmp_path))
+    record = json.loads((tmp_path / "scaling.json").read_text())
+    assert set(record) >= {"grid", "memories", "settings", "results"} and record["grid"] == [10, 60]
+    assert set(record["results"]) == {"unimodal", "multimodal"}
+    unimodal = record["results"]["unimodal"]
+    assert set(unimodal["jm"]) == {"10", "60"} and set(unimodal["retrieval"]) == {"10"}  # capped by retrieval_max
+    for entry in unimodal["jm"].values():
+        assert entry["accuracy"]["low"] <= entry["accuracy"]["mean"] <= entry["accuracy"]["high"]
+        assert entry["bytes"] == 792 and entry["latency_us"] > 0
+    assert (tmp_path / "scaling.png").stat().st_size > 0
