@@ -53,6 +53,9 @@ def scope_column(scope: Any, n: int, known: Sequence[str], device: torch.device)
     if len(values) != n:
         raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
     new_names = [name for name in dict.fromkeys(v for v in values if isinstance(v, str)) if name not in known]
+    reserved = [name for name in new_names if name.startswith("#")]
+    if reserved:  # '#5' is how stores write the integer scope 5
+        raise ValueError(f"scope names may not start with '#' (reserved for integer scopes), got {reserved[0]!r}")
     names = [*known, *new_names]
     column = torch.tensor([scope_index(s, names, "scope") for s in values], dtype=torch.int64, device=device)
     return column, new_names

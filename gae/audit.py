@@ -129,7 +129,9 @@ class DecisionLog:
     confirmed flag the rule used, whether it was skipped, eta, displacement, whether it was
     gated or created its prototype, the prototype slot it taught, the factors ``x`` and that
     prototype's row before the update: ``52 + 8 K`` bytes (116 at K = 8). Per learning call it
-    keeps the attention in force (C x K floats), so a replay scores exactly as the call did.
+    keeps the attention logits in force (C x K floats; in the state_dict, once per run of calls
+    with the same logits), so a replay scores exactly as the call did. Many tiny calls cost
+    Python objects in memory: learn in batches where you can.
 
     Args:
         max_events: keep at most this many decisions; older ones are folded into the base
@@ -138,9 +140,10 @@ class DecisionLog:
 
     def __init__(self, max_events: int | None = None) -> None:
         self.max_events = max_events
-        self.chunks: list[dict[str, Tensor]] = []  # one per learning call, with its "alpha"
+        self.chunks: list[dict[str, Tensor]] = []  # one per learning call, with its attention "logits"
         self.base: dict[str, Tensor] = {}  # the memory's buffers before the first logged decision
         self.base_logs: dict[str, Any] = {}  # the event logs (gate, promotion, recycle) of the folded decisions
+        self.next_source = 0  # the next default source id (never reused, even after a forget)
 
     def __len__(self) -> int:
         return sum(int(chunk["seq"].shape[0]) for chunk in self.chunks)
@@ -155,14 +158,31 @@ class DecisionLog:
         return {name: torch.cat([chunk[name] for chunk in self.chunks]) for name in EVENT_FIELDS}
 
     def state(self) -> dict[str, Any]:
-        """The log as plain tensors and lists (it travels in the memory's extra state)."""
-        return {"max_events": self.max_events, "chunks": [dict(chunk) for chunk in self.chunks],
-                "base": dict(self.base), "base_logs": self.base_logs}
+        """The log as plain tensors (it travels in the memory's extra state): one column per
+        field, the length of each call, and each distinct run of attention logits once."""
+        sizes = torch.tensor([int(chunk["seq"].shape[0]) for chunk in self.chunks], dtype=torch.int64)
+        runs: list[Tensor] = []
+        call_logits = []
+        for chunk in self.chunks:
+            if not runs or not torch.equal(runs[-1], chunk["logits"]):
+                runs.append(chunk["logits"])
+            call_logits.append(len(runs) - 1)
+        return {"max_events": self.max_events, "next_source": self.next_source, "columns": self.events(),
+                "call_sizes": sizes, "logits": torch.stack(runs) if runs else torch.zeros(0),
+                "call_logits": torch.tensor(call_logits, dtype=torch.int64), "base": dict(self.base),
+                "base_logs": self.base_logs}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DecisionLog:
         log = cls(state.get("max_events"))
-        log.chunks = [{k: v.cpu() for k, v in chunk.items()} for chunk in state.get("chunks", [])]
+        log.next_source = int(state.get("next_source", 0))
+        columns, sizes = state.get("columns", {}), state.get("call_sizes", torch.zeros(0, dtype=torch.int64))
+        start = 0
+        for call, size in enumerate(sizes.tolist()):
+            chunk = {name: columns[name][start:start + size].cpu() for name in EVENT_FIELDS}
+            chunk["logits"] = state["logits"][int(state["call_logits"][call])].cpu()
+            log.chunks.append(chunk)
+            start += size
         log.base = {k: v.cpu() for k, v in state.get("base", {}).items()}
         log.base_logs = state.get("base_logs", {})
         return log

@@ -131,6 +131,7 @@ class EpisodicMemory(nn.Module):
         self.store = store
         self._pending: Change | None = None  # the mutations of the call under way, for the store
         self._depth = 0
+        self._stale = False  # a failed write could not be rolled back from the store yet
         if store is not None:
             snapshot = store.open(dim)
             if snapshot is not None:
@@ -172,6 +173,7 @@ class EpisodicMemory(nn.Module):
             content: per memory, its text (or None), kept by the store for full-text search
                 (``w_text``); the tensor index does not hold it. Default: none.
         """
+        self._fresh()
         device = self.embeddings.device
         x = check.check_factors(embeddings, self.dim, device, "embeddings")
         n = x.shape[0]
@@ -275,6 +277,7 @@ class EpisodicMemory(nn.Module):
             k: memories per query.
             scopes: None (every scope), a list of scopes shared by every query, or one list per query.
         """
+        self._fresh()
         device = self.embeddings.device
         queries = check.check_factors(queries, self.dim, device, "queries")
         now = check.check_real("now", now, low=-float("inf"))
@@ -323,6 +326,7 @@ class EpisodicMemory(nn.Module):
     @torch.no_grad()
     def delete(self, ids: Sequence[int] | Tensor, *, now: float = 0.0, reason: str = "deleted") -> int:
         """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
+        self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
         raw = torch.as_tensor(ids, device=self.embeddings.device).reshape(-1)
         if raw.numel() and (raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool):
@@ -343,6 +347,7 @@ class EpisodicMemory(nn.Module):
     @torch.no_grad()
     def expire(self, now: float) -> int:
         """Remove every memory whose validity has ended (``valid_until <= now``)."""
+        self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
         rows = (self._column("valid_until") <= now).nonzero().squeeze(1)
         if rows.numel() == 0:
@@ -419,6 +424,7 @@ class EpisodicMemory(nn.Module):
             yield
             return
         if self._depth == 0:
+            self._fresh()
             self._pending = Change()
         self._depth += 1
         try:
@@ -455,12 +461,21 @@ class EpisodicMemory(nn.Module):
                     content=content)
 
     def _reload(self) -> None:
-        """Rebuild the index from the store (after a failed call)."""
+        """Rebuild the index from the store (after a failed call). If the store cannot be read
+        either, the memory is marked stale and every later call retries this first, so the
+        index never serves or builds on changes the store did not accept."""
         assert self.store is not None
+        self._stale = True
         snapshot = self.store.open(self.dim)
         self._clear()
         if snapshot is not None:
             self._restore(snapshot)
+        self._stale = False
+
+    def _fresh(self) -> None:
+        """Reload from the store first if a failed write left the index stale."""
+        if self.store is not None and self._stale:
+            self._reload()
 
     def _clear(self) -> None:
         device = self.embeddings.device
@@ -481,6 +496,9 @@ class EpisodicMemory(nn.Module):
         device = self.embeddings.device
         self.scope_names = list(snapshot.scope_names)
         if len(rows):
+            unknown = sorted({key for key in rows.scope if not key.startswith("#") and key not in self.scope_names})
+            if unknown:
+                raise ValueError(f"the store holds rows of scopes it has no name for: {unknown[:5]}")
             codes = [int(key[1:]) if key.startswith("#") else -1 - self.scope_names.index(key) for key in rows.scope]
             seq = torch.as_tensor(rows.seq, dtype=torch.int64, device=device)
             columns = {
@@ -504,6 +522,9 @@ class EpisodicMemory(nn.Module):
         self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        if self.store is not None:
+            raise RuntimeError("this EpisodicMemory is backed by a store, its source of truth: loading a state_dict "
+                               "would replace the index without the store; open a new memory on the store instead")
         incoming_embeddings, incoming_size = state_dict.get(prefix + "embeddings"), state_dict.get(prefix + "size")
         if incoming_embeddings is not None and tuple(incoming_embeddings.shape[1:]) != (self.dim,):
             raise ValueError(f"state_dict holds embeddings of width {tuple(incoming_embeddings.shape[1:])} "

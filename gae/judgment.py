@@ -206,6 +206,7 @@ class JudgmentMemory(DecisionMemory):
         self._log = audit.DecisionLog(max_log_events)
         self._log.base = self._buffer_state()
         self._replaying = False
+        self._replay_logits: Tensor | None = None  # the attention logits of the call being replayed
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
 
@@ -496,12 +497,19 @@ class JudgmentMemory(DecisionMemory):
         seq = torch.arange(first, first + n)
         used = (step.output.action == action) if confirmed is None else confirmed  # the flag the rule used
         assert step.before is not None
-        self._log.append({
-            "seq": seq, "source_id": seq.clone() if source_ids is None else source_ids.to("cpu").long(),
-            "category": category.clone(), "action": action.clone(), "confirmed": used.clone(),
-            "skipped": events.skipped, "eta": events.eta, "displacement": events.displacement,
-            "gated": events.gated, "initialized": events.initialized, "prototype": events.prototype,
-            "x": x.detach().to("cpu", torch.float32, copy=True), "before": step.before, "alpha": alpha.clone()})
+        if source_ids is None:  # never reused, even after a forget_ shifts the sequence numbers
+            source_ids = torch.arange(self._log.next_source, self._log.next_source + n)
+        source_ids = source_ids.to("cpu").long()
+        if not self._replaying:  # a replay learns logged ids again: nothing new to count
+            self._log.next_source = max(self._log.next_source, int(source_ids.max()) + 1)
+        logits = self._replay_logits if self._replay_logits is not None else self.criterion_logits
+        self._log.append({  # copies: the caller may change the step's tensors in place
+            "seq": seq, "source_id": source_ids.clone(), "category": category.clone(), "action": action.clone(),
+            "confirmed": used.clone(), "skipped": events.skipped.clone(), "eta": events.eta.clone(),
+            "displacement": events.displacement.clone(), "gated": events.gated.clone(),
+            "initialized": events.initialized.clone(), "prototype": events.prototype.clone(),
+            "x": x.detach().to("cpu", torch.float32, copy=True), "before": step.before.clone(),
+            "logits": logits.detach().to("cpu", copy=True)})
         limit = self._log.max_events
         if limit is not None and len(self._log) > limit and not self._replaying:
             self._fold(len(self._log) - limit // 2)
@@ -526,6 +534,11 @@ class JudgmentMemory(DecisionMemory):
         """Rebuild the state from the log's base by re-learning its decisions (the first ``stop``,
         those in ``keep``) with the fast engine, call by call, each with the attention and the
         confirmed flags it had. All of it or nothing: a failure restores the state as it was."""
+        learned = int(self._log.base.get("num_decisions", torch.zeros(()))) + len(self._log)
+        if learned != int(self.num_decisions):
+            raise ValueError(f"the decision log does not cover this memory's state: its base and log account for "
+                             f"{learned} decisions but the memory has learned {int(self.num_decisions)} (a state "
+                             "loaded without its log, or learned with max_log_events=0); it cannot undo or forget")
         saved = (self._buffer_state(), self._logs_state(), list(self._log.chunks))
         chunks, self._log.chunks = self._log.chunks, []
         self._replaying = True  # the replayed calls are logged again, but never folded while replaying
@@ -534,6 +547,7 @@ class JudgmentMemory(DecisionMemory):
                 buffer.copy_(self._log.base[name].to(buffer.device))
             self._set_logs(self._log.base_logs)
             position = 0
+            batch: list[dict[str, Tensor]] = []  # consecutive calls with the same attention: one engine call
             for chunk in chunks:
                 n = int(chunk["seq"].shape[0])
                 rows = torch.arange(position, position + n)
@@ -543,11 +557,14 @@ class JudgmentMemory(DecisionMemory):
                 position += n
                 if not bool(chosen.any()):
                     continue
-                device = self.centroids.device
-                picked = {name: chunk[name][chosen].to(device) for name in ("x", "category", "action", "confirmed",
-                                                                              "skipped", "source_id")}
-                self._prequential(picked["x"], picked["category"], picked["action"], picked["confirmed"],
-                                  picked["skipped"], picked["source_id"], chunk["alpha"])
+                if batch and not torch.equal(batch[-1]["logits"], chunk["logits"]):
+                    self._relearn(batch)
+                    batch = []
+                batch.append({**{name: chunk[name][chosen] for name in ("x", "category", "action", "confirmed",
+                                                                          "skipped", "source_id")},
+                              "logits": chunk["logits"]})
+            if batch:
+                self._relearn(batch)
         except BaseException:
             buffers, logs, self._log.chunks = saved
             for name, buffer in self.named_buffers():
@@ -556,6 +573,19 @@ class JudgmentMemory(DecisionMemory):
             raise
         finally:
             self._replaying = False
+
+    def _relearn(self, calls: list[dict[str, Tensor]]) -> None:
+        """Learn logged decisions again, in one engine call, with the attention they had."""
+        device = self.centroids.device
+        columns = {name: torch.cat([call[name] for call in calls]).to(device)
+                   for name in ("x", "category", "action", "confirmed", "skipped", "source_id")}
+        logits = calls[0]["logits"]
+        self._replay_logits = logits
+        try:
+            self._prequential(columns["x"], columns["category"], columns["action"], columns["confirmed"],
+                              columns["skipped"], columns["source_id"], F.criterion_attention(logits))
+        finally:
+            self._replay_logits = None
 
     def _fold(self, count: int) -> None:
         """Fold the oldest whole calls holding at least ``count`` decisions into the base."""
@@ -574,9 +604,11 @@ class JudgmentMemory(DecisionMemory):
         self._log.chunks = chunks[calls:]
 
     def undo_(self, n: int = 1) -> None:
-        """Revert the last ``n`` applied decisions exactly: the state is bit for bit the one
-        before them (skipped decisions among them go too). Raises ValueError, changing nothing,
-        when the log holds fewer (``max_log_events`` folds older decisions into its base)."""
+        """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
+        attention logits are bit for bit what they were before them (skipped decisions among
+        them go too; an optimizer's own state, such as Adam's moments, is the caller's to
+        restore). Raises ValueError, changing nothing, when the log holds fewer
+        (``max_log_events`` folds older decisions into its base)."""
         n = check.check_int("n", n, low=1)
         applied = (~self._log.events()["skipped"]).nonzero().squeeze(-1)
         if n > applied.numel():
@@ -584,7 +616,13 @@ class JudgmentMemory(DecisionMemory):
                 if self._log.max_events is not None else ""
             raise ValueError(f"undo_({n}) reaches before the start of the decision log: it holds "
                              f"{applied.numel()} applied decisions{folded}")
-        self._replay(stop=int(applied[-n]))
+        stop = int(applied[-n])
+        sizes = torch.tensor([int(chunk["seq"].shape[0]) for chunk in self._log.chunks])
+        call = int(torch.searchsorted(torch.cumsum(sizes, 0), stop, right=True))
+        logits = self._log.chunks[call]["logits"]  # the attention in force when the first undone decision came
+        self._replay(stop=stop)
+        with torch.no_grad():
+            self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
 
     def forget_(self, source_ids: Sequence[int] | Tensor) -> int:
         """Remove every decision with these source ids, as if they had never been learned.
@@ -600,8 +638,11 @@ class JudgmentMemory(DecisionMemory):
             ValueError: an id is not in the log (never learned, or folded into its base by
                 ``max_log_events``), or ``source_ids`` is not a list of integers.
         """
-        wanted = torch.as_tensor(source_ids).reshape(-1)
-        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool:
+        try:
+            wanted = torch.as_tensor(source_ids).reshape(-1).cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
+        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool or wanted.is_complex():
             raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
         logged = self._log.events()["source_id"]
         missing = wanted[~torch.isin(wanted, logged)]
@@ -739,7 +780,7 @@ class JudgmentMemory(DecisionMemory):
         recycled = state.get("recycle_log")
         self._recycle_chunks = [RecycleLog(**{k: v.cpu() for k, v in recycled.items()})] if recycled else []
         max_events = self._log.max_events  # this memory's setting, not the saved one
-        if "decision_log" in state:
+        if "decision_log" in state and max_events != 0:
             self._log = audit.DecisionLog.from_state(state["decision_log"])
         else:  # a state saved before the log existed: the log starts from the loaded state
             self._log = audit.DecisionLog(max_events)

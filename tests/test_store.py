@@ -285,3 +285,58 @@ def test_rows_from_the_store_keep_json_provenance(tmp_path):
                                            "ORDER BY seq").fetchall()
     assert [(json.loads(s), t, m) for s, t, m in stored] == [([1, 2, 3], "normal", "episode"),
                                                              ([], "normal", "episode")]
+
+
+def test_scope_names_may_not_look_like_integer_scopes(tmp_path):
+    memory = EpisodicMemory(DIM, capacity=4, store=SQLiteStore(tmp_path / "memory.db"))
+    with pytest.raises(ValueError, match="may not start with '#'"):
+        memory.add(torch.randn(2, DIM), 0.5, scope=["#5", 5], now=0.0)
+    assert len(memory) == 0 and memory.store.audit() == []
+
+
+class UnreachableStore(SQLiteStore):
+    """A real SQLite store that, once cut off, can neither commit nor be read (a lost server)."""
+
+    cut = False
+
+    def commit(self, change: Change) -> None:
+        if self.cut:
+            raise OSError("connection lost")
+        super().commit(change)
+
+    def open(self, dim: int):
+        if self.cut:
+            raise OSError("connection lost")
+        return super().open(dim)
+
+
+def test_a_store_that_cannot_be_read_back_leaves_no_stale_index(tmp_path):
+    store = UnreachableStore(tmp_path / "memory.db")
+    memory = EpisodicMemory(DIM, capacity=4, store=store)
+    memory.add(torch.randn(2, DIM), 0.5, now=0.0)
+    store.cut = True
+    with pytest.raises(OSError):
+        memory.add(torch.randn(1, DIM), 0.5, now=1.0)  # the commit fails, and so does the reload
+    with pytest.raises(OSError):
+        memory.retrieve(torch.randn(1, DIM), now=2.0)  # nothing is served from an index the store did not accept
+    store.cut = False
+    assert memory.retrieve(torch.randn(1, DIM), now=2.0).ids.shape == (1, 5)  # the call reloads first
+    assert memory.version == 1 and len(memory) == 2
+
+
+def test_a_store_backed_memory_refuses_load_state_dict(tmp_path):
+    memory = EpisodicMemory(DIM, capacity=4, store=SQLiteStore(tmp_path / "memory.db"))
+    plain = EpisodicMemory(DIM, capacity=4)
+    plain.add(torch.randn(2, DIM), 0.5, now=0.0)
+    with pytest.raises(RuntimeError, match="backed by a store"):
+        memory.load_state_dict(plain.state_dict())
+    assert len(memory) == 0
+
+
+def test_text_relevance_is_scaled_among_the_rows_a_query_may_see(tmp_path):
+    store = SQLiteStore(tmp_path / "memory.db")
+    memory = EpisodicMemory(DIM, capacity=10, store=store)
+    memory.add(torch.ones(2, DIM), 0.5, now=0.0, scope=["mine", "theirs"],
+               content=["refund", "refund refund refund request for a refund"])
+    mine = store.retrieve(np.ones((1, DIM), np.float32), 0.0, 2, ["mine"], text="refund", w_text=1.0)
+    assert mine.text[0, 0] == 1.0  # the best match it can see, whatever another scope holds

@@ -373,9 +373,9 @@ class PostgresStore(MemoryStore):
         age = "(m.created_at - %(now)s) / %(tau)s"
         recency = f"CASE WHEN {age} < -700 THEN 0 WHEN {age} > 709 THEN 'Infinity'::float8 ELSE exp({age}) END"
         ctes, joins, text, bound = [], "", "0::float8", "NULL::float8"
-        if texted:  # every live match (through the GIN index), scaled by the best, as SQLiteStore does
-            ctes += [f"matches AS MATERIALIZED (SELECT seq, ts_rank_cd({_TSV}, {_TSQ})::float8 AS rank FROM {{t}} "
-                     f"WHERE deleted_at IS NULL AND {_TSV} @@ {_TSQ})",
+        if texted:  # every match the query may see (GIN index), scaled by the best of them, as SQLiteStore does
+            ctes += [f"matches AS MATERIALIZED (SELECT m.seq, ts_rank_cd({_TSV}, {_TSQ})::float8 AS rank "
+                     f"FROM {{t}} m WHERE {where} AND {_TSV} @@ {_TSQ})",
                      "best AS (SELECT max(rank) AS v FROM matches)"]
             joins = " LEFT JOIN matches x ON x.seq = m.seq CROSS JOIN best"
             text = "CASE WHEN x.rank IS NULL THEN 0 WHEN best.v > 0 THEN x.rank / best.v ELSE 1 END"

@@ -96,8 +96,12 @@ class SQLiteStore(MemoryStore):
         self.path = str(path)
         self.actor = actor
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        except BaseException:
+            self._conn.close()
+            raise
         self.dim: int | None = None
         self._cache: tuple[int, dict[str, Any]] | None = None  # (version, live columns) for retrieve
 
@@ -146,6 +150,14 @@ class SQLiteStore(MemoryStore):
 
     def _snapshot(self) -> Snapshot:
         assert self.dim is not None
+        self._conn.execute("BEGIN")  # one consistent read of rows, audit and counters, whatever others write
+        try:
+            return self._read_snapshot()
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _read_snapshot(self) -> Snapshot:
+        assert self.dim is not None
         records = self._conn.execute(f"SELECT {SNAPSHOT_COLUMNS} FROM memories WHERE deleted_at IS NULL "
                                      "ORDER BY seq").fetchall()
         live = rows_from_records([(r[0], np.frombuffer(r[1], dtype=np.float32), *r[2:10], json.loads(r[10]), *r[11:])
@@ -177,17 +189,19 @@ class SQLiteStore(MemoryStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self._cache = None  # whatever happened, the next retrieve reads the rows again
 
     def _insert(self, rows: Rows) -> None:
         scopes = [split_scope(key) for key in rows.scope]
-        contents = rows.contents()
+        contents, sensitivities = rows.contents(), rows.sensitivities()
         self._conn.executemany(
             "INSERT INTO memories (seq, id, scope_type, scope_id, memory_type, content, embedding, confidence, "
             "sensitivity, source_ids, valid_from, valid_until, importance, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(int(rows.seq[i]), str(uuid.uuid4()), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
               np.ascontiguousarray(rows.embedding[i], dtype=np.float32).tobytes(), float(rows.confidence[i]),
-              rows.sensitivities()[i], json.dumps(list(rows.source_ids[i])), float(rows.valid_from[i]),
+              sensitivities[i], json.dumps(list(rows.source_ids[i])), float(rows.valid_from[i]),
               float(rows.valid_until[i]), float(rows.importance[i]), float(rows.created_at[i]))
              for i in range(len(rows))])
         self._conn.executemany("INSERT INTO memories_text (rowid, content) VALUES (?, ?)",
@@ -209,7 +223,8 @@ class SQLiteStore(MemoryStore):
 
     def _live(self) -> dict[str, Any]:
         """The live rows' retrieval columns, cached until the stored version changes."""
-        version = int(self._meta("version"))
+        # another connection's commit changes data_version; this connection's commits drop the cache
+        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if self._cache is not None and self._cache[0] == version:
             return self._cache[1]
         rows = self._conn.execute("SELECT seq, embedding, scope_type, scope_id, importance, created_at, valid_from, "
@@ -225,17 +240,15 @@ class SQLiteStore(MemoryStore):
         return live
 
     def _text_scores(self, text: str) -> dict[int, float]:
-        """FTS5 relevance of each matching row, scaled to (0, 1] by the best match (bm25: lower is better)."""
+        """FTS5 relevance (-bm25, higher is better) of each matching row; the caller scales it by the best
+        match among the rows the query may see."""
         terms = [t for t in "".join(ch if ch.isalnum() else " " for ch in text).split() if t]
         if not terms:
             return {}
         query = " OR ".join(f'"{t}"' for t in terms)
         found = self._conn.execute("SELECT rowid, bm25(memories_text) FROM memories_text WHERE memories_text MATCH ?",
                                    (query,)).fetchall()
-        if not found:
-            return {}
-        best = max(-score for _, score in found)
-        return {int(rowid): (-score / best if best > 0 else 1.0) for rowid, score in found}
+        return {int(rowid): -score for rowid, score in found}
 
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
                  weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
@@ -272,6 +285,8 @@ class SQLiteStore(MemoryStore):
                 if query_text is not None and w_text != 0.0:
                     scores_by_seq = self._text_scores(query_text)
                     match = np.array([scores_by_seq.get(int(s), 0.0) for s in seq])
+                    best = match.max() if match.size else 0.0  # scaled among the rows this query may see
+                    match = np.where(match > 0, match / best, 0.0) if best > 0 else (match != 0).astype(float)
                 score = w_sim * similarity + bias + w_text * match
                 if score.size > k:  # the k best and everything tied with the k-th, then an exact sort
                     kth = np.partition(score, score.size - k)[score.size - k]
