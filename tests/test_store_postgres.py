@@ -532,7 +532,11 @@ def test_episodic_memory_restores_exactly_from_postgres(dsn: str) -> None:
     theirs = reopened.store.retrieve(queries.numpy(), 11.0, 4, ["alice", 3], weights=weights,
                                      tau=float(memory.scorer.tau), exact=True)
     assert ours.ids.tolist() == theirs.ids.tolist()
-    assert {entry.actor for entry in reopened.store.audit()} == {"tester"}
+    audit = reopened.store.audit()
+    assert {entry.actor for entry in audit} == {"tester"}
+    assert [(e.action, e.time, e.ids, e.reason, e.version) for e in audit] == [tuple(r) for r in memory.audit_log]
+    mutations = [e for e in audit if e.action != "reject"]
+    assert [e.version for e in mutations] == list(range(1, memory.version + 1))  # one row per mutation
 
 
 def test_a_killed_writer_loses_nothing_on_postgres(dsn: str, tmp_path) -> None:
