@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
-from training.evaluation import STREAM, state_bytes  # noqa: E402
+from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
 from training.readme import replace_section  # noqa: E402
 from training.stats import bootstrap_ci  # noqa: E402
@@ -113,13 +113,7 @@ def run(task: tuple[str, str, int, list[int], int]) -> dict[int, dict[str, float
         while learned < n:
             stop = min(learned + BATCH, n)
             part = slice(learned, stop)
-            step = memory.prequential_(data.x[part], data.category[part], data.action[part], skip=data.skip[part])
-            if optimizer is not None:
-                loss = memory.attention_loss(step, data.category[part], data.action[part], data.skip[part])
-                if loss is not None:
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+            learn_batch(memory, data.x[part], data.category[part], data.action[part], data.skip[part], optimizer)
             learned = stop
         figures[n] = held_out(memory, data.x[test], data.category[test], data.truth[test])
     return figures

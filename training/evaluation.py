@@ -147,6 +147,20 @@ def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory 
     return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
 
 
+def learn_batch(memory: Any, x: torch.Tensor, category: torch.Tensor, action: torch.Tensor,
+                skip: torch.Tensor | None, optimizer: torch.optim.Optimizer | None = None) -> Any:
+    """One prequential call, then (with an optimizer, for a JudgmentMemory) one attention step
+    on its loss; returns the :class:`~gae.types.StreamStep`."""
+    step = memory.prequential_(x, category, action, skip=skip)
+    if optimizer is not None and isinstance(memory, JudgmentMemory):
+        loss = memory.attention_loss(step, category, action, skip)
+        if loss is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return step
+
+
 def state_bytes(memory: torch.nn.Module) -> int:
     """Bytes of the memory's parameters and buffers: what it holds to score and learn (its event
     logs, kept for audit in the extra state, are not counted)."""
@@ -165,13 +179,7 @@ def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05) ->
         batch = stream.batch(start, start + BATCH)
         skip = batch.skip if contestant.skip_uncertain else None
         began = time.perf_counter()
-        step = memory.prequential_(batch.x, batch.category, batch.action, skip=skip)
-        if optimizer is not None and isinstance(memory, JudgmentMemory):
-            loss = memory.attention_loss(step, batch.category, batch.action, skip)
-            if loss is not None:
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+        step = learn_batch(memory, batch.x, batch.category, batch.action, skip, optimizer)
         latencies.append((time.perf_counter() - began) * 1e6 / len(batch.x))
         actions.append(step.output.action)
         confidences.append(step.output.confidence)
