@@ -271,11 +271,16 @@ class JudgmentMemory(DecisionMemory):
             logits = self._prototype_logits(x, category, alpha).amax(-1)  # the nearest prototype of each action
         return F.memory_output(logits, self.min_confidence)
 
+    def _slot_distances(self, x: Tensor, category: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, A, P, K) squared differences to every prototype slot and (B, A, P) weighted
+        distances, ``inf`` where a slot does not score; ``alpha`` is (B, K), each decision's."""
+        sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category]) ** 2
+        distance = (sq_diff * alpha[:, None, None, :]).sum(-1)
+        return sq_diff, distance.masked_fill(~self.scoring_mask()[category], float("inf"))
+
     def _prototype_logits(self, x: Tensor, category: Tensor, alpha: Tensor) -> Tensor:
         """(B, A, P) logits of every prototype slot, ``-inf`` where a slot does not score."""
-        sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category]) ** 2
-        distance = (sq_diff * alpha[category][:, None, None, :]).sum(-1)  # (B, A, P)
-        return (-distance / self.tau).masked_fill(~self.scoring_mask()[category], float("-inf"))
+        return -self._slot_distances(x, category, alpha[category])[1] / self.tau
 
     def explain(self, factors: Tensor | Sequence[float] | np.ndarray,
                 category: Tensor | str | int = "general") -> audit.Explanation:
@@ -314,13 +319,9 @@ class JudgmentMemory(DecisionMemory):
             category_t = torch.tensor([self._category_index(category)], device=x.device)
         with torch.no_grad():
             alpha = self.criterion_attention()[category_t]  # (B, K)
-            slots = self._slots(self.centroids)[category_t]  # (B, A, P, K)
-            sq_diff = (x[:, None, None, :] - slots) ** 2
-            slot_distance = (sq_diff * alpha[:, None, None, :]).sum(-1)  # (B, A, P)
-            scoring = self.scoring_mask()[category_t]
-            slot_distance = slot_distance.masked_fill(~scoring, float("inf"))
+            sq_diff, slot_distance = self._slot_distances(x, category_t, alpha)
             distance, nearest = slot_distance.min(-1)  # (B, A)
-            present = scoring.any(-1)
+            present = torch.isfinite(distance)
             nearest = torch.where(present, nearest, -1)
             rows = torch.arange(x.shape[0], device=x.device)[:, None]
             picked = nearest.clamp(min=0)
@@ -330,7 +331,7 @@ class JudgmentMemory(DecisionMemory):
             out = F.memory_output((-distance / self.tau).masked_fill(~present, float("-inf")), self.min_confidence)
             # the gate's view: learning the recommendation would move its nearest prototype in use
             in_use = self._slots(self.initialized)[category_t]  # (B, A, P)
-            plain = (x[:, None, None, :] - slots).pow(2).sum(-1).sqrt().masked_fill(~in_use, float("inf"))
+            plain = sq_diff.sum(-1).sqrt().masked_fill(~in_use, float("inf"))
             recommended = out.action.clamp(min=0)
             displacement = plain[rows.squeeze(1), recommended].min(-1).values
             displacement = torch.where(out.action >= 0, displacement, float("nan"))
@@ -482,7 +483,7 @@ class JudgmentMemory(DecisionMemory):
         self._record_gate_events(first, category, action, step.events)
         if promotions.step.numel():
             self._promotion_chunks.append(promotions._replace(step=promotions.step + first))
-        self._log_decisions(first, x, category, action, confirmed, step, source_ids, alpha)
+        self._log_decisions(first, x, category, action, confirmed, step, source_ids)
         return step if device.type == "cpu" else step.to(device)
 
     # -- the decision log: trace, undo, forget ------------------------------------------------
@@ -490,7 +491,7 @@ class JudgmentMemory(DecisionMemory):
         return {name: buffer.detach().to("cpu", copy=True) for name, buffer in self.named_buffers()}
 
     def _log_decisions(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                       step: StreamStep, source_ids: Tensor | None, alpha: Tensor) -> None:
+                       step: StreamStep, source_ids: Tensor | None) -> None:
         if self._log.max_events == 0:  # the log is off
             return
         n, events = x.shape[0], step.events
