@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from gae import _validation as check
+from gae.distributed import rank_and_world
 from training.batch import DecisionBatch
 from training.streams import BaseDecisionStream, DecisionStream
 from training.streams_file import FileDecisionStream
@@ -42,19 +43,45 @@ class DecisionBatches(Dataset[DecisionBatch]):
         return self.stream.batch(start, min(start + self.batch_size, len(self.stream)))
 
 
-class _SequentialFrom(Sampler[int]):
-    """0, 1, ..., n - 1, except that a pass after ``start = k`` begins at k (once)."""
+class _PaddedBatches(Dataset[DecisionBatch]):
+    """The stream's batches, and an empty batch at every index past the last one."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, batches: DecisionBatches) -> None:
+        self.batches = batches
+        self._empty = DecisionBatch(*(column[:0] for column in batches[0]))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> DecisionBatch:
+        if i >= len(self.batches):
+            return DecisionBatch(*(column.clone() for column in self._empty))
+        return self.batches[i]
+
+
+class _StreamOrder(DistributedSampler):
+    """The batches this process serves, in stream order.
+
+    One process serves 0, 1, ..., n - 1. Rank r of W (asked at each pass, never at
+    construction) serves r, r + W, r + 2W, ...: every step the ranks together serve W
+    consecutive batches, which the model gathers in rank order. Every rank takes ceil(n / W)
+    steps; an index past the end is an empty batch. A pass after ``start = k`` (a batch of
+    the stream) begins at the step that serves batch k (once). It is a DistributedSampler
+    only so that Lightning, which otherwise swaps in its own sharding, leaves it alone.
+    """
+
+    def __init__(self, batches: DecisionBatches) -> None:
+        super().__init__(batches, num_replicas=1, rank=0, shuffle=False)
+        self.n = len(batches)
         self.start = 0
 
     def __len__(self) -> int:
-        return self.n  # the whole pass: Lightning counts a resumed pass from the batches already done
+        return -(-self.n // rank_and_world()[1])  # the whole pass: Lightning counts a resumed one from the steps done
 
     def __iter__(self) -> Iterator[int]:
+        rank, world = rank_and_world()
         start, self.start = self.start, 0
-        return iter(range(start, self.n))
+        return iter(range(start // world * world + rank, -(-self.n // world) * world, world))
 
 
 class StreamLoader(DataLoader):
@@ -65,29 +92,40 @@ class StreamLoader(DataLoader):
     starts at the first batch not yet served instead of replaying the stream from its start.
     The next pass (epoch) starts at batch 0 again.
 
+    Under ``torch.distributed`` (decided at each pass) rank r of W serves the stream's batches
+    r, r + W, r + 2W, ... and, when the batches run out before the last step, an empty batch,
+    so that every rank takes the same ceil(n / W) steps. Gathered in rank order
+    (:func:`~training.batch.gather_decisions`), step s is the stream's decisions from
+    ``s * W * batch_size`` on: the global stream order is the stream order, in batches W times
+    larger. The saved position is a batch of the stream, the same on every rank; resuming
+    with another world size starts at the step that holds it (a few decisions may be served
+    again, which the model skips by its ``stream_position``).
+
     Args:
         batches: the stream's batches.
         num_workers: worker processes; batches still arrive in order. Default: 0.
     """
 
     def __init__(self, batches: DecisionBatches, num_workers: int = 0) -> None:
-        self._order = _SequentialFrom(len(batches))
-        super().__init__(batches, batch_size=None, sampler=self._order,
+        self._order = _StreamOrder(batches)
+        super().__init__(_PaddedBatches(batches), batch_size=None, sampler=self._order,
                          num_workers=check.check_int("num_workers", num_workers, low=0))
         self._batch_size = batches.batch_size
-        self._next = 0  # the batch the current pass serves next
+        self._next = 0  # the batch of the stream the current pass serves next (in the next step, under DDP)
 
     def __iter__(self) -> Iterator[DecisionBatch]:  # type: ignore[override]  # counts what it hands out
-        self._next = self._order.start
-        return self._counted(super().__iter__())
+        world = rank_and_world()[1]
+        self._next = self._order.start // world * world
+        return self._counted(super().__iter__(), world)
 
-    def _counted(self, batches: Iterator[DecisionBatch]) -> Iterator[DecisionBatch]:
+    def _counted(self, batches: Iterator[DecisionBatch], world: int) -> Iterator[DecisionBatch]:
         for batch in batches:
-            self._next += 1
+            self._next += world  # every rank served its batch of this step
             yield batch
 
     def state_dict(self) -> dict[str, int]:
-        """``{'next_batch': ..., 'batch_size': ...}``: where a resumed pass starts."""
+        """``{'next_batch': ..., 'batch_size': ...}``: where a resumed pass starts (a batch of the
+        stream, the same on every rank)."""
         return {"next_batch": self._next, "batch_size": self._batch_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -104,9 +142,9 @@ class DecisionStreamDataModule(L.LightningDataModule):
     checkpoint continues where it stopped (see :class:`StreamLoader`). There is no validation
     set: an online memory is evaluated prequentially, on the batches it is trained on.
 
-    Under DDP, set ``Trainer(use_distributed_sampler=False)`` so that every rank sees the whole
-    stream (the memories stay identical on every rank); with the default Lightning tries to
-    shard the batches between ranks and refuses this loader.
+    Under DDP each rank serves its own part of the stream and the model gathers the parts in
+    rank order, so that every rank learns the whole stream (see :class:`StreamLoader`); the
+    loader shards itself, whatever ``Trainer(use_distributed_sampler=...)`` says.
 
     Args:
         stream: the decisions, a :class:`DecisionStream` or a :class:`FileDecisionStream`.

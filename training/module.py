@@ -5,6 +5,24 @@ every decision is scored with the state left by the decisions before it, the met
 updated from those pre-learning predictions, and the memories then learn. The loss the
 optimizer sees is the cross-entropy of the prequential logits with respect to the criterion
 attention only; prototypes are buffers, learned online, never by gradient.
+
+Under DDP (``strategy='ddp'``, any number of processes, Gloo or NCCL) each rank serves its
+own part of the stream (:class:`~training.data.StreamLoader`: rank r of W serves batches r,
+r + W, ...), and each step first gathers the parts of every rank in rank order
+(:func:`~training.batch.gather_decisions`). Every rank then runs the same exact loop over
+that global batch, so the memories, the metrics and the attention loss are the same on every
+rank and equal those of one process reading the stream in batches W times larger. The
+attention gradient is therefore identical on every rank already: DDP is told to share rank
+0's instead of averaging (:func:`gae.distributed.broadcast_gradients_hook`), which keeps it
+exact for any world size. Whether a process group exists is decided at each step, never at
+construction. docs/scaling.md has the commands, the costs and the limits.
+
+A batch lands whole or not at all. ``JudgmentMemory.prequential_`` learns on private copies
+of its state and writes them back only after the whole batch is done, and a step advances
+``stream_position`` only after both memories have learned it; Lightning writes checkpoints
+between steps, from the process that learns. So a checkpoint holds the state after a whole
+number of batches, and a run killed at any moment (even SIGKILL) resumes from its last
+checkpoint to the same end state as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -14,14 +32,17 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 from gae import JudgmentMemory, KNNMemory
 from gae._validation import Names
+from gae.distributed import broadcast_gradients_hook
 from gae.judgment import DriftMode
 from gae.types import StreamStep
 from training import metrics as M
-from training.batch import DecisionBatch
+from training.batch import DecisionBatch, gather_decisions
 from training.plots import attention_heatmap
 
 GATE_LOG_ROWS = 100  # the gate log text shows the most recent events; the count says how many in all
@@ -88,14 +109,32 @@ class DecisionMemoryModule(L.LightningModule):
             return None
         return torch.optim.Adam([self.memory.criterion_logits], lr=self.hparams["lr"])
 
+    def on_fit_start(self) -> None:
+        """Under DDP, share rank 0's attention gradient instead of averaging identical ones."""
+        model = self.trainer.strategy.model
+        if not isinstance(model, DistributedDataParallel):
+            return
+        if any(hook is broadcast_gradients_hook for hook, _ in getattr(model, "_comm_hooks", [])):
+            return  # a second fit on the same wrapped model
+        try:
+            model.register_comm_hook(state=None, hook=broadcast_gradients_hook)
+        except RuntimeError:  # the strategy registered the user's own hook (DDPStrategy(ddp_comm_hook=...))
+            rank_zero_warn("DDP already has a communication hook, so the attention gradient (the same on every "
+                           "rank) goes through it: the ranks stay identical, but equal a one-process run only "
+                           "if that hook returns the gradient unchanged")
+
     # -- the step -----------------------------------------------------------------------
     def training_step(self, stream_batch: DecisionBatch, batch_idx: int) -> Tensor | None:
-        batch = self._unseen(stream_batch)
+        batch = self._unseen(gather_decisions(stream_batch))  # the global batch, on every rank
         if batch is None:
             return None
         before = self.memory.centroids.clone()
         step = self.memory.prequential_(batch.x, batch.category, batch.action, _confirmed(batch.confirmed),
                                         batch.skip)
+        knn_step = None
+        if self.knn is not None:
+            knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
+        # only once both memories have learned the batch: the position never counts a batch a memory lacks
         self.stream_position.fill_(int(batch.position[-1]) + 1)
         self._update_metrics(self.jm_metrics, step, batch)
         self.gate_rate.update(step.events.gated, step.events.applied, step.events.promoted, step.events.recycled)
@@ -103,8 +142,7 @@ class DecisionMemoryModule(L.LightningModule):
         slots = self.memory._slots
         self.drift.update(slots(before).flatten(1, 2), slots(self.memory.centroids).flatten(1, 2),
                           slots(self.memory.initialized).flatten(1, 2))
-        if self.knn is not None and self.knn_metrics is not None:
-            knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
+        if knn_step is not None and self.knn_metrics is not None:
             self._update_metrics(self.knn_metrics, knn_step, batch)
         self._log_step(batch, int(step.events.promoted.sum()), int(step.events.recycled.sum()))
         return self._attention_loss(step, batch) if self.hparams["learn_attention"] else None
@@ -130,6 +168,8 @@ class DecisionMemoryModule(L.LightningModule):
 
     # -- logging --------------------------------------------------------------------------
     def _writer(self) -> Any:
+        if self.global_rank != 0:  # every rank holds the same values: one writes them
+            return None
         experiment = getattr(self.logger, "experiment", None)
         return experiment if hasattr(experiment, "add_scalar") else None
 
