@@ -425,18 +425,21 @@ def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, sha
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped, respect_skip,
              x, category, action, skip, first_step,
-             probs, out_action, confidence, applied, skipped):  # pragma: no cover
+             probs, out_action, confidence, applied, skipped, near_ids, near_dist):  # pragma: no cover
     """k-NN score-before-learn over a batch; ``ring = [size, head]`` is updated in place.
 
     Neighbours are visited oldest first and replace a kept one only when strictly closer,
     which reproduces the stable sort of the original implementation; the winning action is
     the first, in neighbour order, whose vote total is the maximum (the original's dict order).
+    ``near_ids`` / ``near_dist`` (B, k) receive each decision's neighbours (their decisions'
+    sequence numbers and distances, nearest first; -1 / inf past the traces in reach).
     """
     n_decisions, n_factors = x.shape
     capacity = store_x.shape[0]
     n_actions = probs.shape[1]
     nb_dist = np.empty(k, np.float64)
     nb_action = np.empty(k, np.int64)
+    nb_step = np.empty(k, np.int64)
     votes = np.empty(n_actions, np.float64)
     for b in range(n_decisions):
         size, head = ring[0], ring[1]
@@ -456,11 +459,16 @@ def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped,
                 if pos < k:
                     nb_dist[pos] = nb_dist[pos - 1]
                     nb_action[pos] = nb_action[pos - 1]
+                    nb_step[pos] = nb_step[pos - 1]
                 pos -= 1
             if pos < k:
                 nb_dist[pos] = d
                 nb_action[pos] = store_action[slot]
+                nb_step[pos] = store_step[slot]
             found += 1
+        for j in range(k):
+            near_ids[b, j] = nb_step[j] if j < found else -1
+            near_dist[b, j] = nb_dist[j] if j < found else np.inf
         if found < k:
             for a in range(n_actions):
                 probs[b, a] = 0.0

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from gae import _kernels
-from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
+from gae.types import LearnEvents, MemoryOutput, PromotionLog, Retrieved, StreamStep
 
 BACKENDS = ("compiled", "reference")
 
@@ -296,7 +296,7 @@ def _knn_output(probs: Tensor, out_action: Tensor, confidence: Tensor) -> Memory
 
 def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor, skip: Tensor, first_step: int,
                     k: int, scoped: bool, respect_skip: bool, n_actions: int,
-                    backend: str = "compiled") -> tuple[MemoryOutput, LearnEvents]:
+                    backend: str = "compiled") -> tuple[MemoryOutput, LearnEvents, Retrieved]:
     """k-NN score-before-learn over a batch; see :class:`gae.KNNMemory` for the rule."""
     if backend == "reference":
         return knn_prequential_reference(state, x, category, action, skip, first_step, k, scoped, respect_skip,
@@ -306,17 +306,19 @@ def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
     events = _empty_events(n)
+    near_ids = torch.empty(n, k, dtype=torch.int64)
+    near_dist = torch.empty(n, k, dtype=torch.float64)
     _kernels.knn_loop(state.factors.numpy(), state.actions.numpy(), state.categories.numpy(), state.steps.numpy(),
                       state.ring.numpy(), k, scoped, respect_skip,
                       x.numpy(), category.numpy(), action.numpy(), skip.numpy(), first_step,
                       probs.numpy(), out_action.numpy(), confidence.numpy(),
-                      events.applied.numpy(), events.skipped.numpy())
+                      events.applied.numpy(), events.skipped.numpy(), near_ids.numpy(), near_dist.numpy())
     events.eta.masked_fill_(events.applied, 1.0)
-    return _knn_output(probs, out_action, confidence), events
+    return _knn_output(probs, out_action, confidence), events, Retrieved(near_ids, near_dist)
 
 
 def knn_prequential_reference(state: KNNState, x, category, action, skip, first_step, k, scoped, respect_skip,
-                              n_actions) -> tuple[MemoryOutput, LearnEvents]:
+                              n_actions) -> tuple[MemoryOutput, LearnEvents, Retrieved]:
     """The same loop as :func:`knn_prequential`, one decision at a time in plain torch."""
     n = x.shape[0]
     capacity = state.factors.shape[0]
@@ -324,16 +326,21 @@ def knn_prequential_reference(state: KNNState, x, category, action, skip, first_
     out_action = torch.full((n,), -1, dtype=torch.int64)
     confidence = torch.zeros(n)
     events = _empty_events(n)
+    near_ids = torch.full((n, k), -1, dtype=torch.int64)
+    near_dist = torch.full((n, k), float("inf"), dtype=torch.float64)
     for b in range(n):
         size, head = int(state.ring[0]), int(state.ring[1])
         order = (head - size + torch.arange(size)) % capacity  # oldest first
-        stored_x, stored_a = state.factors[order].double(), state.actions[order]
+        stored_x, stored_a, stored_step = state.factors[order].double(), state.actions[order], state.steps[order]
         if scoped:
             keep = state.categories[order] == category[b]
-            stored_x, stored_a = stored_x[keep], stored_a[keep]
+            stored_x, stored_a, stored_step = stored_x[keep], stored_a[keep], stored_step[keep]
+        dist = ((x[b].double() - stored_x) ** 2).sum(-1).sqrt()
+        ranked = torch.sort(dist, stable=True).indices[:k]
+        near_ids[b, :ranked.numel()] = stored_step[ranked]
+        near_dist[b, :ranked.numel()] = dist[ranked]
         if stored_x.shape[0] >= k:
-            dist = ((x[b].double() - stored_x) ** 2).sum(-1).sqrt()
-            nearest = torch.sort(dist, stable=True).indices[:k]
+            nearest = ranked
             neighbour_actions = stored_a[nearest]
             votes = torch.zeros(n_actions, dtype=torch.float64)
             votes.index_add_(0, neighbour_actions, 1.0 / (dist[nearest] + 1e-8))
@@ -353,4 +360,4 @@ def knn_prequential_reference(state: KNNState, x, category, action, skip, first_
         state.ring[1] = (head + 1) % capacity
         events.applied[b] = True
         events.eta[b] = 1.0
-    return _knn_output(probs, out_action, confidence), events
+    return _knn_output(probs, out_action, confidence), events, Retrieved(near_ids, near_dist)

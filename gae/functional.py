@@ -58,6 +58,24 @@ def memory_output(logits: Tensor, min_confidence: float = 0.0) -> MemoryOutput:
     return MemoryOutput(logits, probs, action.masked_fill(abstain, -1), confidence.masked_fill(abstain, 0.0))
 
 
+def knn_neighbours(
+    queries: Tensor,  # (B, K)
+    stored: Tensor,  # (N, K), oldest first
+    k: int,
+    allowed: Tensor | None = None,  # (B, N) bool, which stored traces each query may see
+) -> tuple[Tensor, Tensor]:
+    """The ``min(k, N)`` stored traces nearest each query: ``(distance, index)``, both (B, min(k, N)).
+
+    Euclidean distances in float64, nearest first, ties to the older trace (a stable sort);
+    ``inf`` distance past the traces a query may see.
+    """
+    dist = torch.cdist(queries.double(), stored.double(), compute_mode="donot_use_mm_for_euclid_dist")  # (B, N)
+    if allowed is not None:
+        dist = dist.masked_fill(~allowed, float("inf"))
+    near_dist, near_index = torch.sort(dist, dim=-1, stable=True)
+    return near_dist[:, :k], near_index[:, :k]
+
+
 def knn_vote(
     queries: Tensor,  # (B, K)
     stored: Tensor,  # (N, K), oldest first
@@ -74,16 +92,12 @@ def knn_vote(
     abstain. ``probs`` are the vote shares and ``logits`` their log.
     """
     n = queries.shape[0]
-    dist = torch.cdist(queries.double(), stored.double(), compute_mode="donot_use_mm_for_euclid_dist")  # (B, N)
-    if allowed is not None:
-        dist = dist.masked_fill(~allowed, float("inf"))
-    visible = torch.full((n,), stored.shape[0], device=queries.device) if allowed is None else allowed.sum(-1)
     if stored.shape[0] < k:
         probs = torch.zeros(n, n_actions, device=queries.device)
         return MemoryOutput(probs.log(), probs, torch.full((n,), -1, device=queries.device),
                             torch.zeros(n, device=queries.device))
-    near_dist, near_index = torch.sort(dist, dim=-1, stable=True)
-    near_dist, near_index = near_dist[:, :k], near_index[:, :k]  # (B, k)
+    near_dist, near_index = knn_neighbours(queries, stored, k, allowed)
+    visible = torch.isfinite(near_dist).sum(-1)
     near_action = stored_actions[near_index]  # (B, k)
     votes = torch.zeros(n, n_actions, dtype=torch.float64, device=queries.device)
     votes.scatter_add_(1, near_action, 1.0 / (near_dist + 1e-8))

@@ -206,6 +206,7 @@ class JudgmentMemory(DecisionMemory):
         self._log = audit.DecisionLog(max_log_events)
         self._log.base = self._buffer_state()
         self._replaying = False
+        self._updates = 0  # the version counter: see ``version``
         self._replay_logits: Tensor | None = None  # the attention logits of the call being replayed
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._score_cache: tuple | None = None
@@ -480,6 +481,8 @@ class JudgmentMemory(DecisionMemory):
                 mine.copy_(learned.view_as(mine))
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
+        if not self._replaying:  # a replay is one mutation, counted by undo_ / forget_
+            self._updates += x.shape[0]
         self._record_gate_events(first, category, action, step.events)
         if promotions.step.numel():
             self._promotion_chunks.append(promotions._replace(step=promotions.step + first))
@@ -514,6 +517,14 @@ class JudgmentMemory(DecisionMemory):
         limit = self._log.max_events
         if limit is not None and len(self._log) > limit and not self._replaying:
             self._fold(len(self._log) - limit // 2)
+
+    @property
+    def version(self) -> int:
+        """The update counter: +1 for every decision passed to ``prequential_`` / ``learn_``
+        (learned or skipped) and +1 for every ``undo_`` / ``forget_``. It only grows; with
+        :func:`gae.trace.state_hash` (the content of the buffers and the attention) it names
+        the state an answer was computed on. Travels in the ``state_dict``."""
+        return self._updates
 
     @property
     def decision_log(self) -> audit.DecisionLog:
@@ -624,6 +635,7 @@ class JudgmentMemory(DecisionMemory):
         self._replay(stop=stop)
         with torch.no_grad():
             self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
+        self._updates += 1
 
     def forget_(self, source_ids: Sequence[int] | Tensor) -> int:
         """Remove every decision with these source ids, as if they had never been learned.
@@ -653,6 +665,7 @@ class JudgmentMemory(DecisionMemory):
                                 if self._log.max_events is not None else ""))
         keep = ~torch.isin(logged, wanted)
         self._replay(keep=keep)
+        self._updates += 1
         return int((~keep).sum())
 
     def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> audit.Trace:
@@ -765,6 +778,7 @@ class JudgmentMemory(DecisionMemory):
         state = self._names_state()
         state["drift_mode"] = self.drift_mode
         state["prototypes"] = self.prototypes
+        state["updates"] = self._updates
         state["decision_log"] = self._log.state()
         state["gate_log"] = dict(self.gate_log._asdict())
         if self.drift_mode == "adaptive":
@@ -780,6 +794,8 @@ class JudgmentMemory(DecisionMemory):
         self._promotion_chunks = [PromotionLog(**{k: v.cpu() for k, v in promotions.items()})] if promotions else []
         recycled = state.get("recycle_log")
         self._recycle_chunks = [RecycleLog(**{k: v.cpu() for k, v in recycled.items()})] if recycled else []
+        # a state saved before the counter existed: every decision it learned was one update
+        self._updates = int(state.get("updates", int(self.num_decisions)))
         max_events = self._log.max_events  # this memory's setting, not the saved one
         if "decision_log" in state and max_events != 0:
             self._log = audit.DecisionLog.from_state(state["decision_log"])

@@ -9,7 +9,7 @@ from gae import engine
 from gae import functional as F
 from gae._base import DecisionMemory
 from gae._validation import Names
-from gae.types import MemoryOutput, StreamStep
+from gae.types import MemoryOutput, Retrieved, StreamStep
 
 _QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
 
@@ -77,6 +77,11 @@ class KNNMemory(DecisionMemory):
     def __len__(self) -> int:
         return int(self.ring[0])
 
+    @property
+    def version(self) -> int:
+        """The update counter: decisions seen (the store only changes by learning them)."""
+        return int(self.num_decisions)
+
     def _age_order(self) -> Tensor:
         """Slots of the stored traces, oldest first."""
         size, head = int(self.ring[0]), int(self.ring[1])
@@ -95,19 +100,42 @@ class KNNMemory(DecisionMemory):
             outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
         return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
 
+    @torch.no_grad()
+    def neighbours(self, x: Tensor, category: Tensor) -> Retrieved:
+        """The stored traces each decision's vote would come from now (no side effects).
+
+        Returns:
+            :class:`~gae.types.Retrieved` with ``ids`` (B, k), the sequence numbers of the
+            decisions the ``k`` nearest traces came from (nearest first, ties to the older; -1
+            past the traces in reach), and ``scores`` (B, k), their Euclidean distances (``inf``
+            where padded): the same ones :meth:`prequential_` reports in ``StreamStep.retrieved``.
+        """
+        x, category = self._check_query(x, category)
+        x = x.to(self.store_factors.dtype)
+        order = self._age_order()
+        ids = torch.full((x.shape[0], self.k), -1, dtype=torch.int64, device=x.device)
+        scores = torch.full((x.shape[0], self.k), float("inf"), dtype=torch.float64, device=x.device)
+        if order.numel():
+            allowed = (category.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
+            dist, index = F.knn_neighbours(x, self.store_factors[order], self.k, allowed)
+            found = torch.isfinite(dist)
+            ids[:, :dist.shape[1]] = torch.where(found, self.store_steps[order][index], -1)
+            scores[:, :dist.shape[1]] = dist
+        return Retrieved(ids, scores)
+
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         x = x.detach().to("cpu", self.store_factors.dtype).contiguous()  # the store's precision, as forward
-        output, events = engine.knn_prequential(state, x, category,
-                                                action, skip, int(self.num_decisions), self.k, self.scoped,
-                                                self.respect_skip, len(self.action_names), self.backend)
+        output, events, retrieved = engine.knn_prequential(state, x, category, action, skip,
+                                                           int(self.num_decisions), self.k, self.scoped,
+                                                           self.respect_skip, len(self.action_names), self.backend)
         for target, source in zip(buffers, state, strict=True):
             target.copy_(source)
         self.num_decisions += x.shape[0]
-        step = StreamStep(output, events, None)
+        step = StreamStep(output, events, None, retrieved=retrieved)
         return step if device.type == "cpu" else step.to(device)
 
     def extra_repr(self) -> str:

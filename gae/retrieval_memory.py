@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from gae._base import DecisionMemory
 from gae._validation import Names
 from gae.episodic import EpisodicMemory
 from gae.retrieval import RetrievalScorer
-from gae.types import LearnEvents, MemoryOutput, StreamStep
+from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 
 
 class RetrievalMemory(DecisionMemory):
@@ -63,10 +64,15 @@ class RetrievalMemory(DecisionMemory):
         self.labels: dict[int, int] = {}  # action of each stored memory id (pruned as the store evicts)
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
 
+    @property
+    def version(self) -> int:
+        """The store's :attr:`~gae.EpisodicMemory.version`: +1 for every add, eviction and delete."""
+        return self.store.version
+
     def _now(self) -> float:
         return float(self.num_decisions) * self.seconds_per_decision
 
-    def _vote(self, x: Tensor, category: Tensor, now: float) -> MemoryOutput:
+    def _vote(self, x: Tensor, category: Tensor, now: float) -> tuple[MemoryOutput, Retrieved]:
         n, n_actions = x.shape[0], len(self.action_names)
         scopes: list | None = None
         if self.scoped:  # one shared list when every query has the same category: a cheaper mask
@@ -78,7 +84,12 @@ class RetrievalMemory(DecisionMemory):
         probs = torch.zeros(n, n_actions, device=device)
         action = torch.full((n,), -1, dtype=torch.int64, device=device)
         confidence = torch.zeros(n, device=device)
+        retrieved = Retrieved(torch.full((n, self.k), -1, dtype=torch.int64, device=device),
+                              *torch.zeros(4, n, self.k, dtype=torch.float64, device=device).unbind(),
+                              torch.full((n,), self.store.version, dtype=torch.int64, device=device))
         if found is not None:
+            retrieved = Retrieved(found.ids, found.scores.double(), found.similarity.double(), found.recency.double(),
+                                  found.importance.double(), retrieved.version)
             complete = (found.ids >= 0).all(dim=1)  # fewer than k memories in reach: abstain
             weights = found.scores.clamp_min(1e-8).masked_fill(found.ids < 0, 0.0)
             labels = torch.tensor([[self.labels.get(i, 0) for i in row] for row in found.ids.tolist()],
@@ -89,13 +100,32 @@ class RetrievalMemory(DecisionMemory):
             probs = torch.where(complete.unsqueeze(1), share, probs)
             action = torch.where(complete, best, action)
             confidence = torch.where(complete, share.gather(1, best.unsqueeze(1)).squeeze(1), confidence)
-        return MemoryOutput(probs.log(), probs, action, confidence)
+        return MemoryOutput(probs.log(), probs, action, confidence), retrieved
 
     def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
         """Score a batch against the current store at the current time (no side effects)."""
+        return self.neighbours_and_output(x, category)[0]
+
+    @torch.no_grad()
+    def neighbours(self, x: Tensor, category: Tensor) -> Retrieved:
+        """The memories each decision's vote would come from now, with their scores and the three
+        score terms (no side effects): what :meth:`prequential_` reports in ``StreamStep.retrieved``."""
+        return self.neighbours_and_output(x, category)[1]
+
+    @torch.no_grad()
+    def neighbours_and_output(self, x: Tensor, category: Tensor) -> tuple[MemoryOutput, Retrieved]:
+        """:meth:`forward` and :meth:`neighbours` from one retrieval."""
         x, category = self._check_query(x, category)
-        with torch.no_grad():
-            return self._vote(x.detach(), category, self._now())
+        return self._vote(x.detach(), category, self._now())
+
+    @torch.no_grad()
+    def delete(self, ids: Sequence[int] | Tensor, reason: str = "deleted") -> int:
+        """Delete stored memories by id (the ids ``neighbours`` and ``StreamStep.retrieved`` report),
+        at the current time; unknown ids are an error and change nothing. Returns how many went."""
+        removed = self.store.delete(ids, now=self._now(), reason=reason)
+        alive = set(self.store._column("ids").tolist())
+        self.labels = {i: a for i, a in self.labels.items() if i in alive}
+        return removed
 
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor, source_ids: Tensor | None = None) -> StreamStep:
@@ -105,9 +135,12 @@ class RetrievalMemory(DecisionMemory):
         applied = torch.zeros(n, dtype=torch.bool, device=device)
         skipped = torch.zeros(n, dtype=torch.bool, device=device)
         skip_flags, categories, actions = skip.tolist(), category.tolist(), action.tolist()
+        retrieved = []
         for b in range(n):  # strictly in stream order: each decision sees only the ones before it
             now = self._now()
-            outputs.append(self._vote(x[b:b + 1], category[b:b + 1], now))
+            output, found = self._vote(x[b:b + 1], category[b:b + 1], now)
+            outputs.append(output)
+            retrieved.append(found)
             if self.respect_skip and skip_flags[b]:
                 skipped[b] = True
             else:
@@ -119,7 +152,8 @@ class RetrievalMemory(DecisionMemory):
         events = LearnEvents(applied, never, skipped, never.clone(), applied.float(), torch.zeros(n, device=device),
                              never.clone(), torch.full((n,), -1, dtype=torch.int64, device=device), never.clone(),
                              never.clone())
-        return StreamStep(output, events, None)
+        return StreamStep(output, events, None,
+                          retrieved=Retrieved(*(torch.cat(parts) for parts in zip(*retrieved, strict=True))))
 
     def _store(self, x: Tensor, category: int, action: int, now: float) -> None:
         embedding = (x - self.center).to(self.store.embeddings.dtype)

@@ -63,6 +63,33 @@ class LearnEvents(NamedTuple):
     recycled: Tensor
 
 
+class Retrieved(NamedTuple):
+    """What a retrieval memory's answers were built from: the stored traces that voted.
+
+    Attributes:
+        ids: (B, k) int64, nearest or best first, -1 past the traces in reach. For
+            :class:`~gae.KNNMemory` the sequence number of the decision each trace came from;
+            for :class:`~gae.RetrievalMemory` the :class:`~gae.EpisodicMemory` id.
+        scores: (B, k) float64. KNNMemory: the Euclidean distance (``inf`` where padded);
+            RetrievalMemory: the retrieval score (``-inf`` where padded).
+        similarity, recency, importance: (B, k) float64, the score's three unweighted terms
+            (RetrievalMemory; ``None`` for KNNMemory).
+        version: (B,) int64, the :class:`~gae.EpisodicMemory` version each answer was
+            computed on (RetrievalMemory; ``None`` for KNNMemory).
+    """
+
+    ids: Tensor
+    scores: Tensor
+    similarity: Tensor | None = None
+    recency: Tensor | None = None
+    importance: Tensor | None = None
+    version: Tensor | None = None
+
+    def to(self, device: torch.device | str) -> Retrieved:
+        """The same record with every tensor on ``device``."""
+        return Retrieved(*(None if t is None else t.to(device) for t in self))
+
+
 class StreamStep(NamedTuple):
     """Result of a prequential (score-before-learn) pass over a batch.
 
@@ -79,6 +106,8 @@ class StreamStep(NamedTuple):
         before: (B, K) float, the row of the prototype each decision taught (see
             ``events.prototype``) as it was before that decision changed it (0 where not
             applied); ``None`` for memories without prototypes.
+        retrieved: the :class:`Retrieved` traces behind each answer, for the memories that
+            vote with stored traces; ``None`` for :class:`~gae.JudgmentMemory`.
     """
 
     output: MemoryOutput
@@ -86,12 +115,14 @@ class StreamStep(NamedTuple):
     sq_diff: Tensor | None
     nearest: Tensor | None = None
     before: Tensor | None = None
+    retrieved: Retrieved | None = None
 
     def to(self, device: torch.device | str) -> StreamStep:
         """The same step with every tensor on ``device``."""
         return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
                           LearnEvents(*(t.to(device) for t in self.events)),
-                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest, self.before)))
+                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest, self.before)),
+                          None if self.retrieved is None else self.retrieved.to(device))
 
 
 class GateLog(NamedTuple):

@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jsonargparse import auto_cli
 from tqdm import tqdm
 
@@ -38,7 +39,8 @@ START, END = "<!-- report:start -->", "<!-- report:end -->"
 
 def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | None = None,
              contestants: list[str] | None = None, resamples: int = 500, out: Path = Path("results"),
-             readme: Path | None = None, tensorboard: bool = True, workers: int | None = None) -> dict[str, Any]:
+             readme: Path | None = None, tensorboard: bool = True, workers: int | None = None,
+             trace: Path | None = None, trace_seeds: int = 1) -> dict[str, Any]:
     """Run the head-to-head and write the report.
 
     Args:
@@ -57,13 +59,17 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
         tensorboard: also write the Lightning loop's TensorBoard logs of seed 0.
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
+        trace: write the evaluation trace of the first ``trace_seeds`` seeds here (JSONL, one line
+            per scored decision of every memory, see gae/trace.py), with each run's starting
+            checkpoint in ``<trace>.checkpoints/`` for ``scripts/replay_trace.py``.
+        trace_seeds: how many seeds are traced (each adds about 60 MB of trace at the defaults).
     """
     settings = settings or list(E.SETTINGS)
     chosen = contestants or list(E.CONTESTANTS)
     unknown = [name for name in [*settings, *chosen] if name not in {**E.SETTINGS, **E.CONTESTANTS}]
-    if unknown or seeds < 2 or n_decisions < 200:
+    if unknown or seeds < 2 or n_decisions < 200 or not 0 <= trace_seeds <= seeds:
         raise ValueError(f"bad arguments: unknown names {unknown}, seeds={seeds} (>= 2), "
-                         f"n_decisions={n_decisions} (>= 200)")
+                         f"n_decisions={n_decisions} (>= 200), trace_seeds={trace_seeds} (0..seeds)")
     roster = {name: E.CONTESTANTS[name] for name in chosen}
     roster.update({name: variant for name, variant in E.VARIANTS.items()
                    if any(without == name and with_ in roster for _, with_, without in E.ABLATIONS)})
@@ -74,16 +80,21 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                   if (E.has_ceiling(setting) if name == R.CEILING else E.runs_in(name, setting))}
         for setting in settings}
     tasks = [(setting, seed) for setting in settings for seed in range(seeds)]
+    parts = None if trace is None else Path(f"{trace}.checkpoints")
+    if parts is not None:
+        parts.mkdir(parents=True, exist_ok=True)
+    traced = {task: None if parts is None or task[1] >= trace_seeds else str(parts) for task in tasks}
     workers = min(os.cpu_count() or 1, 8) if workers is None else workers
     with tqdm(total=len(tasks), desc="head-to-head", unit="stream") as progress:
         if workers <= 1:
             results = []
             for setting, seed in tasks:
-                results.append(E.run_stream(setting, seed, n_decisions, list(runs[setting])))
+                results.append(E.run_stream(setting, seed, n_decisions, list(runs[setting]), traced[setting, seed]))
                 progress.update()
         else:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(E.run_stream, setting, seed, n_decisions, list(runs[setting]))
+                futures = [pool.submit(E.run_stream, setting, seed, n_decisions, list(runs[setting]),
+                                       traced[setting, seed])
                            for setting, seed in tasks]
                 for future in futures:
                     future.add_done_callback(lambda _: progress.update())
@@ -91,6 +102,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     for (setting, _), by_name in zip(tasks, results, strict=True):  # in seed order, whatever finished first
         for name, figures in by_name.items():
             runs[setting][name].append(figures)
+    trace_report = None if trace is None else gather_trace(trace, tasks, traced, results)
     summary = R.summarize(runs, drift_at, n_decisions, resamples)
     claim_list = R.claims(summary)
     bars = R.drift_bars(summary)
@@ -106,7 +118,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                               for name, c in roster.items()},
               "metrics": summary["metrics"], "differences": summary["differences"],
               "ablations": summary["ablations"], "claims": claim_list, "drift_bars": bars,
-              "prototype_bars": several}
+              "prototype_bars": several, "trace": trace_report}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     (out / "report.md").write_text(R.markdown(summary, claim_list, protocol))
@@ -118,11 +130,57 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
         if table:
             print(f"\n{R.bars_table(table)}")
     print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
+    if trace_report is not None:
+        print(f"\n{trace_table(trace_report)}")
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
           + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
     if readme is not None:
         update_readme(readme, summary, claim_list, bars + several, figures, settings[0])
     return report
+
+
+def gather_trace(trace: Path, tasks: list[tuple[str, int]], traced: dict[tuple[str, int], str | None],
+                 results: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Join the traced runs' parts into ``trace`` (in task order) and measure what tracing cost:
+    each traced run's wall time against the median of the same contestant's untraced seeds in
+    the same setting, from this run."""
+    lines, ratios = 0, {}
+    traced_seconds, untraced_seconds = 0.0, 0.0
+    with open(trace, "w", encoding="utf-8") as joined:
+        for task, by_name in zip(tasks, results, strict=True):
+            if traced[task] is None:
+                continue
+            setting, seed = task
+            for name in by_name:
+                part = Path(f"{traced[task]}/{setting}-{seed}-{name}.jsonl")
+                if not part.exists():  # the ceiling is not a memory
+                    continue
+                with open(part, encoding="utf-8") as source:
+                    for text in source:
+                        joined.write(text)
+                        lines += 1
+                part.unlink()
+                plain = [other[name]["seconds"] for t, other in zip(tasks, results, strict=True)
+                         if t[0] == setting and traced[t] is None]
+                if plain:
+                    reference = float(np.median(plain))
+                    ratios.setdefault(name, []).append(by_name[name]["seconds"] / reference)
+                    traced_seconds += by_name[name]["seconds"]
+                    untraced_seconds += reference
+    overhead = {name: float(np.median(values)) - 1.0 for name, values in ratios.items()}
+    return {"file": str(trace), "checkpoints": f"{trace}.checkpoints", "lines": lines,
+            "bytes": trace.stat().st_size, "overhead_by_contestant": overhead,
+            "overhead_total": traced_seconds / untraced_seconds - 1.0 if untraced_seconds else None}
+
+
+def trace_table(report: dict[str, Any]) -> str:
+    """The trace's size and what writing it cost, as a markdown table."""
+    rows = [f"| {name} | {value * 100:+.0f}% |" for name, value in report["overhead_by_contestant"].items()]
+    total = report["overhead_total"]
+    return (f"Evaluation trace: {report['lines']:,} lines, {report['bytes'] / 1e6:.1f} MB in {report['file']}.\n\n"
+            "| memory | trace writing, extra wall time per stream (median over settings) |\n|---|---:|\n"
+            + "\n".join(rows)
+            + (f"\n| all traced streams | {total * 100:+.0f}% |" if total is not None else ""))
 
 
 def write_figures(summary: dict[str, Any], settings: list[str], drift_at: int, out: Path) -> list[Path]:

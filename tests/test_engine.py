@@ -26,6 +26,10 @@ def assert_steps_equal(fast, slow):
     if fast.sq_diff is not None:
         torch.testing.assert_close(fast.sq_diff, slow.sq_diff)
         assert torch.equal(fast.nearest, slow.nearest)
+    assert (fast.retrieved is None) == (slow.retrieved is None)
+    if fast.retrieved is not None:  # the traces that voted: the same ones, in the same order
+        assert torch.equal(fast.retrieved.ids, slow.retrieved.ids)
+        torch.testing.assert_close(fast.retrieved.scores, slow.retrieved.scores)
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_FACTORIES))
@@ -120,7 +124,7 @@ def test_knn_forward_equals_loop_scores():
                                 memory.store_categories.clone(), memory.store_steps.clone(), memory.ring.clone())
         for i in range(200, 300):
             probe = engine.KNNState(*(t.clone() for t in state))
-            ref, _ = engine.knn_prequential_reference(probe, stream.x[i:i + 1], stream.category[i:i + 1],
+            ref, _, _ = engine.knn_prequential_reference(probe, stream.x[i:i + 1], stream.category[i:i + 1],
                                                       stream.action[i:i + 1], torch.zeros(1, dtype=torch.bool),
                                                       0, memory.k, memory.scoped, False, 4)
             assert int(ref.action[0]) == int(out.action[i - 200])

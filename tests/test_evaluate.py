@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gae.replay import replay
 from scripts.evaluate import END, START, evaluate
 from training import evaluation as E
 
@@ -15,7 +16,7 @@ def small_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     readme = out / "README.md"
     readme.write_text(f"# title\n\n{START}\nold\n{END}\n\ntail\n")
-    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme)
+    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme, trace=out / "trace.jsonl")
     return out, report
 
 
@@ -33,7 +34,7 @@ def test_report_schema(small_report):
     out, report = small_report
     on_disk = json.loads((out / "report.json").read_text())
     assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims",
-                            "drift_bars", "prototype_bars"}
+                            "drift_bars", "prototype_bars", "trace"}
     assert on_disk["protocol"]["seeds"] == 2 and on_disk["protocol"]["drift_at"] == 150
     assert set(on_disk["contestants"]) == {*E.CONTESTANTS, *E.VARIANTS}
     assert set(on_disk["metrics"]) == set(E.SETTINGS)
@@ -75,6 +76,22 @@ def test_report_schema(small_report):
                                                   "shift"}
     sizes = {name: on_disk["metrics"]["multimodal"][name]["state_bytes"]["mean"] for name in ("jm", "jm_prototypes")}
     assert sizes["jm_prototypes"] > sizes["jm"] > 0  # four slots cost more, and every byte is counted
+
+
+def test_trace_holds_every_decision_of_the_traced_seed_and_replays(small_report):
+    out, report = small_report
+    trace = report["trace"]
+    records = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    decisions = [r for r in records if r["kind"] == "decision"]
+    runs = {r["run"] for r in records if r["kind"] == "header"}
+    memories = sum(E.runs_in(name, setting) for setting in E.SETTINGS for name in [*E.CONTESTANTS, *E.VARIANTS])
+    assert len(runs) == memories and all(run.split("/")[1] == "0" for run in runs)  # seed 0 only
+    assert len(decisions) == 300 * memories == trace["lines"] - len(runs) - sum(r["kind"] == "parameters"
+                                                                                 for r in records)
+    assert set(trace["overhead_by_contestant"]) == {*E.CONTESTANTS, *E.VARIANTS}
+    assert not list((out / "trace.jsonl.checkpoints").glob("*.jsonl"))  # the parts were joined
+    result = replay(out / "trace.jsonl", out / "trace.jsonl.checkpoints" / "permute-0-jm_attention.pt")
+    assert result.ok and result.checked >= 300 and "permute/0/jm_attention" in result.runs
 
 
 def test_state_bytes_counts_parameters_and_buffers():

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae.trace import TraceWriter
 from training.metrics_functional import calibration_error, correctness, rolling_accuracy
 from training.streams import BaseDecisionStream, DecisionStream
 from training.streams_sklearn import SklearnDecisionStream
@@ -148,10 +149,12 @@ def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory 
 
 
 def learn_batch(memory: Any, x: torch.Tensor, category: torch.Tensor, action: torch.Tensor,
-                skip: torch.Tensor | None, optimizer: torch.optim.Optimizer | None = None) -> Any:
-    """One prequential call, then (with an optimizer, for a JudgmentMemory) one attention step
-    on its loss; returns the :class:`~gae.types.StreamStep`."""
-    step = memory.prequential_(x, category, action, skip=skip)
+                skip: torch.Tensor | None, optimizer: torch.optim.Optimizer | None = None,
+                writer: TraceWriter | None = None) -> Any:
+    """One prequential call (through ``writer``, which traces it, when given), then (with an
+    optimizer, for a JudgmentMemory) one attention step on its loss; returns the
+    :class:`~gae.types.StreamStep`."""
+    step = (memory if writer is None else writer).prequential_(x, category, action, skip=skip)
     if optimizer is not None and isinstance(memory, JudgmentMemory):
         loss = memory.attention_loss(step, category, action, skip)
         if loss is not None:
@@ -167,28 +170,45 @@ def state_bytes(memory: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in [*memory.parameters(), *memory.buffers()])
 
 
-def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05) -> dict[str, Any]:
+class TraceSpec(NamedTuple):
+    """Where a run's evaluation trace goes (see :mod:`gae.trace`): the JSONL ``file`` (appended
+    to), the ``run`` name on its lines and the ``checkpoint`` of the memory it starts from."""
+
+    file: str
+    run: str
+    checkpoint: str
+
+
+def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05,
+        trace: TraceSpec | None = None) -> dict[str, Any]:
     """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct``, the
-    per-batch wall time per decision (``latency_us``: scoring, learning and any attention step),
-    the decisions after which shadow prototypes were promoted (``promotions``) and the size of
-    the memory's state at the end (``state_bytes``, see :func:`state_bytes`)."""
+    per-batch wall time per decision (``latency_us``: scoring, learning, any attention step and,
+    with ``trace``, writing the trace), the decisions after which shadow prototypes were promoted
+    (``promotions``), the size of the memory's state at the end (``state_bytes``, see
+    :func:`state_bytes`) and the wall time of the whole pass (``seconds``)."""
     memory = build(contestant, stream)
     optimizer = torch.optim.Adam(memory.parameters(), lr=lr) if contestant.learn_attention else None
+    writer = None if trace is None else TraceWriter(trace.file, memory, run=trace.run, checkpoint=trace.checkpoint)
     actions, confidences, latencies = [], [], []
+    started = time.perf_counter()
     for start in range(0, len(stream), BATCH):
         batch = stream.batch(start, start + BATCH)
         skip = batch.skip if contestant.skip_uncertain else None
         began = time.perf_counter()
-        step = learn_batch(memory, batch.x, batch.category, batch.action, skip, optimizer)
+        step = learn_batch(memory, batch.x, batch.category, batch.action, skip, optimizer, writer)
         latencies.append((time.perf_counter() - began) * 1e6 / len(batch.x))
         actions.append(step.output.action)
         confidences.append(step.output.confidence)
+    if writer is not None:
+        writer.close()
+    seconds = time.perf_counter() - started
     action, confidence = torch.cat(actions), torch.cat(confidences)
     truth = stream.tensors().truth
     promotions = memory.promotion_log.step if isinstance(memory, JudgmentMemory) else torch.zeros(0)
     return {"action": action.numpy(), "confidence": confidence.numpy(),
             "correct": correctness(action, truth).numpy(), "latency_us": np.asarray(latencies),
-            "promotions": promotions.numpy().astype(np.int64), "state_bytes": state_bytes(memory)}
+            "promotions": promotions.numpy().astype(np.int64), "state_bytes": state_bytes(memory),
+            "seconds": seconds}
 
 
 def figures(result: dict[str, Any], drift_at: int) -> dict[str, Any]:
@@ -211,15 +231,28 @@ def figures(result: dict[str, Any], drift_at: int) -> dict[str, Any]:
     }
 
 
-def run_stream(setting: str, seed: int, n_decisions: int, names: list[str]) -> dict[str, dict[str, Any]]:
+def run_stream(setting: str, seed: int, n_decisions: int, names: list[str],
+               trace_dir: str | None = None) -> dict[str, dict[str, Any]]:
     """The figures of every named contestant (or variant, or ``'ceiling'``) on one stream.
 
     One task of the head-to-head: a process pool runs these in parallel, one stream each.
+    With ``trace_dir``, every memory's run is traced to ``{setting}-{seed}-{name}.jsonl`` there,
+    from the state saved in ``{setting}-{seed}-{name}.pt``.
     """
     torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
     stream = make_stream(setting, seed, n_decisions)
     drift_at = n_decisions // 2
     roster = {**CONTESTANTS, **VARIANTS}
-    return {name: figures(ceiling(stream) if name == "ceiling" else run(roster[name], stream), drift_at)
-            for name in names}
+    results = {}
+    for name in names:
+        if name == "ceiling":
+            results[name] = figures(ceiling(stream), drift_at)
+            continue
+        trace = None
+        if trace_dir is not None:
+            stem = f"{trace_dir}/{setting}-{seed}-{name}"
+            trace = TraceSpec(f"{stem}.jsonl", f"{setting}/{seed}/{name}", f"{stem}.pt")
+        result = run(roster[name], stream, trace=trace)
+        results[name] = {**figures(result, drift_at), "seconds": result["seconds"]}
+    return results
 

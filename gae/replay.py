@@ -1,0 +1,258 @@
+"""Replay an evaluation trace: rebuild every state it names and recompute every answer.
+
+:func:`replay` starts from a checkpoint (:func:`gae.trace.save_checkpoint`), finds the runs
+of the trace that start from that state, and walks them line by line: each ``decision`` is
+scored again on the rebuilt state (and learned again when it was), and its answer, its
+probabilities and what shaped it must equal the trace's exactly; at every call boundary the
+state's hash and update counter must equal the line's ``version``. Each ``forget`` /
+``delete`` is applied, and the answers it would have changed are listed: for a
+JudgmentMemory, each earlier decision scored by the memory retrained without the forgotten
+decisions (which is what ``forget_`` leaves, bit for bit); for a RetrievalMemory, each
+earlier decision scored by the state it saw, less the deleted memories.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from gae._trace_lines import decision_fields, decision_lines, learn_and_shape, score_and_shape
+from gae.judgment import JudgmentMemory
+from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
+
+
+class Mismatch(NamedTuple):
+    """A trace line the replay could not reproduce: ``field`` differs (traced vs replayed)."""
+
+    run: str
+    line: int
+    field: str
+    traced: Any
+    replayed: Any
+
+
+class Change(NamedTuple):
+    """A decision whose answer a removal changes: traced ``answer``, ``now`` the new one (None: abstains)."""
+
+    line: int
+    id: int
+    answer: int | None
+    now: int | None
+
+
+class Removal(NamedTuple):
+    """A ``forget`` or ``delete`` line and the earlier answers it changes."""
+
+    run: str
+    line: int
+    kind: str
+    ids: list[int]
+    changed: list[Change]
+
+
+class ReplayReport(NamedTuple):
+    """What :func:`replay` checked: the runs, the decision lines, every mismatch, every removal."""
+
+    runs: list[str]
+    checked: int
+    mismatches: list[Mismatch]
+    removals: list[Removal]
+
+    @property
+    def ok(self) -> bool:
+        """Some decision was checked and every line was reproduced exactly."""
+        return self.checked > 0 and not self.mismatches
+
+
+def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
+    """Replay every run of ``trace`` that passes through the state saved in ``checkpoint``.
+
+    Raises:
+        ValueError: the checkpoint is unreadable, or no run of the trace passes through it.
+    """
+    start, digest = load_checkpoint(checkpoint)
+    config = _normal(memory_config(start))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    kinds: dict[str, dict[str, Any]] = {}
+    for record in read_trace(trace):
+        run = str(record.get("run", ""))
+        if record["kind"] == "header" and run not in kinds:
+            kinds[run] = record
+        runs.setdefault(run, []).append(record)
+    names, checked, mismatches, removals = [], 0, [], []
+    for run, records in runs.items():
+        header = kinds.get(run)
+        if header is None or _normal(header.get("config")) != config:
+            continue
+        begin = _start(records, digest)
+        if begin is None:
+            continue
+        names.append(run)
+        count, found, effects = _replay_run(run, start, records[begin:])
+        checked, mismatches, removals = checked + count, mismatches + found, removals + effects
+    if not names:
+        raise ValueError(f"no run of the trace starts from or passes through the state in {checkpoint} "
+                         f"(hash {digest}, memory {config['kind']})")
+    return ReplayReport(names, checked, mismatches, removals)
+
+
+def _normal(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _start(records: list[dict[str, Any]], digest: str) -> int | None:
+    """Index of the first record to replay: the first whose state is the checkpoint's."""
+    for i, record in enumerate(records):
+        version = record.get("version") or {}
+        if version.get("hash") == digest and version.get("since", 0) == 0:
+            return i if record["kind"] == "decision" else i + 1
+    return None
+
+
+def _decision(record: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([record["x"]], dtype=torch.float32), torch.tensor([int(record["category"])])
+
+
+def _fields(memory: nn.Module, x: torch.Tensor, category: torch.Tensor, output: Any,
+            shaped: list[bytes]) -> list[dict[str, Any]]:
+    """The reproducible fields of recomputed decisions, encoded and read back as the trace's were."""
+    zeros = np.zeros(x.shape[0], dtype=np.int64)
+    lines = decision_lines("", memory_kind(memory), zeros, 0, zeros, "", zeros, x, category, output, shaped, None, 0)
+    return [decision_fields(json.loads(line)) for line in lines.splitlines()]
+
+
+def _score_call(memory: nn.Module, records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Score the decisions of one score-only call together, as the writer did (a batch of
+    queries is not always rounded like each on its own)."""
+    x = torch.tensor([record["x"] for record in records], dtype=torch.float32)
+    category = torch.tensor([int(record["category"]) for record in records])
+    output, shaped = score_and_shape(memory, x, category)
+    return {record["line"]: fields for record, fields in zip(records, _fields(memory, x, category, output, shaped),
+                                                              strict=True)}
+
+
+def _recompute(memory: nn.Module, record: dict[str, Any], confirmed: bool | None = None,
+               learn: bool = True) -> dict[str, Any]:
+    """Score the record's decision on ``memory`` (and learn it, when it was learned and ``learn``),
+    returning the fields the trace holds."""
+    x, category = _decision(record)
+    learned = record["learned"]
+    if learned is None or not learn:
+        output, shaped = score_and_shape(memory, x, category)
+    else:
+        flag = learned["confirmed"] if confirmed is None else confirmed
+        step, shaped = learn_and_shape(memory, x, category, torch.tensor([int(learned["action"])]),
+                                       None if flag is None else torch.tensor([bool(flag)]),
+                                       torch.tensor([bool(learned["skip"])]),
+                                       torch.tensor([int(record["id"])]) if isinstance(memory, JudgmentMemory)
+                                       else None)
+        output = step.output
+    return _fields(memory, x, category, output, shaped)[0]
+
+
+def _same_call(records: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    """The score-only decision records of the call ``records[index]`` opens."""
+    call, end = records[index].get("call"), index
+    while (end < len(records) and records[end]["kind"] == "decision" and records[end]["learned"] is None
+           and records[end].get("call") == call):
+        end += 1
+    return records[index:end]
+
+
+def _replay_run(run: str, start: nn.Module, records: list[dict[str, Any]]) -> tuple[int, list[Mismatch],
+                                                                                  list[Removal]]:
+    checked, mismatches, removals = 0, [], []
+    memory = copy.deepcopy(start)
+    seen: list[dict[str, Any]] = []  # records replayed so far, for the removals' counterfactuals
+    scored: dict[int, dict[str, Any]] = {}  # the answers of the score-only call being walked, by line
+    for index, record in enumerate(records):
+        kind, line, version = record["kind"], record["line"], record.get("version") or {}
+        if kind == "parameters":
+            _set_parameters(memory, record["values"])
+        elif kind == "forget":
+            memory.forget_(record["source_ids"])
+        elif kind == "delete":
+            memory.delete(record["ids"])
+        if kind != "decision" or version.get("since", 0) == 0:  # a call boundary: the state is named
+            hashed, updates = state_hash(memory), memory.version
+            if version and (hashed != version["hash"] or updates != version["updates"]):
+                mismatches.append(Mismatch(run, line, "version", version, {"updates": updates, "hash": hashed}))
+                break  # every later line would differ for the same reason
+        if kind == "decision":
+            if record["learned"] is not None:
+                replayed = _recompute(memory, record)
+            else:
+                if record["line"] not in scored:
+                    scored = _score_call(memory, _same_call(records, index))
+                replayed = scored[record["line"]]
+            checked += 1
+            for field, value in replayed.items():  # the trace's own encoding: exact, or it differs
+                if value != record[field]:
+                    mismatches.append(Mismatch(run, line, field, record[field], value))
+        seen.append(record)
+        if kind in ("forget", "delete"):
+            removal, failed = _removal_effect(run, start, seen)
+            removals.append(removal)
+            mismatches += [failed] if failed is not None else []
+    return checked, mismatches, removals
+
+
+def _set_parameters(memory: nn.Module, values: dict[str, Any]) -> None:
+    with torch.no_grad():
+        for name, parameter in memory.named_parameters():
+            if name in values:
+                parameter.copy_(torch.tensor(values[name], dtype=parameter.dtype))
+
+
+def _removal_effect(run: str, start: nn.Module, seen: list[dict[str, Any]]) -> tuple[Removal, Mismatch | None]:
+    """The decisions before the removal ending ``seen`` whose answers the removals so far change."""
+    event = seen[-1]
+    key = "source_ids" if event["kind"] == "forget" else "ids"
+    removed = {i for record in seen if record["kind"] == event["kind"] for i in record[key]}
+    counterfactual = copy.deepcopy(start)
+    changed, mismatch = [], None
+    scored: dict[int, dict[str, Any]] = {}
+    if event["kind"] == "forget":  # forget_ equals retraining without: one pass of the counterfactual memory
+        for index, record in enumerate(seen[:-1]):
+            if record["kind"] == "parameters":
+                _set_parameters(counterfactual, record["values"])
+            elif record["kind"] == "decision":
+                learned = record["learned"]
+                if learned is None:
+                    if record["line"] not in scored:
+                        scored = _score_call(counterfactual, _same_call(seen, index))
+                    now = scored[record["line"]]["answer"]
+                else:
+                    # the confirmed / override flag a decision was learned with is a fact, kept as forget_ does
+                    flag = learned["confirmed"]
+                    if flag is None:
+                        flag = record["answer"] == learned["action"]
+                    now = _recompute(counterfactual, record, flag, learn=record["id"] not in removed)["answer"]
+                if now != record["answer"]:
+                    changed.append(Change(record["line"], record["id"], record["answer"], now))
+        retrained = state_hash(counterfactual)
+        if retrained != event["version"]["hash"]:  # forget_ must equal retraining without
+            mismatch = Mismatch(run, event["line"], "retrained without", event["version"]["hash"], retrained)
+    else:  # each earlier decision against the state it saw, less the deleted memories
+        for record in seen[:-1]:
+            if record["kind"] == "parameters":
+                _set_parameters(counterfactual, record["values"])
+            elif record["kind"] == "delete":
+                counterfactual.delete(record["ids"])
+            elif record["kind"] == "decision":
+                probe = copy.deepcopy(counterfactual)
+                alive = sorted(removed & set(probe.store._column("ids").tolist()))
+                if alive:
+                    probe.delete(alive)
+                now = _recompute(probe, record, learn=False)["answer"]
+                if now != record["answer"]:
+                    changed.append(Change(record["line"], record["id"], record["answer"], now))
+                if record["learned"] is not None:
+                    _recompute(counterfactual, record)
+    return Removal(run, event["line"], event["kind"], list(event[key]), changed), mismatch

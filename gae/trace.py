@@ -1,0 +1,331 @@
+"""Evaluation traces: one JSON line per scored decision, and an exact replay of every line.
+
+A trace says why a memory answered what it did, and lets anyone check it later: each line
+names the state the answer was computed on, the answer, what shaped it and what was learned
+after it. :func:`replay` rebuilds every state from a checkpoint and recomputes every answer.
+
+Records (JSON Lines, one object a line, all with ``kind`` and ``run``):
+
+- ``header``: a run starts. ``memory`` (``judgment`` | ``knn`` | ``retrieval``), ``config``
+  (the constructor's arguments), ``version`` of the state it starts from, ``checkpoint``.
+- ``decision``: one scored decision. ``id`` (its source id, by which ``forget_`` removes it,
+  or its sequence number), ``version``, the decision (``x``, ``category``), the ``answer``
+  (action index or null for an abstention) and ``probs`` (the answer's is its confidence), ``shaped`` (what
+  the answer came from, below), ``learned`` (the verified ``action``, ``confirmed`` and
+  ``skip`` learned right after scoring, or null for a score-only call), ``call`` (the writer's
+  call it came in, numbered from 0 in the run) and ``deleted`` (the decisions forgotten or
+  memories deleted so far in the run).
+- ``parameters``: the trainable parameters changed between calls (an optimizer step on the
+  attention): their values and the ``version`` after.
+- ``forget`` / ``delete``: ``JudgmentMemory.forget_(source_ids)`` /
+  ``RetrievalMemory.delete(ids)`` went through the writer: the ids, how many went, the
+  ``version`` after and ``deleted``.
+
+``version`` is ``{"updates", "hash", "since"}``: the memory's monotonic update counter
+(``memory.version``), the :func:`state_hash` of its parameters and buffers when the call
+began, and how many decisions of that call were learned before this one (a batch is scored
+decision by decision, each on the state the ones before it left; 0 for a score-only call).
+
+``shaped``: JudgmentMemory: ``prototype`` (the slot each action scored with, -1 for none),
+``distance`` (the attention-weighted squared distance to it, null for none) and
+``attention`` (the criterion weights of the decision's category). KNNMemory: ``ids`` (the
+sequence numbers of the decisions whose traces voted, nearest first) and ``distance``.
+RetrievalMemory: ``ids`` (EpisodicMemory ids), ``score``, ``similarity``, ``recency``,
+``importance`` and ``store_version``, plus ``stored``, the id the decision was stored under.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+import torch
+from torch import Tensor, nn
+
+from gae._trace_lines import decision_lines, learn_and_shape, learned_rows, score_and_shape
+from gae.judgment import JudgmentMemory
+from gae.knn import KNNMemory
+from gae.retrieval_memory import RetrievalMemory
+from gae.types import MemoryOutput, StreamStep
+
+FORMAT = 1
+Memory = JudgmentMemory | KNNMemory | RetrievalMemory
+_KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
+_JUDGMENT_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "push_rate",
+                     "min_confidence", "drift_mode", "shadow_eta", "promotion_threshold", "prototypes",
+                     "spawn_threshold", "spawn_support")
+
+
+def memory_kind(memory: nn.Module) -> str:
+    """``'judgment'``, ``'knn'`` or ``'retrieval'``; TypeError for anything else."""
+    for kind, cls in _KINDS.items():
+        if isinstance(memory, cls):
+            return kind
+    raise TypeError(f"memory must be a JudgmentMemory, KNNMemory or RetrievalMemory, got {type(memory).__name__}")
+
+
+def _digest(named: list[tuple[str, Tensor]]) -> bytes:
+    if not named:
+        return b""
+    layout = ";".join(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}" for name, tensor in named)
+    content = torch.cat([tensor.detach().reshape(-1).view(torch.uint8) if tensor.dtype != torch.bool
+                         else tensor.detach().reshape(-1).to(torch.uint8) for _, tensor in named])
+    digest = hashlib.blake2b(layout.encode(), digest_size=8)
+    digest.update(content.to("cpu").numpy())
+    return digest.digest()
+
+
+def _digests(memory: nn.Module, parameters: bool = True, buffers: bool = True) -> tuple[bytes, bytes]:
+    """Digests of the parameters and of the buffers (empty for the part not asked for)."""
+    return (_digest(list(memory.named_parameters())) if parameters else b"",
+            _digest(list(memory.named_buffers())) if buffers else b"")
+
+
+def _combine(memory: nn.Module, parameters: bytes, buffers: bytes) -> str:
+    digest = hashlib.blake2b(parameters + buffers, digest_size=8)
+    labels = getattr(memory, "labels", None)  # a RetrievalMemory's action of each stored memory
+    if isinstance(labels, dict):
+        digest.update(repr(sorted(labels.items())).encode())
+    return digest.hexdigest()
+
+
+def state_hash(memory: nn.Module) -> str:
+    """A content hash (16 hex digits) of every parameter and buffer, by name, dtype, shape and
+    bytes (and a RetrievalMemory's labels): equal states, equal hashes. Event logs and the
+    decision log are history, not content, and are left out."""
+    return _combine(memory, *_digests(memory))
+
+
+def memory_config(memory: nn.Module) -> dict[str, Any]:
+    """The constructor arguments that rebuild ``memory`` (its learned state aside), JSON-able."""
+    kind = memory_kind(memory)
+    names = {"factors": list(memory.factor_names), "actions": list(memory.action_names),
+             "categories": None if memory.category_names is None else list(memory.category_names)}
+    if isinstance(memory, JudgmentMemory):
+        options = {name: getattr(memory, name) for name in _JUDGMENT_OPTIONS}
+        options["clip"] = None if memory.clip is None else list(memory.clip)
+        options["max_log_events"] = memory.decision_log.max_events
+        return {"kind": kind, **names, **options}
+    if isinstance(memory, KNNMemory):
+        return {"kind": kind, **names, "k": memory.k, "capacity": memory.capacity, "scoped": memory.scoped,
+                "respect_skip": memory.respect_skip}
+    assert isinstance(memory, RetrievalMemory)
+    scorer = memory.store.scorer
+    weights = scorer.weights.detach().tolist()
+    return {"kind": kind, **names, "k": memory.k, "capacity": memory.store.capacity, "scoped": memory.scoped,
+            "respect_skip": memory.respect_skip, "seconds_per_decision": memory.seconds_per_decision,
+            "center": memory.center,
+            "scorer": {"w_sim": weights[0], "w_rec": weights[1], "w_imp": weights[2], "tau": float(scorer.tau),
+                       "learnable": isinstance(scorer.weights, nn.Parameter)}}
+
+
+def build_memory(config: dict[str, Any]) -> Memory:
+    """A fresh memory from :func:`memory_config`'s output."""
+    from gae.retrieval import RetrievalScorer
+
+    options = dict(config)
+    kind = options.pop("kind", None)
+    if kind not in _KINDS:
+        raise ValueError(f"config['kind'] must be one of {sorted(_KINDS)}, got {kind!r}")
+    factors, actions, categories = options.pop("factors"), options.pop("actions"), options.pop("categories")
+    if kind == "judgment":
+        if options.get("clip") is not None:
+            options["clip"] = tuple(options["clip"])
+        return JudgmentMemory(categories, actions, factors, **options)
+    if kind == "retrieval":
+        options["scorer"] = RetrievalScorer(**options["scorer"])
+        return RetrievalMemory(factors, actions, categories=categories, **options)
+    return KNNMemory(factors, actions, categories=categories, **options)
+
+
+def save_checkpoint(memory: nn.Module, path: str | Path) -> str:
+    """Save ``memory``'s config and state (loadable with ``torch.load(weights_only=True)``);
+    returns its :func:`state_hash`."""
+    digest = state_hash(memory)
+    torch.save({"format": FORMAT, "config": memory_config(memory), "state_dict": memory.state_dict(),
+                "hash": digest, "updates": memory.version}, path)
+    return digest
+
+
+def load_checkpoint(path: str | Path) -> tuple[Memory, str]:
+    """The memory saved by :func:`save_checkpoint` and its hash (checked against its content).
+
+    Loads with ``weights_only=True``: a file that is not a checkpoint fails, never runs code.
+    """
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ValueError(f"{path} is not a readable gae checkpoint: {error}") from error
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a gae trace checkpoint of format {FORMAT}")
+    memory = build_memory(saved["config"])
+    memory.load_state_dict(saved["state_dict"])
+    if state_hash(memory) != saved["hash"]:
+        raise ValueError(f"{path}: the loaded state does not hash to the checkpoint's {saved['hash']}")
+    return memory, saved["hash"]
+
+
+class TraceWriter:
+    """Writes the trace of a memory's scored decisions; use it in place of the memory's own calls.
+
+    Args:
+        file: a path (appended to) or an open file (binary, or text).
+        memory: a :class:`~gae.JudgmentMemory`, :class:`~gae.KNNMemory` or :class:`~gae.RetrievalMemory`.
+        run: a name for this run, on every line (several runs can share a file).
+        checkpoint: save the starting state here (see :func:`save_checkpoint`) for :func:`gae.replay.replay`.
+
+    Every state change must go through the writer (``prequential_``, ``forget_``, ``delete``)
+    or be a parameter change (an optimizer step), which it records on its next call.
+
+    Examples::
+
+        >>> import io, torch
+        >>> from gae import KNNMemory
+        >>> memory = KNNMemory(2, ["approve", "reject"], k=1)
+        >>> buffer = io.BytesIO()
+        >>> writer = TraceWriter(buffer, memory, run="demo")
+        >>> _ = writer.prequential_(torch.tensor([[0.9, 0.1], [0.8, 0.2]]), torch.zeros(2, dtype=torch.long),
+        ...                         torch.zeros(2, dtype=torch.long))
+        >>> [record["answer"] for record in read_trace(io.StringIO(buffer.getvalue().decode()))
+        ...  if record["kind"] == "decision"]
+        [None, 0]
+    """
+
+    def __init__(self, file: str | Path | IO[bytes] | IO[str], memory: nn.Module, *, run: str = "",
+                 checkpoint: str | Path | None = None) -> None:
+        self.kind = memory_kind(memory)
+        self.memory = memory
+        self.run = str(run)
+        self.deleted = 0
+        self.calls = 0
+        self._owns = isinstance(file, (str, Path))
+        self._file: IO[Any] = open(file, "ab") if isinstance(file, (str, Path)) else file
+        self._text = isinstance(self._file, io.TextIOBase)
+        if checkpoint is not None:
+            save_checkpoint(memory, checkpoint)
+        self._parameters, self._buffers = _digests(memory)
+        saved_at = None if checkpoint is None else str(checkpoint)
+        self._record({"kind": "header", "format": FORMAT, "memory": self.kind, "config": memory_config(memory),
+                      "version": self._version(), "checkpoint": saved_at})
+
+    @property
+    def hash(self) -> str:
+        """The :func:`state_hash` of the memory as the writer last saw it."""
+        return _combine(self.memory, self._parameters, self._buffers)
+
+    # -- the calls it stands in for -------------------------------------------------------
+    def prequential_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
+                     skip: Tensor | None = None, source_ids: Tensor | None = None) -> StreamStep:
+        """``memory.prequential_`` with one ``decision`` line per decision; returns its step."""
+        memory = self.memory
+        x, category, action, confirmed, skip = memory._check_stream(x, category, action, confirmed, skip)
+        self._sync()
+        digest, updates, first = self.hash, memory.version, int(memory.num_decisions)
+        if source_ids is None and isinstance(memory, JudgmentMemory) and memory.decision_log.max_events != 0:
+            first = memory.decision_log.next_source  # the source ids the memory gives them by default
+        step, shaped = learn_and_shape(memory, x, category, action, confirmed, skip, source_ids)
+        n = x.shape[0]
+        since = np.arange(n)
+        ids = since + first if source_ids is None else source_ids.cpu().numpy()
+        retrieved = step.retrieved
+        counters = (retrieved.version.cpu().numpy() if retrieved is not None and retrieved.version is not None
+                    else since + updates)
+        self._write(decision_lines(self.run, self.kind, ids, self.calls, counters, digest, since, x,
+                                   category, step.output, shaped, learned_rows(action, confirmed, skip),
+                                   self.deleted))
+        self.calls += 1
+        self._buffers = _digests(memory, parameters=False)[1]
+        return step
+
+    @torch.no_grad()
+    def score(self, x: Tensor, category: Tensor) -> MemoryOutput:
+        """``memory(x, category)`` (nothing learned) with one ``decision`` line per decision."""
+        memory = self.memory
+        x, category = memory._check_query(x, category)
+        self._sync()
+        output, shaped = score_and_shape(memory, x, category)
+        since = np.zeros(x.shape[0], dtype=np.int64)
+        self._write(decision_lines(self.run, self.kind, since + int(memory.num_decisions), self.calls,
+                                   since + memory.version, self.hash, since, x, category, output, shaped, None,
+                                   self.deleted))
+        self.calls += 1
+        return output
+
+    def forget_(self, source_ids: Sequence[int] | Tensor) -> int:
+        """``JudgmentMemory.forget_`` with a ``forget`` line; returns how many decisions went."""
+        if not isinstance(self.memory, JudgmentMemory):
+            raise TypeError(f"forget_ needs a JudgmentMemory, this writer traces a {type(self.memory).__name__}")
+        self._sync()
+        removed = self.memory.forget_(source_ids)
+        self._removal("forget", "source_ids", torch.as_tensor(source_ids).reshape(-1).tolist(), removed)
+        return removed
+
+    def delete(self, ids: Sequence[int] | Tensor) -> int:
+        """``RetrievalMemory.delete`` with a ``delete`` line; returns how many memories went."""
+        if not isinstance(self.memory, RetrievalMemory):
+            raise TypeError(f"delete needs a RetrievalMemory, this writer traces a {type(self.memory).__name__}")
+        self._sync()
+        removed = self.memory.delete(ids)
+        self._removal("delete", "ids", torch.as_tensor(ids).reshape(-1).tolist(), removed)
+        return removed
+
+    def close(self) -> None:
+        """Flush, and close the file if the writer opened it."""
+        self._file.flush()
+        if self._owns:
+            self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- records ------------------------------------------------------------------------------
+    def _version(self) -> dict[str, Any]:
+        return {"updates": self.memory.version, "hash": self.hash, "since": 0}
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data.decode() if self._text else data)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self._write(orjson.dumps({"kind": record.pop("kind"), "run": self.run, **record}) + b"\n")
+
+    def _sync(self) -> None:
+        """Record the parameters if they changed since the last call (an optimizer step)."""
+        parameters = _digests(self.memory, buffers=False)[0]
+        if parameters != self._parameters:
+            self._parameters = parameters
+            values = {name: p.detach().cpu().tolist() for name, p in self.memory.named_parameters()}
+            self._record({"kind": "parameters", "values": values, "version": self._version()})
+
+    def _removal(self, kind: str, key: str, ids: list[int], removed: int) -> None:
+        self.deleted += removed
+        self._parameters, self._buffers = _digests(self.memory)
+        self._record({"kind": kind, key: ids, "removed": removed, "version": self._version(),
+                      "deleted": self.deleted})
+
+
+def read_trace(file: str | Path | IO[str]) -> Iterator[dict[str, Any]]:
+    """The records of a trace, in order, each with its 1-based ``line`` number added."""
+    handle = open(file, encoding="utf-8") if isinstance(file, (str, Path)) else file
+    try:
+        for number, text in enumerate(handle, 1):
+            if text.strip():
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"trace line {number} is not JSON: {error}") from None
+                if not isinstance(record, dict) or "kind" not in record:
+                    raise ValueError(f"trace line {number} is not a trace record: {text[:80]!r}")
+                record["line"] = number
+                yield record
+    finally:
+        if handle is not file:
+            handle.close()
