@@ -70,7 +70,8 @@ def _retrieved_shaped(retrieved: Retrieved, stored: Tensor | None = None) -> lis
 def learn_and_shape(memory: nn.Module, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                     skip: Tensor | None, source_ids: Tensor | None) -> tuple[StreamStep, list[bytes]]:
     """``memory.prequential_`` and, per decision, what shaped its answer (encoded)."""
-    attention = memory.criterion_attention().detach().cpu() if isinstance(memory, JudgmentMemory) else None
+    with torch.no_grad():  # with a graph, torch.softmax of even a (C, K) tensor can cost milliseconds
+        attention = memory.criterion_attention().cpu() if isinstance(memory, JudgmentMemory) else None
     next_store_id = int(memory.store.next_id) if isinstance(memory, RetrievalMemory) else 0
     step = memory.prequential_(x, category, action, confirmed, skip, source_ids)
     if isinstance(memory, JudgmentMemory):

@@ -16,8 +16,14 @@ def criterion_attention(criterion_logits: Tensor) -> Tensor:
     """``alpha = K * softmax(criterion_logits)`` over the last dim: all ones at zero logits.
 
     Shape: (..., K) -> (..., K), each row summing to K.
+
+    Written out (``exp`` of the logits less their maximum, over the sum) rather than with
+    ``torch.softmax``: on logits that require grad (the attention parameter), torch 2.x runs
+    even a (C, K) softmax through a parallel region, and on a busy machine the thread hand-off
+    costs milliseconds per call, a thousand times the arithmetic.
     """
-    return criterion_logits.shape[-1] * torch.softmax(criterion_logits, dim=-1)
+    weights = (criterion_logits - criterion_logits.detach().amax(-1, keepdim=True)).exp()
+    return criterion_logits.shape[-1] * (weights / weights.sum(-1, keepdim=True))
 
 
 def squared_differences(x: Tensor, prototypes: Tensor) -> Tensor:
