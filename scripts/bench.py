@@ -9,7 +9,10 @@ over repeats (after an untimed warm-up, so JIT compilation is excluded):
    reference loop, checking that all three end with the same prototypes;
 2. batched scoring ``memory(x, category)`` without and with autograd;
 3. single-decision ``score_one`` latency against a numpy dict-of-centroids score;
-4. ``KNNMemory`` online learning, the retrieval baseline.
+4. ``KNNMemory`` online learning, the retrieval baseline;
+5. what writing the evaluation trace costs (``scripts/evaluate.py --trace``): one seed of the
+   head-to-head at its defaults (every setting and memory, ``training.evaluation.run``) with and
+   without a trace, interleaved, and the wall-time ratio.
 
 Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the README
 has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them.
@@ -44,6 +47,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 FULL_SIZES = {"online": 100_000, "numpy_loop": 5_000, "torch_loop": 2_000, "batch": 1_000_000,
               "score_one": 20_000, "knn": 20_000, "forget": 100_000}
 FORGET_CALL = 100  # decisions per learning call of the log that forget_ replays
+TRACE_DECISIONS = 2000  # the head-to-head's stream length (--quick: 400)
 
 
 def make_stream(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -251,6 +255,43 @@ def measure_forget(results: dict, stream, n: int, repeats: int) -> None:
     results["forget_one"]["median"] = statistics.median(results["forget_one"]["seconds"])
 
 
+def measure_trace(results: dict, n: int, repeats: int) -> None:
+    """One seed of the head-to-head (every setting, every memory and ablation variant), untraced
+    and traced in turn; per memory and in all, the traced wall time over the untraced one."""
+    import tempfile
+
+    from training import evaluation as E
+
+    progress(f"evaluation trace: one seed of the head-to-head ({n:,} decisions a stream), with and without")
+    roster = {**E.CONTESTANTS, **E.VARIANTS}
+    streams = {setting: E.make_stream(setting, 0, n) for setting in E.SETTINGS}
+    plain: dict[str, list[float]] = {name: [] for name in roster}
+    traced: dict[str, list[float]] = {name: [] for name in roster}
+    lines = 0
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(repeats + 1):  # the first round warms up
+            for name, contestant in roster.items():
+                for timed, spec in ((plain, None), (traced, True)):
+                    total = 0.0
+                    for setting, stream in streams.items():
+                        if not E.runs_in(name, setting):
+                            continue
+                        trace = None if spec is None else E.TraceSpec(f"{folder}/t.jsonl", name, f"{folder}/t.pt")
+                        total += E.run(contestant, stream, trace=trace)["seconds"]
+                        if trace is not None:
+                            lines += sum(1 for _ in open(trace.file, "rb"))
+                            os.remove(trace.file)
+                    if repeat:
+                        timed[name].append(total)
+    ratios = {name: statistics.median(t / p for t, p in zip(traced[name], plain[name], strict=True)) - 1.0
+              for name in roster}
+    totals = [sum(traced[name][i] for name in roster) / sum(plain[name][i] for name in roster)
+              for i in range(repeats)]
+    results["trace"] = {"n": n, "lines_per_seed": lines // (repeats + 1), "overhead": ratios,
+                        "overhead_total": statistics.median(totals) - 1.0, "plain_seconds": plain,
+                        "traced_seconds": traced}
+
+
 def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
     """(measurement, result, target, verdict) for every target, then the reference numbers."""
     def verdict(ok: bool) -> str:
@@ -262,6 +303,7 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
     online, batch = results["online_gae"]["median"], results["batch_no_grad"]["median"]
     speedup, p50 = results["speedup_vs_numpy"], results["score_one_us"]["median_p50"]
     numpy_check, torch_check = results["agreement"]["numpy_vs_gae"], results["agreement"]["torch_vs_gae"]
+    trace = results["trace"]
     return [
         (f"exact online, gae `prequential_` ({sizes['online']:,} decisions)", fmt_rate(online), ">= 1 M/s",
          verdict(online >= 1e6)),
@@ -288,6 +330,10 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
         ("ref: numpy dict-of-centroids score p50 / p99", latency("numpy_score_one_us"), "—", "—"),
         (f"ref: `KNNMemory` prequential_, k=5, capacity 400 ({sizes['knn']:,} decisions)",
          fmt_rate(results["online_knn"]["median"]), "—", "—"),
+        (f"evaluation trace: extra wall time of one head-to-head seed ({trace['lines_per_seed']:,} lines)",
+         f"{trace['overhead_total'] * 100:+.0f}%", "<= 25%", verdict(trace["overhead_total"] <= 0.25)),
+        *[(f"ref: trace, extra wall time of `{name}`'s streams", f"{value * 100:+.0f}%", "—", "—")
+          for name, value in trace["overhead"].items() if name in ("jm", "jm_attention", "knn", "retrieval")],
     ]
 
 
@@ -335,6 +381,7 @@ def main() -> None:
     measure_single(results, trained, sizes["score_one"], args.repeats)
     measure_knn(results, stream, sizes["knn"], args.repeats)
     measure_forget(results, stream, sizes["forget"], min(args.repeats, 3))
+    measure_trace(results, TRACE_DECISIONS // 5 if args.quick else TRACE_DECISIONS, min(args.repeats, 3))
     elapsed = time.perf_counter() - began
     rows = table_rows(results, sizes)
     table = markdown(rows)

@@ -29,8 +29,10 @@ def test_bench_quick_writes_every_measurement(tmp_path):
     record = json.loads(out_file.read_text())
     for key in ("online_gae", "online_gae_adaptive", "online_gae_prototypes", "online_numpy", "online_torch",
                 "batch_no_grad", "batch_grad", "score_one_us",
-                "numpy_score_one_us", "online_knn"):
+                "numpy_score_one_us", "online_knn", "trace"):
         assert key in record["results"], key
+    trace = record["results"]["trace"]
+    assert trace["lines_per_seed"] > 0 and set(trace["overhead"]) >= {"jm", "knn", "retrieval"}
     assert record["results"]["agreement"]["numpy_vs_gae"]["allclose"]
     assert record["results"]["agreement"]["torch_vs_gae"]["allclose"]
     assert "| measurement | result | target | verdict |" in result.stdout
