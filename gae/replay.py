@@ -78,24 +78,31 @@ def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
     """
     start, digest = load_checkpoint(checkpoint)
     config = _normal(memory_config(start))
-    runs: dict[str, list[dict[str, Any]]] = {}
-    kinds: dict[str, dict[str, Any]] = {}
+    segments: list[tuple[str, list[dict[str, Any]]]] = []  # a header opens one (a writer's records)
     for record in read_trace(trace):
         run = str(record.get("run", ""))
-        if record["kind"] == "header" and run not in kinds:
-            kinds[run] = record
-        runs.setdefault(run, []).append(record)
+        if record["kind"] == "header" or not segments or segments[-1][0] != run:
+            segments.append((run, []))
+        segments[-1][1].append(record)
     names, checked, mismatches, removals = [], 0, [], []
-    for run, records in runs.items():
-        header = kinds.get(run)
+    chains: dict[str, _Chain] = {}  # the run being replayed: a later writer of it may continue its state
+    for run, records in segments:
+        header = records[0] if records[0]["kind"] == "header" else None
         if header is None or _normal(header.get("config")) != config:
             continue
-        begin = _start(records, digest)
-        if begin is None:
-            continue
-        names.append(run)
-        count, found, effects = _replay_run(run, start, records[begin:])
-        checked, mismatches, removals = checked + count, mismatches + found, removals + effects
+        chain = chains.get(run)
+        if chain is not None and chain.alive and state_hash(chain.memory) == header["version"]["hash"]:
+            begin = 0  # a writer resumed on the state the last one left: continue
+        else:
+            found = _start(records, digest)
+            if found is None:
+                continue
+            chain, begin = _Chain(run, start), found
+            chains[run] = chain
+        if run not in names:
+            names.append(run)
+        count, failed, effects = chain.walk(records[begin:])
+        checked, mismatches, removals = checked + count, mismatches + failed, removals + effects
     if not names:
         raise ValueError(f"no run of the trace starts from or passes through the state in {checkpoint} "
                          f"(hash {digest}, memory {config['kind']})")
@@ -165,42 +172,50 @@ def _same_call(records: list[dict[str, Any]], index: int) -> list[dict[str, Any]
     return records[index:end]
 
 
-def _replay_run(run: str, start: nn.Module, records: list[dict[str, Any]]) -> tuple[int, list[Mismatch],
-                                                                                  list[Removal]]:
-    checked, mismatches, removals = 0, [], []
-    memory = copy.deepcopy(start)
-    seen: list[dict[str, Any]] = []  # records replayed so far, for the removals' counterfactuals
-    scored: dict[int, dict[str, Any]] = {}  # the answers of the score-only call being walked, by line
-    for index, record in enumerate(records):
-        kind, line, version = record["kind"], record["line"], record.get("version") or {}
-        if kind == "parameters":
-            _set_parameters(memory, record["values"])
-        elif kind == "forget":
-            memory.forget_(record["source_ids"])
-        elif kind == "delete":
-            memory.delete(record["ids"])
-        if kind != "decision" or version.get("since", 0) == 0:  # a call boundary: the state is named
-            hashed, updates = state_hash(memory), memory.version
-            if version and (hashed != version["hash"] or updates != version["updates"]):
-                mismatches.append(Mismatch(run, line, "version", version, {"updates": updates, "hash": hashed}))
-                break  # every later line would differ for the same reason
-        if kind == "decision":
-            if record["learned"] is not None:
-                replayed = _recompute(memory, record)
-            else:
-                if record["line"] not in scored:
-                    scored = _score_call(memory, _same_call(records, index))
-                replayed = scored[record["line"]]
-            checked += 1
-            for field, value in replayed.items():  # the trace's own encoding: exact, or it differs
-                if value != record[field]:
-                    mismatches.append(Mismatch(run, line, field, record[field], value))
-        seen.append(record)
-        if kind in ("forget", "delete"):
-            removal, failed = _removal_effect(run, start, seen)
-            removals.append(removal)
-            mismatches += [failed] if failed is not None else []
-    return checked, mismatches, removals
+class _Chain:
+    """One run being replayed from the checkpoint: its memory and the records walked so far."""
+
+    def __init__(self, run: str, start: nn.Module) -> None:
+        self.run, self.start = run, start
+        self.memory = copy.deepcopy(start)
+        self.seen: list[dict[str, Any]] = []  # for the removals' counterfactuals
+        self.alive = True
+
+    def walk(self, records: list[dict[str, Any]]) -> tuple[int, list[Mismatch], list[Removal]]:
+        checked, mismatches, removals = 0, [], []
+        memory, run = self.memory, self.run
+        scored: dict[int, dict[str, Any]] = {}  # the answers of the score-only call being walked, by line
+        for index, record in enumerate(records):
+            kind, line, version = record["kind"], record["line"], record.get("version") or {}
+            if kind == "parameters":
+                _set_parameters(memory, record["values"])
+            elif kind == "forget":
+                memory.forget_(record["source_ids"])
+            elif kind == "delete":
+                memory.delete(record["ids"])
+            if kind != "decision" or version.get("since", 0) == 0:  # a call boundary: the state is named
+                hashed, updates = state_hash(memory), memory.version
+                if version and (hashed != version["hash"] or updates != version["updates"]):
+                    mismatches.append(Mismatch(run, line, "version", version, {"updates": updates, "hash": hashed}))
+                    self.alive = False
+                    break  # every later line would differ for the same reason
+            if kind == "decision":
+                if record["learned"] is not None:
+                    replayed = _recompute(memory, record)
+                else:
+                    if record["line"] not in scored:
+                        scored = _score_call(memory, _same_call(records, index))
+                    replayed = scored[record["line"]]
+                checked += 1
+                for field, value in replayed.items():  # the trace's own encoding: exact, or it differs
+                    if value != record[field]:
+                        mismatches.append(Mismatch(run, line, field, record[field], value))
+            self.seen.append(record)
+            if kind in ("forget", "delete"):
+                removal, failed = _removal_effect(run, self.start, self.seen)
+                removals.append(removal)
+                mismatches += [failed] if failed is not None else []
+        return checked, mismatches, removals
 
 
 def _set_parameters(memory: nn.Module, values: dict[str, Any]) -> None:

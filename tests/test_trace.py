@@ -281,3 +281,22 @@ def test_replay_script_lists_the_changes(tmp_path):
     assert "forget [3, 41, 150, 190] changes" in result.stdout and "| line | decision |" in result.stdout
     saved = json.loads((tmp_path / "replay.json").read_text())
     assert saved["ok"] and saved["removals"][0]["changed"]
+
+
+def test_a_resumed_writer_continues_the_run_and_a_new_one_starts_its_own(tmp_path):
+    """Writers appending to one file: one resumed on the state the last left chains on; one on a
+    fresh memory under the same run name is a run of its own, replayed from the checkpoint."""
+    s = stream()
+    memory = FACTORIES["judgment"](s)
+    path, checkpoint = tmp_path / "resumed.jsonl", tmp_path / "start.pt"
+    with TraceWriter(path, memory, run="r", checkpoint=checkpoint) as writer:
+        batch = s.batch(0, 100)
+        writer.prequential_(batch.x, batch.category, batch.action)
+    with TraceWriter(path, memory, run="r") as writer:  # the process restarted with the memory it had
+        batch = s.batch(100, 200)
+        writer.prequential_(batch.x, batch.category, batch.action)
+    with TraceWriter(path, FACTORIES["judgment"](s), run="r") as writer:  # a fresh memory, same name
+        batch = s.batch(0, 50)
+        writer.prequential_(batch.x, batch.category, batch.action)
+    result = replay(path, checkpoint)
+    assert result.ok and result.runs == ["r"] and result.checked == 250
