@@ -21,6 +21,9 @@ from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, RecycleL
 DriftMode = Literal["seed", "adaptive"]
 
 
+_JOIN_EVENT_CHUNKS = 64  # event-log chunks (one per learning call with events) kept apart before joining
+
+
 class JudgmentMemory(DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
@@ -98,8 +101,9 @@ class JudgmentMemory(DecisionMemory):
             which a verified decision starts a new prototype (P > 1 only). Default: 0.5.
         max_log_events: decisions the decision log keeps for ``trace``, ``undo_`` and
             ``forget_`` (:class:`~gae.audit.DecisionLog`, ``52 + 8 K`` bytes each); past it the
-            oldest are folded into the log's base state, down to half. 0 keeps no log (no
-            trace, undo or forget). Default: None (all).
+            oldest are folded into the log's base state, down to half. The gate, promotion and
+            recycle logs, the audit trail, keep every event (32 to 40 bytes each). 0 keeps no
+            log (no trace, undo or forget). Default: None (all).
         spawn_support: recent wins a prototype needs before it scores (P > 1 only). Default: 1.5,
             two wins close together (a win decays by 5% per decision of its action).
 
@@ -708,6 +712,10 @@ class JudgmentMemory(DecisionMemory):
         if where.numel():
             self._recycle_chunks.append(RecycleLog(where + first, category[where], action[where],
                                                    events.prototype[where], events.displacement[where]))
+        for name, log_type in self._EVENT_LOGS.items():  # a few small tensors a call add up: join them
+            chunks = getattr(self, f"_{name}_chunks")
+            if len(chunks) >= _JOIN_EVENT_CHUNKS:
+                self._joined(chunks, log_type, ())
 
     @staticmethod
     def _joined(chunks: list, log_type: Any, floats: tuple[str, ...]) -> Any:
