@@ -118,6 +118,8 @@ EVENT_FIELDS = {  # name: dtype of the per-decision columns (x and before are (N
 }
 EVENT_BYTES_PER_FACTOR = 8  # x and before: two float32 per criterion
 EVENT_BYTES_FIXED = 5 * 8 + 4 * 1 + 2 * 4  # five int64, four bools, eta and displacement
+_JOIN_CALLS = 64  # learning calls logged apart before runs of them with the same attention are joined
+_JOIN_ROWS = 4096  # decisions a joined chunk holds at most (max_log_events folds whole chunks)
 
 
 class DecisionLog:
@@ -130,8 +132,10 @@ class DecisionLog:
     gated or created its prototype, the prototype slot it taught, the factors ``x`` and that
     prototype's row before the update: ``52 + 8 K`` bytes (116 at K = 8). Per learning call it
     keeps the attention logits in force (C x K floats; in the state_dict, once per run of calls
-    with the same logits), so a replay scores exactly as the call did. Many tiny calls cost
-    Python objects in memory: learn in batches where you can.
+    with the same logits), so a replay scores exactly as the call did. Every 64 calls, runs of
+    calls with the same logits are joined (up to 4,096 decisions a chunk); calls whose
+    attention changed in between (an optimizer step) stay apart and each costs some kilobytes
+    of Python objects in memory: learn in batches where you can.
 
     Args:
         max_events: keep at most this many decisions; older ones are folded into the base
@@ -144,12 +148,33 @@ class DecisionLog:
         self.base: dict[str, Tensor] = {}  # the memory's buffers before the first logged decision
         self.base_logs: dict[str, Any] = {}  # the event logs (gate, promotion, recycle) of the folded decisions
         self.next_source = 0  # the next default source id (never reused, even after a forget)
+        self._joined_upto = 0  # chunks before this index have been joined already
 
     def __len__(self) -> int:
         return sum(int(chunk["seq"].shape[0]) for chunk in self.chunks)
 
     def append(self, chunk: dict[str, Tensor]) -> None:
         self.chunks.append(chunk)
+        if len(self.chunks) - self._joined_upto >= _JOIN_CALLS:
+            self._join_recent()
+
+    def _join_recent(self) -> None:
+        """Join runs of the recent calls that had the same attention, up to ``_JOIN_ROWS``
+        decisions each: a replay learns such a run in one engine call anyway, and one chunk
+        of 14 tensors costs some kilobytes of Python objects whatever its length."""
+        upto = min(self._joined_upto, len(self.chunks))  # the owner may have cut or reset the list
+        rows = _JOIN_ROWS if self.max_events is None else min(_JOIN_ROWS, self.max_events // 4)
+        joined = self.chunks[:upto]
+        for chunk in self.chunks[upto:]:
+            last = joined[-1] if len(joined) > upto else None
+            if (last is not None and torch.equal(last["logits"], chunk["logits"])
+                    and int(last["seq"].shape[0]) + int(chunk["seq"].shape[0]) <= rows):
+                joined[-1] = {**{name: torch.cat([last[name], chunk[name]]) for name in EVENT_FIELDS},
+                              "logits": last["logits"]}
+            else:
+                joined.append(chunk)
+        self.chunks = joined
+        self._joined_upto = len(joined)
 
     def events(self) -> dict[str, Tensor]:
         """Every logged decision as one column per field (empty columns when none)."""
