@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,7 +105,7 @@ class DecisionMemory(nn.Module):
             raise TypeError(f"outcome must be None or a string, got {outcome!r}")
         if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
             raise TypeError(f"confirmed must be a bool or None, got {confirmed!r}")
-        x = self._one_factor_row(factors)
+        x = self._one_factor_row(factors, check.LEARN_LIMIT)
         device = x.device
         category_index = torch.tensor([self._category_index(category)], device=device)
         action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
@@ -122,18 +123,23 @@ class DecisionMemory(nn.Module):
         return next(self.buffers()).device
 
     @property
+    def _float_dtype(self) -> torch.dtype:
+        """The precision the memory computes in: its first floating buffer's (float32 unless moved)."""
+        return next((b.dtype for b in self.buffers() if b.is_floating_point()), torch.float32)
+
+    @property
     def _n_categories(self) -> int | None:
         return None if self.category_names is None else len(self.category_names)
 
-    def _check_query(self, x: Tensor, category: Tensor) -> tuple[Tensor, Tensor]:
+    def _check_query(self, x: Tensor, category: Tensor, limit: float | None = None) -> tuple[Tensor, Tensor]:
         device = self._device
-        x = check.check_factors(x, self.n_factors, device)
+        x = check.check_factors(x, self.n_factors, device, dtype=self._float_dtype, limit=limit)
         category = check.check_index(category, "category", self._n_categories, x.shape[0], device,
                                      self.category_names)
         return x, category
 
     def _check_stream(self, x, category, action, confirmed, skip):
-        x, category = self._check_query(x, category)
+        x, category = self._check_query(x, category, check.LEARN_LIMIT)  # learned values must keep the state finite
         batch, device = x.shape[0], x.device
         action = check.check_index(action, "action", len(self.action_names), batch, device, self.action_names)
         confirmed = check.check_flags(confirmed, "confirmed", batch, device)
@@ -142,23 +148,37 @@ class DecisionMemory(nn.Module):
             skip = torch.zeros(batch, dtype=torch.bool, device=device)
         return x, category, action, confirmed, skip
 
-    def _one_factor_row(self, factors) -> Tensor:
+    def _one_factor_row(self, factors, limit: float | None = None) -> Tensor:
+        """One decision's factors (numbers, a NumPy array or a tensor on any device) as a (1, K)
+        row on the memory's device, in its precision, checked like ``x`` (``limit``: see
+        :func:`gae._validation.check_factors`)."""
+        device, dtype = self._device, self._float_dtype
         if isinstance(factors, Tensor):
-            row = factors.detach().to(self._device, torch.float32)
+            if factors.is_complex():
+                raise TypeError(f"factors must be {self.n_factors} real numbers, got dtype {factors.dtype}")
+            try:  # ints and bools are numbers; float64 stays float64 until its range is checked
+                row = factors.detach().to(device, factors.dtype if factors.is_floating_point() else torch.float64)
+            except RuntimeError as error:  # a meta tensor has no values to move
+                raise ValueError(f"factors is on {factors.device} and cannot be moved to the memory's {device}: "
+                                 f"{error}") from None
         else:
             try:
-                row = torch.as_tensor(np.asarray(factors, dtype=np.float32), device=self._device)
-            except (TypeError, ValueError) as error:
+                row = torch.as_tensor(np.asarray(factors, dtype=np.float64), device=device)
+            except (TypeError, ValueError, OverflowError) as error:
                 raise TypeError(f"factors must be {self.n_factors} numbers, got {factors!r}") from error
         if row.shape != (self.n_factors,):
             raise ValueError(f"factors must have {self.n_factors} values, got shape {tuple(row.shape)}")
-        return check.check_factors(row.unsqueeze(0), self.n_factors, self._device, "factors")
+        return check.check_factors(row.unsqueeze(0), self.n_factors, device, "factors", dtype=dtype, limit=limit)
 
     def _category_index(self, category: str | int) -> int:
         if self.category_names is None:
             if isinstance(category, str):
                 return 0  # categories are ignored by this memory; any name is fine
-            return check.check_int("category", category, low=0)
+            if isinstance(category, bool) or not isinstance(category, numbers.Integral):
+                raise TypeError(f"category must be a name or an int index, got {category!r}")
+            if not 0 <= category < 2**63:
+                raise ValueError(f"category index must be in [0, 2**63), got {category}")
+            return int(category)
         return check.lookup("category", category, self.category_names)
 
     def _action_name(self, index: int) -> str | None:

@@ -54,8 +54,18 @@ def check_int(argument: str, value: int, *, low: int) -> int:
     return value
 
 
-def check_factors(x: Tensor, n_factors: int, device: torch.device, argument: str = "x") -> Tensor:
-    """A finite floating (B, K) tensor with B >= 1 on ``device``."""
+LEARN_LIMIT = 1e15  # the largest |value| learned or stored: K (2 x)^2 / tau stays finite in float32
+
+
+def check_factors(x: Tensor, n_factors: int, device: torch.device, argument: str = "x", *,
+                  dtype: torch.dtype = torch.float32, limit: float | None = None) -> Tensor:
+    """A finite floating (B, K) tensor with B >= 1 on ``device``, returned contiguous in ``dtype``.
+
+    Its values must fit ``dtype``, the precision the caller computes in (a float64 1e300 is
+    finite but becomes inf in float32), and, given ``limit``, lie in ``[-limit, limit]``.
+    Any floating dtype and layout is accepted: cast and made contiguous here, so that a
+    float16 or a transposed input gives exactly the result of its float32, contiguous copy.
+    """
     if not isinstance(x, Tensor):
         raise TypeError(f"{argument} must be a torch.Tensor of shape (B, {n_factors}), got {type(x).__name__}")
     if not x.is_floating_point():
@@ -66,14 +76,23 @@ def check_factors(x: Tensor, n_factors: int, device: torch.device, argument: str
         raise ValueError(f"{argument} is an empty batch (shape {tuple(x.shape)}); pass at least one decision")
     if x.device != device:
         raise ValueError(f"{argument} is on {x.device} but the memory is on {device}")
-    # one cheap reduction: NaN and Inf propagate into the sum; only then locate the culprit
-    # (a sum can also overflow on huge finite values, which the exact check then lets through)
-    if not bool(torch.isfinite(x.detach().sum())):
-        bad = ~torch.isfinite(x.detach())
+    bound = torch.finfo(dtype).max if limit is None else min(limit, torch.finfo(dtype).max)
+    # one cheap reduction: NaN and Inf propagate into the extremes; only then locate the culprit
+    low, high = (float(v) for v in torch.stack(torch.aminmax(x.detach())).tolist())
+    if not (-bound <= low and high <= bound):
+        values = x.detach()
+        bad = ~torch.isfinite(values)
         if bool(bad.any()):
             row, col = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{argument} must be finite, got {float(x[row, col])} at [{row}, {col}]")
-    return x
+            raise ValueError(f"{argument} must be finite, got {float(values[row, col])} at [{row}, {col}]")
+        row, col = (int(i) for i in (values.abs() > bound).nonzero()[0])
+        value = float(values[row, col])
+        if bound < torch.finfo(dtype).max:
+            raise ValueError(f"{argument} must lie in [-{bound:g}, {bound:g}] to be learned or stored (larger values "
+                             f"overflow the float32 arithmetic of the memory's state), got {value:g} at [{row}, {col}]")
+        raise ValueError(f"{argument} must fit in {dtype}, the precision the memory computes in, got {value:g} "
+                         f"at [{row}, {col}]")
+    return x.to(dtype).contiguous()
 
 
 def check_index(value: Tensor, argument: str, size: int | None, batch: int, device: torch.device,

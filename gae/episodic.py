@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+import numbers
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, cast
 
@@ -175,7 +177,8 @@ class EpisodicMemory(nn.Module):
         """
         self._fresh()
         device = self.embeddings.device
-        x = check.check_factors(embeddings, self.dim, device, "embeddings")
+        x = check.check_factors(embeddings, self.dim, device, "embeddings", dtype=self.embeddings.dtype,
+                                limit=check.LEARN_LIMIT)
         n = x.shape[0]
         importance = per_memory("importance", importance, n, device, low=0.0, high=1.0)
         now = None if now is None else check.check_real("now", now, low=-float("inf"))  # before it defaults created_at
@@ -192,13 +195,17 @@ class EpisodicMemory(nn.Module):
             "valid_until": per_memory("valid_until", float("inf") if valid_until is None else valid_until, n, device,
                                             dtype=torch.float64, finite=False),
         }
-        sources: list[tuple[int, ...]] = [tuple(int(s) for s in row) for row in source_ids] \
-            if source_ids is not None else [() for _ in range(n)]
-        if len(sources) != n:
-            raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(sources)}")
+        inverted = (columns["valid_from"] > columns["valid_until"]).nonzero()
+        if inverted.numel():
+            i = int(inverted[0])
+            raise ValueError(f"valid_from must be <= valid_until, got {float(columns['valid_from'][i])} > "
+                             f"{float(columns['valid_until'][i])} for memory {i}")
+        sources = _source_rows(source_ids, n)
         if query is not None:
             query = check.check_factors(query.reshape(1, -1) if isinstance(query, Tensor) else query,
-                                        self.dim, device, "query")
+                                        self.dim, device, "query", dtype=self.embeddings.dtype)
+        if isinstance(content, str):
+            raise TypeError(f"content must be one string (or None) per memory ({n}), got the single string {content!r}")
         texts = list(content) if content is not None else []
         if content is not None and (len(texts) != n or not all(t is None or isinstance(t, str) for t in texts)):
             raise ValueError(f"content must be one string (or None) per memory ({n}), got {content!r}")
@@ -242,7 +249,7 @@ class EpisodicMemory(nn.Module):
             return self._column("inserted").double()
         if self.eviction == "importance_recency":
             return (self._column("importance") * torch.exp(-age / self.scorer.tau)).double()
-        return self.scorer(query, self._column("embeddings"), age, self._column("importance"))[0].double()
+        return self.scorer._scores(query, self._column("embeddings"), age, self._column("importance"))[0].double()
 
     def _evict(self, count: int, query: Tensor, now: float) -> None:
         scores = self._eviction_scores(query, now)
@@ -328,7 +335,12 @@ class EpisodicMemory(nn.Module):
         """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
         self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
-        raw = torch.as_tensor(ids, device=self.embeddings.device).reshape(-1)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a string, got {reason!r}")
+        try:
+            raw = torch.as_tensor(ids, device=self.embeddings.device).reshape(-1)
+        except (TypeError, ValueError, RuntimeError, OverflowError):  # None, text, ragged lists, > int64, meta
+            raise TypeError(f"ids must be a list or tensor of integer memory ids, got {ids!r}") from None
         if raw.numel() and (raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool):
             raise TypeError(f"ids must be integers, got {raw.tolist()[:5]} ({raw.dtype})")
         wanted = raw.long()
@@ -368,6 +380,13 @@ class EpisodicMemory(nn.Module):
         ``created_at``, ``valid_from`` and ``valid_until`` are optional and stored as given.
         """
         now = check.check_real("now", now, low=-float("inf"))
+        if not callable(getattr(policy, "admit", None)):
+            raise TypeError(f"policy must be an AdmissionPolicy, got {policy!r}")
+        if isinstance(traces, (str, bytes, Mapping)) or not isinstance(traces, Sequence):
+            raise TypeError(f"traces must be a list of dicts, got {type(traces).__name__}")
+        for i, trace in enumerate(traces):
+            if not isinstance(trace, Mapping):
+                raise TypeError(f"traces[{i}] must be a dict, got {trace!r}")
         device = self.embeddings.device
         accepted: list[dict[str, Any]] = []
         refusals: list[str] = []
@@ -384,21 +403,16 @@ class EpisodicMemory(nn.Module):
 
     def _admit(self, accepted: list[dict[str, Any]], refusals: list[str], ids: Tensor, now: float,
                query: Tensor | None) -> Tensor:
-        device = self.embeddings.device
         if accepted:  # a bad accepted trace raises here, before any refusal is logged
-            ids = self.add(torch.stack([torch.as_tensor(t["embedding"], dtype=torch.float32, device=device)
-                                        for t in accepted]),
-                           torch.tensor([float(t["importance"]) for t in accepted]),
-                           scope=[t.get("scope", 0) for t in accepted],
-                           confidence=torch.tensor([float(t.get("confidence", 1.0)) for t in accepted]),
+            def numbers(name: str, default: float | None = None) -> Tensor:
+                return torch.tensor([_trace_number(t, name, default) for t in accepted], dtype=torch.float64)
+
+            ids = self.add(_trace_embeddings(accepted, self.embeddings.device), numbers("importance"),
+                           scope=[t.get("scope", 0) for t in accepted], confidence=numbers("confidence", 1.0),
                            source_ids=[t.get("source_ids", ()) for t in accepted],
                            memory_type=[t.get("memory_type", "episode") for t in accepted],
-                           created_at=torch.tensor([float(t.get("created_at", now)) for t in accepted],
-                                                   dtype=torch.float64),
-                           valid_from=torch.tensor([float(t.get("valid_from", -math.inf)) for t in accepted],
-                                                   dtype=torch.float64),
-                           valid_until=torch.tensor([float(t.get("valid_until", math.inf)) for t in accepted],
-                                                    dtype=torch.float64),
+                           created_at=numbers("created_at", now), valid_from=numbers("valid_from", -math.inf),
+                           valid_until=numbers("valid_until", math.inf),
                            query=query, now=now, content=[t.get("content") for t in accepted])
         for reason in refusals:
             self._record("reject", now, (), reason)
@@ -537,3 +551,63 @@ class EpisodicMemory(nn.Module):
             if incoming is not None and incoming.shape != getattr(self, name).shape:
                 setattr(self, name, getattr(self, name).new_zeros(incoming.shape))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+def _source_rows(source_ids: Any, n: int) -> list[tuple[int, ...]]:
+    """``add``'s provenance: one list of int64 ids per memory."""
+    if source_ids is None:
+        return [() for _ in range(n)]
+    if isinstance(source_ids, (str, bytes)) or not isinstance(source_ids, (Sequence, Tensor)):
+        raise TypeError(f"source_ids must be one list of integer ids per memory, got {source_ids!r}")
+    rows = []
+    for i, row in enumerate(source_ids):
+        values = row.tolist() if isinstance(row, Tensor) else row
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"source_ids[{i}] must be a list of integer ids, got {row!r}")
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise TypeError(f"source_ids[{i}] must hold integer ids, got {bad[0]!r}")
+        if any(not -2**63 <= v < 2**63 for v in values):
+            raise ValueError(f"source_ids[{i}] must hold int64 ids, got {row!r}")
+        rows.append(tuple(int(v) for v in values))
+    if len(rows) != n:
+        raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(rows)}")
+    return rows
+
+
+def _trace_number(trace: Mapping[str, Any], name: str, default: float | None) -> float:
+    if name not in trace and default is not None:
+        return default
+    if name not in trace:
+        raise ValueError(f"an accepted trace has no {name!r}: {_brief(trace)}")
+    value = trace[name]
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} of a trace must be a number, got {value!r}")
+    return float(value)
+
+
+def _trace_embeddings(traces: Sequence[Mapping[str, Any]], device: torch.device) -> Tensor:
+    """The accepted traces' embeddings as one (B, D) batch; ``add`` checks its width and values."""
+    rows = []
+    for trace in traces:
+        if "embedding" not in trace:
+            raise ValueError(f"an accepted trace has no 'embedding': {_brief(trace)}")
+        value = trace["embedding"]
+        try:
+            row = value.detach().to(device) if isinstance(value, Tensor) else \
+                torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
+        except (TypeError, ValueError, RuntimeError) as error:  # text, ragged lists, a meta tensor
+            raise TypeError(f"embedding of a trace must be a vector of numbers, got {value!r}") from error
+        if not row.is_floating_point():
+            row = row.double()
+        rows.append(row)
+    shapes = {tuple(row.shape) for row in rows}
+    if len(shapes) > 1:
+        raise ValueError(f"embeddings of the accepted traces must share one shape, got {sorted(shapes)}")
+    dtype = functools.reduce(torch.promote_types, (row.dtype for row in rows))
+    return torch.stack([row.to(dtype) for row in rows])
+
+
+def _brief(trace: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{key!r}: ..." for key in list(trace)[:6]) + "}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -42,7 +43,10 @@ class RetrievalScorer(nn.Module):
     Shape:
         - queries: (Q, D); embeddings: (N, D) (normalised here, so any scale works);
           age: (N,) or (Q, N) seconds; importance: (N,); mask: (N,) or (Q, N) bool, True = eligible.
-        - Output: (Q, N) scores, ``-inf`` where masked out.
+        - Output: (Q, N) scores, ``-inf`` where masked out. Q or N may be 0 (an empty result).
+
+    Inputs must be finite, on the scorer's device, of any real dtype (cast to the scorer's,
+    float32 unless moved); anything else raises TypeError or ValueError naming the argument.
 
     Attributes:
         weights: (3,) ``[w_sim, w_rec, w_imp]``, a parameter when learnable, else a buffer.
@@ -80,17 +84,65 @@ class RetrievalScorer(nn.Module):
 
     def components(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor) -> ScoreComponents:
         """The unweighted terms; see :class:`ScoreComponents`."""
+        return self._components(*self._check(queries, embeddings, age, importance, None)[:4])
+
+    def forward(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor,
+                mask: Tensor | None = None) -> Tensor:
+        return self._scores(*self._check(queries, embeddings, age, importance, mask))
+
+    def _components(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor) -> ScoreComponents:
         similarity = nnf.normalize(queries, dim=-1) @ nnf.normalize(embeddings, dim=-1).T  # (Q, N)
         recency = torch.exp(-age / self.tau)
         return ScoreComponents(similarity, recency if recency.dim() == 2 else recency.unsqueeze(0),
                                importance.unsqueeze(0))
 
-    def forward(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor,
+    def _scores(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor,
                 mask: Tensor | None = None) -> Tensor:
-        similarity, recency, weight_of_importance = self.components(queries, embeddings, age, importance)
+        """:meth:`forward` on inputs already checked (the memories' own calls)."""
+        similarity, recency, weight_of_importance = self._components(queries, embeddings, age, importance)
         w_sim, w_rec, w_imp = self.weights
         scores = w_sim * similarity + w_rec * recency + w_imp * weight_of_importance
         return scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+
+    def _check(self, queries: Tensor, embeddings: Tensor, age: Tensor, importance: Tensor,
+               mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        """The inputs, checked and cast to the scorer's dtype, or an error naming the first bad one."""
+        embeddings = self._real("embeddings", embeddings, "(N, D)", lambda shape: len(shape) == 2)
+        n, width = embeddings.shape
+        queries = self._real("queries", queries, f"(Q, {width})", lambda shape: len(shape) == 2 and shape[1] == width)
+        q = queries.shape[0]
+        age = self._real("age", age, f"({n},) or ({q}, {n})", lambda shape: shape in ((n,), (q, n)), floating=False)
+        importance = self._real("importance", importance, f"({n},)", lambda shape: shape == (n,), floating=False)
+        if mask is not None:
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+                got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+                raise TypeError(f"mask must be None or a bool tensor, got {got}")
+            if tuple(mask.shape) not in ((n,), (q, n)):
+                raise ValueError(f"mask must have shape ({n},) or ({q}, {n}), got {tuple(mask.shape)}")
+            if mask.device != self.weights.device:
+                raise ValueError(f"mask is on {mask.device} but the scorer is on {self.weights.device}")
+        return queries, embeddings, age, importance, mask
+
+    def _real(self, name: str, value: Tensor, expected: str, fits: Callable[[tuple[int, ...]], bool],
+              floating: bool = True) -> Tensor:
+        """``value`` as a finite, contiguous tensor of the scorer's dtype, on its device, of a shape
+        that ``fits`` (contiguous: a transposed input scores exactly as its copy)."""
+        device, dtype = self.weights.device, self.weights.dtype
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape {expected}, got {type(value).__name__}")
+        if not value.is_floating_point() and (floating or value.is_complex() or value.dtype == torch.bool):
+            raise TypeError(f"{name} must be a {'floating-point' if floating else 'real'} tensor, got dtype "
+                            f"{value.dtype}")
+        if not fits(tuple(value.shape)):
+            raise ValueError(f"{name} must have shape {expected}, got {tuple(value.shape)}")
+        if value.device != device:
+            raise ValueError(f"{name} is on {value.device} but the scorer is on {device}")
+        cast = value.to(dtype).contiguous()
+        bad = ~torch.isfinite(cast.detach())
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name} must be finite in {dtype}, got {float(value[where])} at {list(where)}")
+        return cast
 
     def extra_repr(self) -> str:
         w = [round(float(v), 4) for v in self.weights]
