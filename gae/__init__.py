@@ -6,6 +6,7 @@ against. Both share one API: ``forward`` (batched scoring), ``prequential_`` (ex
 score-before-learn), ``learn_``, and the single-decision ``score_one`` / ``learn_one``.
 """
 
+from gae._base import safe_load
 from gae.admission import Admission, AdmissionPolicy
 from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
 from gae.judgment import JudgmentMemory
@@ -15,5 +16,6 @@ from gae.retrieval_memory import RetrievalMemory
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
 __all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentMemory", "KNNMemory",
-           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory", "RetrievalScorer", "StreamStep"]
+           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory", "RetrievalScorer", "StreamStep",
+           "safe_load"]
 __version__ = "0.1.0"

@@ -1,9 +1,14 @@
-"""What every decision memory shares: names, boundary checks and the single-decision API."""
+"""What every decision memory shares: names, boundary checks, the single-decision API and safe loading."""
 
 from __future__ import annotations
 
+import copy
 import numbers
-from collections.abc import Sequence
+import os
+import pickle
+import re
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -197,11 +202,27 @@ class DecisionMemory(nn.Module):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         pass  # the names are checked in _load_from_state_dict, before any tensor is copied
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+    def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Refuse a state saved by a memory with other names (or another mode)."""
         extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:  # refuse a memory with other names before any tensor is copied
+        if extra is not None:
+            if not isinstance(extra, dict):
+                raise ValueError(f"{prefix}_extra_state must be the dict a {type(self).__name__} saves, "
+                                 f"got {type(extra).__name__}")
             self._check_names_state(extra)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
+        check_state_dict(self, state_dict, prefix)  # the whole memory, before any tensor is copied
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+        """:meth:`torch.nn.Module.load_state_dict`, all or nothing.
+
+        A state saved by a memory of other names, mode or sizes is refused before anything is
+        copied (ValueError naming each tensor's saved and current shape); if anything else fails
+        half-way (a tampered extra state), the memory is put back as it was and the error raised.
+        """
+        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number the memory holds, by parameter and buffer name, and their ``total``."""
@@ -216,3 +237,153 @@ class DecisionMemory(nn.Module):
             mine = None if mine is None else list(mine)
             if key in state and state[key] != mine:
                 raise ValueError(f"state_dict was saved with {key}={state[key]!r} but this memory has {mine!r}")
+
+
+# -- loading --------------------------------------------------------------------------------
+_RESULT_TYPES: list[Any] = []  # classes: list[Any] is what torch.serialization.safe_globals takes
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "complex" if dtype.is_complex else "int"
+
+
+def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], prefix: str = "",
+                     strict: bool | None = None) -> None:
+    """Refuse a ``state_dict`` that does not fit ``module`` and its submodules, before anything is copied.
+
+    torch checks each tensor as it copies it, so a size mismatch in one buffer leaves the ones
+    loaded before it overwritten. This looks at them all first: each submodule's own
+    ``_check_state`` (names, modes), then every parameter and buffer, which must be a tensor of
+    the same shape (the rows of those a submodule lists in ``_resizable_rows`` may differ) and
+    the same kind (bool, int or float: float32 and float64 load into each other). With
+    ``strict=True``, missing and unexpected keys are refused too (RuntimeError, as torch's);
+    ``_load_from_state_dict`` cannot tell (torch always passes it ``strict=True``) and leaves
+    the keys to torch.
+
+    Raises:
+        ValueError: naming every misfit, e.g. ``centroids: saved (4, 3, 8), this memory (4, 4, 8)``.
+    """
+    problems, missing, expected = [], [], set()
+    for name, sub in module.named_modules():
+        sub_prefix = prefix + (name + "." if name else "")
+        own_check = getattr(sub, "_check_state", None)
+        if own_check is not None:
+            own_check(state_dict, sub_prefix)
+        resizable = getattr(sub, "_resizable_rows", ())
+        tensors = [*sub._parameters.items(),
+                   *((n, b) for n, b in sub._buffers.items() if n not in sub._non_persistent_buffers_set)]
+        for local, mine in tensors:
+            if mine is None:
+                continue
+            key = sub_prefix + local
+            expected.add(key)
+            if key not in state_dict:
+                missing.append(key)
+                continue
+            saved = state_dict[key]
+            if not isinstance(saved, Tensor):
+                problems.append(f"{key}: saved a {type(saved).__name__}, this memory a tensor {tuple(mine.shape)}")
+                continue
+            fits = (saved.dim() == mine.dim() and saved.shape[1:] == mine.shape[1:]) if local in resizable \
+                else saved.shape == mine.shape
+            if not fits:
+                shape = ("N", *mine.shape[1:]) if local in resizable else tuple(mine.shape)
+                problems.append(f"{key}: saved {tuple(saved.shape)}, this memory {shape}".replace("'N'", "N"))
+            elif _kind(saved.dtype) != _kind(mine.dtype):
+                problems.append(f"{key}: saved {saved.dtype}, this memory {mine.dtype}")
+        if type(sub).get_extra_state is not nn.Module.get_extra_state:
+            expected.add(sub_prefix + "_extra_state")
+            if sub_prefix + "_extra_state" not in state_dict:
+                missing.append(sub_prefix + "_extra_state")
+    if problems:
+        raise ValueError(f"state_dict does not fit this {type(module).__name__} (nothing was loaded): "
+                         + "; ".join(problems))
+    unexpected = [key for key in state_dict if key.startswith(prefix) and key not in expected]
+    if strict is True and (missing or unexpected):
+        raise RuntimeError(f"Error(s) in loading state_dict for {type(module).__name__} (nothing was loaded): "
+                           f"Missing key(s) in state_dict: {missing}. Unexpected key(s) in state_dict: {unexpected}.")
+
+
+def load_all_or_nothing(module: nn.Module, load: Callable[..., Any], state_dict: Mapping[str, Any], strict: bool,
+                        assign: bool) -> Any:
+    """``load(state_dict)``; if it fails half-way, ``module``'s state is loaded back before the error is raised."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+    check_state_dict(module, state_dict, strict=strict)
+    before = {key: value.clone() if isinstance(value, Tensor) else copy.deepcopy(value)
+              for key, value in module.state_dict().items()}
+    try:
+        return load(state_dict, strict=strict, assign=assign)
+    except BaseException:
+        load(before, strict=True, assign=assign)
+        raise
+
+
+def _result_types() -> list[Any]:
+    """gae's result NamedTuples: plain tuples of tensors, safe to rebuild from a file."""
+    if not _RESULT_TYPES:
+        from gae import admission, audit, episodic, retrieval, types
+
+        for module in (types, episodic, retrieval, admission, audit):
+            _RESULT_TYPES.extend(value for value in vars(module).values()
+                                 if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+                                 and value.__module__ == module.__name__)
+    return _RESULT_TYPES
+
+
+def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
+    """Read a file written with ``torch.save`` (a memory's ``state_dict``, a Lightning checkpoint,
+    saved results) without running anything in it, and refuse it if a byte of it changed.
+
+    ``torch.load(weights_only=True)``, with gae's result NamedTuples (``StreamStep``,
+    ``MemoryOutput``, ``Retrieval``, ...) allowed as well as tensors and plain containers. First,
+    every entry of the archive is checked against the CRC-32 stored with it: ``torch.load``
+    itself does not, and loads a tensor whose bytes were flipped on disk as if nothing happened.
+    (Files in torch's legacy, non-zip format carry no checksum and are only unpickled safely.)
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file asks to import or call anything else (tampered: refused, nothing
+            was run), or it is truncated, corrupted or not written by ``torch.save``; the
+            message names the file.
+
+    Examples::
+
+        >>> import tempfile, gae
+        >>> memory = gae.KNNMemory(2, ["approve", "reject"], k=1)
+        >>> path = tempfile.mkdtemp() + "/memory.pt"
+        >>> torch.save(memory.state_dict(), path)
+        >>> gae.KNNMemory(2, ["approve", "reject"], k=1).load_state_dict(gae.safe_load(path))
+        <All keys matched successfully>
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                damaged = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+            raise ValueError(f"{path} cannot be read: a damaged archive ({type(error).__name__}: {error})") from error
+        if damaged is not None:
+            raise ValueError(f"{path} is corrupted: its entry {damaged!r} does not match the checksum saved with it "
+                             "(bytes changed on disk or in transit)")
+    try:
+        if hasattr(torch.serialization, "safe_globals"):
+            with torch.serialization.safe_globals(_result_types()):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except pickle.UnpicklingError as error:
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        reason = re.search(r"WeightsUnpickler error:\s*([^\n]{1,120})", str(error))
+        what = f"it asks for {refused.group(1)}" if refused else \
+            f"it holds more than tensors ({reason.group(1) if reason else type(error).__name__})"
+        raise ValueError(f"{path} is not a plain torch.save file: {what}, refused by torch.load(weights_only=True) "
+                         "(nothing in it was run)") from error
+    except Exception as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else "no further detail"
+        raise ValueError(f"{path} cannot be read: truncated, corrupted or not written by torch.save "
+                         f"({type(error).__name__}: {detail})") from error

@@ -15,6 +15,7 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import _validation as check
+from gae._base import check_state_dict, load_all_or_nothing
 from gae._columns import MEMORY_TYPES, memory_type_column, per_memory, scope_column, scope_index
 from gae.admission import Admission, AdmissionPolicy
 from gae.retrieval import RetrievalScorer, top_k
@@ -535,22 +536,47 @@ class EpisodicMemory(nn.Module):
         self.source_ids = [tuple(s) for s in state["source_ids"]]
         self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+    _resizable_rows = ("embeddings", *_COLUMNS)  # allocated rows: the checkpoint's, not ours
+
+    def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Refuse, before anything is copied, a state of another width, more memories than
+        ``capacity``, or columns that disagree with each other (a tampered file)."""
         if self.store is not None:
             raise RuntimeError("this EpisodicMemory is backed by a store, its source of truth: loading a state_dict "
                                "would replace the index without the store; open a new memory on the store instead")
         incoming_embeddings, incoming_size = state_dict.get(prefix + "embeddings"), state_dict.get(prefix + "size")
-        if incoming_embeddings is not None and tuple(incoming_embeddings.shape[1:]) != (self.dim,):
+        if isinstance(incoming_embeddings, Tensor) and tuple(incoming_embeddings.shape[1:]) != (self.dim,):
             raise ValueError(f"state_dict holds embeddings of width {tuple(incoming_embeddings.shape[1:])} "
                              f"but this memory has dim={self.dim}")
-        if incoming_size is not None and int(incoming_size) > self.capacity:
-            raise ValueError(f"state_dict holds {int(incoming_size)} memories but this memory has "
-                             f"capacity={self.capacity}")
+        if not isinstance(incoming_size, Tensor) or incoming_size.numel() != 1:
+            return  # missing or misshapen: the generic check names it
+        size = int(incoming_size)
+        if size > self.capacity:
+            raise ValueError(f"state_dict holds {size} memories but this memory has capacity={self.capacity}")
+        rows = {name: state_dict[prefix + name].shape[0] for name in self._resizable_rows
+                if isinstance(state_dict.get(prefix + name), Tensor) and state_dict[prefix + name].dim() > 0}
+        short = {name: n for name, n in rows.items() if n < size}
+        extra = state_dict.get(prefix + "_extra_state")
+        sources = extra.get("source_ids") if isinstance(extra, dict) else None
+        if size < 0 or short or len(set(rows.values())) > 1 or (sources is not None and len(sources) != size):
+            raise ValueError(f"state_dict is inconsistent: size={size} but the columns hold rows {rows}"
+                             + ("" if sources is None else f" and source_ids {len(sources)} entries"))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
+        check_state_dict(self, state_dict, prefix, strict)
         for name in ("embeddings", *_COLUMNS):  # the store's size is the checkpoint's, not ours
             incoming = state_dict.get(prefix + name)
             if incoming is not None and incoming.shape != getattr(self, name).shape:
                 setattr(self, name, getattr(self, name).new_zeros(incoming.shape))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+        """:meth:`torch.nn.Module.load_state_dict`, all or nothing (see
+        :meth:`gae.JudgmentMemory.load_state_dict`); refused on a store-backed memory."""
+        if self.store is not None:
+            self._check_state(state_dict, "")  # raises: the store is the source of truth
+        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+
 
 def _source_rows(source_ids: Any, n: int) -> list[tuple[int, ...]]:
     """``add``'s provenance: one list of int64 ids per memory."""
