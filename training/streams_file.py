@@ -22,6 +22,8 @@ SUFFIXES = (".csv", ".jsonl", ".parquet")
 UNCERTAIN_OUTCOMES = ("__incorrect__", "uncertain")  # outcomes that must not be learned (skip)
 _CONFIRMED = {"1": 1, "true": 1, "0": 0, "false": 0, "-1": -1, "": -1}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+MAX_INFERRED = 1_000_000  # most categories or actions that integer indices may imply (index + 1)
+_INT64 = (-(2**63), 2**63)
 
 
 class FileDecisionStream(BaseDecisionStream):
@@ -29,8 +31,9 @@ class FileDecisionStream(BaseDecisionStream):
 
     The format follows the suffix: ``.csv`` (a header row, then one row per decision),
     ``.jsonl`` (one JSON object per line; blank lines are skipped) or ``.parquet`` (needs
-    ``pyarrow``). Factors must be finite numbers. A category or action is a name or an integer
-    index. ``confirmed`` reads ``1``/``true``, ``0``/``false``, or ``-1``/empty/null (unknown);
+    ``pyarrow``). Text files are UTF-8 (a byte-order mark is skipped). Factors must be finite
+    float32 numbers (JSON ``true``/``false`` read as 1/0). A category or action is a name or an
+    integer index. ``confirmed`` reads ``1``/``true``, ``0``/``false``, or ``-1``/empty/null (unknown);
     an ``outcome`` of ``'__incorrect__'`` or ``'uncertain'`` marks the decision ``skip``, any
     other outcome (or none) is learned. Timestamps are seconds or ISO 8601 strings (UTC when
     no offset is given). The optional columns (confirmed, outcome, timestamp, id) are read when
@@ -49,12 +52,15 @@ class FileDecisionStream(BaseDecisionStream):
             or None. Default: None.
         categories, actions: names (every value must be one of them), a count (every value is an
             index below it) or None: when every value is an integer they are indices and the
-            count is the largest + 1, otherwise the names in order of first appearance (actions
-            first from the action column, then from the truth column). Default: None.
+            count is the largest + 1 (at most ``MAX_INFERRED``, a million), otherwise the names
+            in order of first appearance (actions first from the action column, then from the
+            truth column). Default: None.
 
     Raises:
-        ValueError: an unknown suffix, an empty file, a missing column, or a bad value (the
-            message names the file, the line or row, the column and the value).
+        ValueError: an unknown suffix, an empty file, a missing column, a file that is not
+            UTF-8, CSV or JSON, or a bad value (the message names the file, the line or row,
+            the column and the value).
+        OSError: the file cannot be opened.
         ImportError: a ``.parquet`` file without ``pyarrow`` installed.
 
     Examples::
@@ -131,7 +137,7 @@ class _Table:
         """``convert(value)``, its ValueError restated with the file, line (or row) and column."""
         try:
             return convert(value)
-        except ValueError as error:
+        except (ValueError, OverflowError) as error:  # OverflowError: a JSON integer no float can hold
             raise ValueError(f"{self.path}, {self.unit} {self.lines[row]}, column {column!r}: {error}") from None
 
     def convert_all(self, column: str, convert: Callable[[Any], Any]) -> list:
@@ -152,7 +158,7 @@ class _Table:
             values = np.asarray(self.values[column], dtype=np.float64)
             if np.isfinite(values).all() and np.abs(values).max() <= _FLOAT32_MAX:
                 return values
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             pass
         return np.array(self.convert_all(column, convert), dtype=np.float64)
 
@@ -163,6 +169,12 @@ class _Table:
             if all(_is_integer(v) for raw in raws for v in raw):
                 # at least one index, so that a negative value is reported where it is
                 spec = max(1, max(_integer(v) for raw in raws for v in raw) + 1)
+                if spec > MAX_INFERRED:  # names for every index up to it would take the memory
+                    column, row = next((c, i) for c, raw in zip(columns, raws, strict=True)
+                                       for i, v in enumerate(raw) if _integer(v) == spec - 1)
+                    raise ValueError(f"{self.path}, {self.unit} {self.lines[row]}, column {column!r}: {role} index "
+                                     f"{spec - 1} would make {spec} {role} (at most {MAX_INFERRED} are inferred); "
+                                     f"pass {role}= (their names or their count) to read it")
             else:
                 spec = list(dict.fromkeys(self.convert(_name, v, c, i)
                                           for c, raw in zip(columns, raws, strict=True) for i, v in enumerate(raw)))
@@ -192,7 +204,16 @@ def _read(path: Path) -> tuple[dict[str, list], list[int], str]:
             raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from None
         table = pq.read_table(path)
         return table.to_pydict(), list(range(1, table.num_rows + 1)), "row"
-    with open(path, newline="", encoding="utf-8") as file:
+    try:
+        return _read_text(path, suffix)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text: {error}") from None
+    except csv.Error as error:  # a NUL byte (Python 3.10), a field over csv.field_size_limit()
+        raise ValueError(f"{path} is not readable CSV: {error}") from None
+
+
+def _read_text(path: Path, suffix: str) -> tuple[dict[str, list], list[int], str]:
+    with open(path, newline="", encoding="utf-8-sig") as file:
         if suffix == ".csv":
             reader = csv.reader(file)
             header = next(reader, [])
@@ -216,6 +237,8 @@ def _read(path: Path) -> tuple[dict[str, list], list[int], str]:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
+            except RecursionError:
+                raise ValueError(f"{path}, line {number}: JSON nested too deeply to read") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}, line {number}: expected a JSON object, got {line.strip()[:60]!r}")
             records.append(record)
@@ -263,11 +286,16 @@ def _is_integer(value: Any) -> bool:
 
 
 def _integer(value: Any) -> int:
+    """An int64 from an int or a decimal string."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value)
-    raise ValueError(f"expected an integer, got {value!r}")
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        number = int(value)
+    else:
+        raise ValueError(f"expected an integer, got {value!r}")
+    if not _INT64[0] <= number < _INT64[1]:
+        raise ValueError(f"expected a 64-bit integer, got {value!r}")
+    return number
 
 
 def _name(value: Any) -> str:
