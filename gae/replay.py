@@ -78,12 +78,14 @@ def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
     """
     start, digest = load_checkpoint(checkpoint)
     config = _normal(memory_config(start))
-    segments: list[tuple[str, list[dict[str, Any]]]] = []  # a header opens one (a writer's records)
+    segments: list[tuple[str, list[dict[str, Any]]]] = []  # a header opens one: a writer's records
+    current: dict[str, list[dict[str, Any]]] = {}  # each run's open segment (writers of runs interleave)
     for record in read_trace(trace):
         run = str(record.get("run", ""))
-        if record["kind"] == "header" or not segments or segments[-1][0] != run:
-            segments.append((run, []))
-        segments[-1][1].append(record)
+        if record["kind"] == "header" or run not in current:
+            current[run] = []
+            segments.append((run, current[run]))
+        current[run].append(record)
     names, checked, mismatches, removals = [], 0, [], []
     chains: dict[str, _Chain] = {}  # the run being replayed: a later writer of it may continue its state
     for run, records in segments:

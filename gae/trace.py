@@ -276,7 +276,10 @@ class TraceWriter:
         return removed
 
     def close(self) -> None:
-        """Flush, and close the file if the writer opened it."""
+        """Record the parameters if an optimizer step changed them after the last call (a writer
+        resumed later then continues from the state this one ends on), flush, and close the
+        file if the writer opened it."""
+        self._sync()
         self._file.flush()
         if self._owns:
             self._file.close()

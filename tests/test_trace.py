@@ -300,3 +300,21 @@ def test_a_resumed_writer_continues_the_run_and_a_new_one_starts_its_own(tmp_pat
         writer.prequential_(batch.x, batch.category, batch.action)
     result = replay(path, checkpoint)
     assert result.ok and result.runs == ["r"] and result.checked == 250
+
+
+def test_runs_written_to_one_file_at_once_are_told_apart(tmp_path):
+    s = stream()
+    path = tmp_path / "both.jsonl"
+    judgment, knn = FACTORIES["judgment"](s), FACTORIES["knn"](s)
+    writers = [TraceWriter(path, judgment, run="jm", checkpoint=tmp_path / "jm.pt"),
+               TraceWriter(path, knn, run="knn", checkpoint=tmp_path / "knn.pt")]
+    for start in range(0, 200, BATCH):  # the lines of the two runs alternate call by call
+        batch = s.batch(start, start + BATCH)
+        for writer in writers:
+            writer.prequential_(batch.x, batch.category, batch.action)
+            writer._file.flush()
+    for writer in writers:
+        writer.close()
+    for run in ("jm", "knn"):
+        result = replay(path, tmp_path / f"{run}.pt")
+        assert result.ok and result.runs == [run] and result.checked == 200

@@ -9,6 +9,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
+from gae.replay import replay
 from scripts.train import main
 from training.data import DecisionStream, DecisionStreamDataModule
 from training.module import DecisionMemoryModule
@@ -130,6 +131,25 @@ def test_resume_mid_stream_ends_where_an_uninterrupted_run_ends(tmp_path):
     assert resumed.model.metric_values() == whole.model.metric_values()
     for a, b in zip(resumed.model.memory.gate_log, whole.model.memory.gate_log, strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_loop_writes_a_trace_that_replays_across_a_resume(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    checkpoints = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                   "--trainer.callbacks.every_n_train_steps=3", "--trainer.callbacks.save_last=true"]
+    cut = fit(tmp_path / "cut", *SMALL, f"--model.trace={trace}", "--trainer.max_steps=4", "--trainer.callbacks=[]",
+              *checkpoints)
+    last = next((tmp_path / "cut").rglob("last.ckpt"))
+    position = int(torch.load(last, weights_only=True)["state_dict"]["stream_position"])
+    fit(tmp_path / "resumed", *SMALL, f"--model.trace={trace}", f"--ckpt_path={last}")
+    learned = int(cut.model.stream_position)  # the cut run learned 4 batches of 50; its last checkpoint, 3
+    assert (learned, position) == (200, 150)
+    for run in ("jm", "knn"):
+        first = replay(trace, f"{trace}.{run}-0.pt")  # the cut run's lines, the superseded last batch too
+        assert first.ok and first.runs == [run] and first.checked == learned
+        # from the resumed state: the cut run's lines after it, then the resumed run's, all exact
+        resumed = replay(trace, f"{trace}.{run}-{position}.pt")
+        assert resumed.ok and resumed.checked == (learned - position) + (400 - position)
 
 
 def test_a_replayed_batch_is_not_learned_twice():

@@ -40,6 +40,7 @@ from gae import JudgmentMemory, KNNMemory
 from gae._validation import Names
 from gae.distributed import broadcast_gradients_hook
 from gae.judgment import DriftMode
+from gae.trace import TraceWriter
 from gae.types import StreamStep
 from training import metrics as M
 from training.batch import DecisionBatch, gather_decisions
@@ -70,6 +71,10 @@ class DecisionMemoryModule(L.LightningModule):
             index (a per-decision curve on short streams, a thinned one on long ones). Default: 10.
         figure_every_n_steps: how often the attention heatmap, per-criterion scalars and
             prototype histograms are written. Default: 20.
+        trace: write the evaluation trace of both memories to this JSONL file (see
+            ``gae/trace.py`` and docs/trace.md; runs ``jm`` and ``knn``), with the state each
+            writer started from in ``<trace>.<run>-<stream position>.pt`` for
+            ``scripts/replay_trace.py``. Rank 0 writes it. Default: None (no trace).
     """
 
     def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
@@ -80,7 +85,7 @@ class DecisionMemoryModule(L.LightningModule):
                  lr: float = 0.05,
                  knn: bool = True,
                  knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
-                 curve_points_per_batch: int = 10, figure_every_n_steps: int = 20) -> None:
+                 curve_points_per_batch: int = 10, figure_every_n_steps: int = 20, trace: str | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
@@ -101,6 +106,7 @@ class DecisionMemoryModule(L.LightningModule):
         self.drift = M.PrototypeDrift(sync_on_compute=False)
         self._curve_points = curve_points_per_batch
         self._figure_every = figure_every_n_steps
+        self._tracers: dict[str, TraceWriter] | None = None  # opened at the first step (on a resume too)
 
     stream_position: Tensor
 
@@ -129,11 +135,13 @@ class DecisionMemoryModule(L.LightningModule):
         if batch is None:
             return None
         before = self.memory.centroids.clone()
-        step = self.memory.prequential_(batch.x, batch.category, batch.action, _confirmed(batch.confirmed),
-                                        batch.skip)
+        tracers = self._open_traces()
+        step = tracers.get("jm", self.memory).prequential_(batch.x, batch.category, batch.action,
+                                                            _confirmed(batch.confirmed), batch.skip)
         knn_step = None
         if self.knn is not None:
-            knn_step = self.knn.prequential_(batch.x, batch.category, batch.action, skip=batch.skip)
+            knn_step = tracers.get("knn", self.knn).prequential_(batch.x, batch.category, batch.action,
+                                                                 skip=batch.skip)
         # only once both memories have learned the batch: the position never counts a batch a memory lacks
         self.stream_position.fill_(int(batch.position[-1]) + 1)
         self._update_metrics(self.jm_metrics, step, batch)
@@ -146,6 +154,24 @@ class DecisionMemoryModule(L.LightningModule):
             self._update_metrics(self.knn_metrics, knn_step, batch)
         self._log_step(batch, int(step.events.promoted.sum()), int(step.events.recycled.sum()))
         return self._attention_loss(step, batch) if self.hparams["learn_attention"] else None
+
+    def _open_traces(self) -> dict[str, Any]:
+        """The trace writers (none without ``trace``, or off rank 0), each saving the state it starts from."""
+        if self._tracers is None:
+            self._tracers = {}
+            path = self.hparams.get("trace")
+            if path is not None and self.global_rank == 0:
+                position = int(self.stream_position)
+                memories = {"jm": self.memory, "knn": self.knn}
+                self._tracers = {name: TraceWriter(path, memory, run=name, checkpoint=f"{path}.{name}-{position}.pt")
+                                 for name, memory in memories.items() if memory is not None}
+        return self._tracers
+
+    def on_train_end(self) -> None:
+        for tracer in (self._tracers or {}).values():
+            tracer.close()
+        self._tracers = None
+        self._log_final()
 
     def _unseen(self, batch: DecisionBatch) -> DecisionBatch | None:
         """The part of the batch the memory has not learned yet (all of it, except on a replay)."""
@@ -243,7 +269,7 @@ class DecisionMemoryModule(L.LightningModule):
             if bool(known.any()):
                 writer.add_histogram(f"prototypes/{category}", self.memory.centroids[c][known].cpu(), decision)
 
-    def on_train_end(self) -> None:
+    def _log_final(self) -> None:
         writer = self._writer()
         if writer is None:
             return
