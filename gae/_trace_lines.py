@@ -1,15 +1,16 @@
-"""The decision lines of an evaluation trace, encoded a batch at a time (see :mod:`gae.trace`).
+"""The decision lines of an evaluation trace, encoded many calls at a time (see :mod:`gae.trace`).
 
 A line is a few dozen numbers; formatting them one by one in Python would cost several times
-what the memories spend deciding. Every column of a batch (factors, probabilities, distances,
-ids) is encoded by one ``orjson`` call and cut into rows, and the lines are joined from the
-pieces: float32 values in their shortest exact form, float64 in full, ``inf`` and ``nan`` as
+what the memories spend deciding. A writer keeps each call's tensors (:class:`Decisions`) and
+encodes thousands of decisions at once: every column (factors, probabilities, distances,
+ids) by one ``orjson`` call, cut into rows, the lines joined from one template. float32
+values are written in their shortest exact form, float64 in full, ``inf`` and ``nan`` as
 ``null``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -21,6 +22,31 @@ from gae.retrieval_memory import RetrievalMemory
 from gae.types import MemoryOutput, Retrieved, StreamStep
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+# what shaped an answer, by memory kind, in the order the lines hold it
+SHAPED = {"judgment": ("prototype", "distance", "attention"), "knn": ("ids", "distance"),
+          "retrieval": ("ids", "score", "similarity", "recency", "importance", "store_version", "stored")}
+
+
+class Decisions(NamedTuple):
+    """One call's scored decisions, as tensors, until they are encoded.
+
+    ``ids``, ``updates``, ``since``: (B,) int64 arrays; ``call``, ``digest``, ``deleted``: the
+    call's number, the hash of the state it began on, the removals so far; ``x`` (B, K),
+    ``category`` (B,), ``output`` the answers; ``shaped`` the :data:`SHAPED` columns;
+    ``learned``: (action, confirmed or None, skip) for a prequential call, None for a score-only one.
+    """
+
+    ids: np.ndarray
+    updates: np.ndarray
+    since: np.ndarray
+    call: int
+    digest: str
+    deleted: int
+    x: Tensor
+    category: Tensor
+    output: MemoryOutput
+    shaped: dict[str, Tensor]
+    learned: tuple[Tensor, Tensor | None, Tensor] | None
 
 
 def json_rows(values: Tensor | np.ndarray) -> list[bytes]:
@@ -37,90 +63,104 @@ def json_rows(values: Tensor | np.ndarray) -> list[bytes]:
     return [b"[" + row + b"]" for row in text[2:-2].split(b"],[")]
 
 
-def json_objects(columns: list[tuple[str, list[bytes]]]) -> list[bytes]:
-    """One JSON object per row from named columns of encoded values."""
-    template = b"{" + b",".join(orjson.dumps(name).replace(b"%", b"%%") + b":%b" for name, _ in columns) + b"}"
-    return [template % values for values in zip(*(rows for _, rows in columns), strict=True)]
+def _judgment_shaped(category: Tensor, nearest: Tensor, distance: Tensor, attention: Tensor) -> dict[str, Tensor]:
+    """Each action's prototype slot, its weighted squared distance (inf: none), the attention."""
+    return {"prototype": nearest, "distance": distance.masked_fill(nearest < 0, float("inf")),
+            "attention": attention[category]}
 
 
-def _judgment_shaped(category: Tensor, nearest: Tensor, distance: Tensor, attention: Tensor) -> list[bytes]:
-    """Each action's prototype slot, its weighted squared distance (null for none), the attention."""
-    distance = distance.masked_fill(nearest < 0, float("inf"))
-    weights = json_rows(attention)  # (C, K): each category's row encoded once, then looked up
-    return json_objects([("prototype", json_rows(nearest)), ("distance", json_rows(distance)),
-                         ("attention", [weights[c] for c in category.tolist()])])
-
-
-def _retrieved_shaped(retrieved: Retrieved, stored: Tensor | None = None) -> list[bytes]:
+def _retrieved_shaped(retrieved: Retrieved, stored: Tensor) -> dict[str, Tensor]:
     """The ids that voted (-1 past those in reach) with their distances or scores and score terms."""
-    columns = [("ids", json_rows(retrieved.ids))]
     if retrieved.similarity is None:
-        columns.append(("distance", json_rows(retrieved.scores)))
-    else:
-        columns += [(name, json_rows(values)) for name, values in
-                    (("score", retrieved.scores), ("similarity", retrieved.similarity),
-                     ("recency", retrieved.recency), ("importance", retrieved.importance))]
-    if retrieved.version is not None:
-        columns.append(("store_version", json_rows(retrieved.version)))
-    if stored is not None:
-        columns.append(("stored", json_rows(stored)))
-    return json_objects(columns)
+        return {"ids": retrieved.ids, "distance": retrieved.scores}
+    assert retrieved.recency is not None and retrieved.importance is not None and retrieved.version is not None
+    return {"ids": retrieved.ids, "score": retrieved.scores, "similarity": retrieved.similarity,
+            "recency": retrieved.recency, "importance": retrieved.importance, "store_version": retrieved.version,
+            "stored": stored}
 
 
 def learn_and_shape(memory: nn.Module, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                    skip: Tensor | None, source_ids: Tensor | None) -> tuple[StreamStep, list[bytes]]:
-    """``memory.prequential_`` and, per decision, what shaped its answer (encoded)."""
-    with torch.no_grad():  # with a graph, torch.softmax of even a (C, K) tensor can cost milliseconds
+                    skip: Tensor, source_ids: Tensor | None) -> tuple[StreamStep, dict[str, Tensor]]:
+    """``memory.prequential_`` on inputs it has already validated, and what shaped each answer."""
+    with torch.no_grad():  # with a graph, torch ops on the attention parameter cost far more
         attention = memory.criterion_attention().cpu() if isinstance(memory, JudgmentMemory) else None
-    next_store_id = int(memory.store.next_id) if isinstance(memory, RetrievalMemory) else 0
-    step = memory.prequential_(x, category, action, confirmed, skip, source_ids)
+        next_store_id = int(memory.store.next_id) if isinstance(memory, RetrievalMemory) else 0
+        step = memory._prequential(x, category, action, confirmed, skip, source_ids)
     if isinstance(memory, JudgmentMemory):
         assert step.nearest is not None and step.sq_diff is not None and attention is not None
         category = category.cpu()
         distance = (step.sq_diff.cpu() * attention[category].unsqueeze(1)).sum(-1)
         return step, _judgment_shaped(category, step.nearest.cpu(), distance, attention)
     assert step.retrieved is not None
-    stored = None
+    applied = step.events.applied.cpu()
+    stored = torch.full(applied.shape, -1, dtype=torch.int64)
     if isinstance(memory, RetrievalMemory):  # ids are handed out in order, one per stored decision
-        applied = step.events.applied.cpu()
         stored = (torch.cumsum(applied.long(), 0) - 1 + next_store_id).masked_fill(~applied, -1)
     return step, _retrieved_shaped(step.retrieved.to("cpu"), stored)
 
 
 @torch.no_grad()
-def score_and_shape(memory: nn.Module, x: Tensor, category: Tensor) -> tuple[MemoryOutput, list[bytes]]:
-    """``memory(x, category)`` (nothing learned) and, per decision, what shaped its answer (encoded)."""
+def score_and_shape(memory: nn.Module, x: Tensor, category: Tensor) -> tuple[MemoryOutput, dict[str, Tensor]]:
+    """``memory(x, category)`` (nothing learned) and what shaped each answer."""
     if isinstance(memory, JudgmentMemory):
         output = memory(x, category)
         explained = memory.explain(x, category)
-        attention = memory.criterion_attention().detach().cpu()
+        attention = memory.criterion_attention().cpu()
         return output, _judgment_shaped(explained.category.cpu(), explained.nearest.cpu(), explained.distance.cpu(),
                                         attention)
     if isinstance(memory, RetrievalMemory):
         output, retrieved = memory.neighbours_and_output(x, category)
     else:
         output, retrieved = memory(x, category), memory.neighbours(x, category)
-    return output, _retrieved_shaped(retrieved.to("cpu"))
+    return output, _retrieved_shaped(retrieved.to("cpu"), torch.full((x.shape[0],), -1, dtype=torch.int64))
 
 
-def learned_rows(action: Tensor, confirmed: Tensor | None, skip: Tensor) -> list[bytes]:
-    """The ``learned`` object of each decision of a prequential call."""
-    flags = [b"null"] * action.shape[0] if confirmed is None else json_rows(confirmed)
-    return json_objects([("action", json_rows(action)), ("confirmed", flags), ("skip", json_rows(skip))])
+_LEARNED: dict[tuple[int, int, bool], bytes] = {}  # (action, confirmed: 1 / 0 / -1 for null, skip) -> JSON
 
 
-def decision_lines(run: str, kind: str, ids: np.ndarray, call: int, updates: np.ndarray, digest: str,
-                   since: np.ndarray, x: Tensor, category: Tensor, output: MemoryOutput, shaped: list[bytes],
-                   learned: list[bytes] | None, deleted: int) -> bytes:
-    """The ``decision`` lines of one call (``ids``, ``updates``, ``since``: (B,) int64), newline-terminated."""
-    n = len(ids)
+def _learned_rows(learned: tuple[Tensor, Tensor | None, Tensor] | None, n: int) -> list[bytes]:
+    if learned is None:
+        return [b"null"] * n
+    action, confirmed, skip = learned
+    flags = [-1] * n if confirmed is None else [int(flag) for flag in confirmed.tolist()]
+    rows = []
+    for key in zip(action.tolist(), flags, skip.tolist(), strict=True):
+        row = _LEARNED.get(key)
+        if row is None:
+            flag = b"null" if key[1] < 0 else (b"true" if key[1] else b"false")
+            row = b'{"action":%d,"confirmed":%b,"skip":%b}' % (key[0], flag, b"true" if key[2] else b"false")
+            _LEARNED[key] = row
+        rows.append(row)
+    return rows
+
+
+def encode(run: str, kind: str, calls: list[Decisions]) -> bytes:
+    """The ``decision`` lines of ``calls``, newline-terminated, each column encoded once."""
+    if not calls:
+        return b""
+    shaped = b",".join(orjson.dumps(name) + b":%b" for name in SHAPED[kind])
     template = (b'{"kind":"decision","run":' + orjson.dumps(run).replace(b"%", b"%%") + b',"id":%b,"memory":'
-                + orjson.dumps(kind) + b',"call":' + str(call).encode() + b',"version":{"updates":%b,"hash":'
-                + orjson.dumps(digest) + b',"since":%b},"x":%b,"category":%b,"answer":%b,'
-                b'"probs":%b,"shaped":%b,"learned":%b,"deleted":' + str(deleted).encode() + b"}\n")
-    answers = [b"null" if a == b"-1" else a for a in json_rows(output.action)]
-    columns = (json_rows(ids), json_rows(updates), json_rows(since), json_rows(x.float()), json_rows(category),
-               answers, json_rows(output.probs.float()), shaped, learned if learned is not None else [b"null"] * n)
+                + orjson.dumps(kind) + b',"call":%b,"version":{"updates":%b,"hash":%b,"since":%b},"x":%b,'
+                b'"category":%b,"answer":%b,"probs":%b,"shaped":{' + shaped + b'},"learned":%b,"deleted":%b}\n')
+    sizes = [len(call.ids) for call in calls]
+
+    def each(value: Any, call: Decisions) -> np.ndarray:
+        return np.full(len(call.ids), value, dtype=np.int64)
+
+    hashes: list[bytes] = []
+    learned: list[bytes] = []
+    for call, size in zip(calls, sizes, strict=True):
+        hashes += [orjson.dumps(call.digest)] * size
+        learned += _learned_rows(call.learned, size)
+    answers = [b"null" if a == b"-1" else a for a in json_rows(torch.cat([c.output.action for c in calls]))]
+    columns = [json_rows(np.concatenate([c.ids for c in calls])),
+               json_rows(np.concatenate([each(c.call, c) for c in calls])),
+               json_rows(np.concatenate([c.updates for c in calls])), hashes,
+               json_rows(np.concatenate([c.since for c in calls])),
+               json_rows(torch.cat([c.x.float() for c in calls])), json_rows(torch.cat([c.category for c in calls])),
+               answers, json_rows(torch.cat([c.output.probs.float() for c in calls])),
+               *(json_rows(torch.cat([c.shaped[name] for c in calls])) for name in SHAPED[kind]),
+               learned, json_rows(np.concatenate([each(c.deleted, c) for c in calls]))]
     return b"".join([template % values for values in zip(*columns, strict=True)])
 
 

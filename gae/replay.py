@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gae._trace_lines import decision_fields, decision_lines, learn_and_shape, score_and_shape
+from gae._trace_lines import Decisions, decision_fields, encode, learn_and_shape, score_and_shape
 from gae.judgment import JudgmentMemory
 from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
@@ -129,10 +129,11 @@ def _decision(record: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _fields(memory: nn.Module, x: torch.Tensor, category: torch.Tensor, output: Any,
-            shaped: list[bytes]) -> list[dict[str, Any]]:
+            shaped: dict[str, torch.Tensor], learned: Any = None) -> list[dict[str, Any]]:
     """The reproducible fields of recomputed decisions, encoded and read back as the trace's were."""
     zeros = np.zeros(x.shape[0], dtype=np.int64)
-    lines = decision_lines("", memory_kind(memory), zeros, 0, zeros, "", zeros, x, category, output, shaped, None, 0)
+    lines = encode("", memory_kind(memory), [Decisions(zeros, zeros, zeros, 0, "", 0, x, category, output, shaped,
+                                                       learned)])
     return [decision_fields(json.loads(line)) for line in lines.splitlines()]
 
 
@@ -156,11 +157,11 @@ def _recompute(memory: nn.Module, record: dict[str, Any], confirmed: bool | None
         output, shaped = score_and_shape(memory, x, category)
     else:
         flag = learned["confirmed"] if confirmed is None else confirmed
-        step, shaped = learn_and_shape(memory, x, category, torch.tensor([int(learned["action"])]),
-                                       None if flag is None else torch.tensor([bool(flag)]),
-                                       torch.tensor([bool(learned["skip"])]),
-                                       torch.tensor([int(record["id"])]) if isinstance(memory, JudgmentMemory)
-                                       else None)
+        x, category, action, flags, skip = memory._check_stream(
+            x, category, torch.tensor([int(learned["action"])]), None if flag is None else torch.tensor([bool(flag)]),
+            torch.tensor([bool(learned["skip"])]))
+        source = torch.tensor([int(record["id"])]) if isinstance(memory, JudgmentMemory) else None
+        step, shaped = learn_and_shape(memory, x, category, action, flags, skip, source)
         output = step.output
     return _fields(memory, x, category, output, shaped)[0]
 

@@ -48,13 +48,15 @@ import orjson
 import torch
 from torch import Tensor, nn
 
-from gae._trace_lines import decision_lines, learn_and_shape, learned_rows, score_and_shape
+from gae import _validation as check
+from gae._trace_lines import Decisions, encode, learn_and_shape, score_and_shape
 from gae.judgment import JudgmentMemory
 from gae.knn import KNNMemory
 from gae.retrieval_memory import RetrievalMemory
 from gae.types import MemoryOutput, StreamStep
 
 FORMAT = 1
+FLUSH_DECISIONS = 4096  # decisions a writer keeps before it encodes and writes them
 Memory = JudgmentMemory | KNNMemory | RetrievalMemory
 _KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
 _JUDGMENT_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "push_rate",
@@ -181,7 +183,10 @@ class TraceWriter:
         checkpoint: save the starting state here (see :func:`save_checkpoint`) for :func:`gae.replay.replay`.
 
     Every state change must go through the writer (``prequential_``, ``forget_``, ``delete``)
-    or be a parameter change (an optimizer step), which it records on its next call.
+    or be a parameter change (an optimizer step), which it records on its next call. The
+    writer traces the memory's tensors as they were when it opened: after moving the memory
+    to another device, open a new writer. Decision lines are encoded and written
+    :data:`FLUSH_DECISIONS` at a time, before any other record, and on ``flush`` / ``close``.
 
     Examples::
 
@@ -189,9 +194,9 @@ class TraceWriter:
         >>> from gae import KNNMemory
         >>> memory = KNNMemory(2, ["approve", "reject"], k=1)
         >>> buffer = io.BytesIO()
-        >>> writer = TraceWriter(buffer, memory, run="demo")
-        >>> _ = writer.prequential_(torch.tensor([[0.9, 0.1], [0.8, 0.2]]), torch.zeros(2, dtype=torch.long),
-        ...                         torch.zeros(2, dtype=torch.long))
+        >>> with TraceWriter(buffer, memory, run="demo") as writer:
+        ...     _ = writer.prequential_(torch.tensor([[0.9, 0.1], [0.8, 0.2]]), torch.zeros(2, dtype=torch.long),
+        ...                             torch.zeros(2, dtype=torch.long))
         >>> [record["answer"] for record in read_trace(io.StringIO(buffer.getvalue().decode()))
         ...  if record["kind"] == "decision"]
         [None, 0]
@@ -207,9 +212,14 @@ class TraceWriter:
         self._owns = isinstance(file, (str, Path))
         self._file: IO[Any] = open(file, "ab") if isinstance(file, (str, Path)) else file
         self._text = isinstance(self._file, io.TextIOBase)
+        self._pending: list[Decisions] = []
+        self._pending_rows = 0
+        self._parameter_list = list(memory.named_parameters())
+        self._buffer_list = list(memory.named_buffers())
+        self._seen_versions = self._parameter_versions()
         if checkpoint is not None:
             save_checkpoint(memory, checkpoint)
-        self._parameters, self._buffers = _digests(memory)
+        self._parameters, self._buffers = _digest(self._parameter_list), _digest(self._buffer_list)
         saved_at = None if checkpoint is None else str(checkpoint)
         self._record({"kind": "header", "format": FORMAT, "memory": self.kind, "config": memory_config(memory),
                       "version": self._version(), "checkpoint": saved_at})
@@ -225,23 +235,29 @@ class TraceWriter:
         """``memory.prequential_`` with one ``decision`` line per decision; returns its step."""
         memory = self.memory
         x, category, action, confirmed, skip = memory._check_stream(x, category, action, confirmed, skip)
+        if source_ids is not None:
+            source_ids = check.check_index(source_ids, "source_ids", None, x.shape[0], x.device)
         self._sync()
         digest, updates, first = self.hash, memory.version, int(memory.num_decisions)
         if source_ids is None and isinstance(memory, JudgmentMemory) and memory.decision_log.max_events != 0:
             first = memory.decision_log.next_source  # the source ids the memory gives them by default
         step, shaped = learn_and_shape(memory, x, category, action, confirmed, skip, source_ids)
-        n = x.shape[0]
-        since = np.arange(n)
+        since = np.arange(x.shape[0])
         ids = since + first if source_ids is None else source_ids.cpu().numpy()
-        retrieved = step.retrieved
-        counters = (retrieved.version.cpu().numpy() if retrieved is not None and retrieved.version is not None
-                    else since + updates)
-        self._write(decision_lines(self.run, self.kind, ids, self.calls, counters, digest, since, x,
-                                   category, step.output, shaped, learned_rows(action, confirmed, skip),
-                                   self.deleted))
-        self.calls += 1
-        self._buffers = _digests(memory, parameters=False)[1]
+        counters = shaped["store_version"].numpy() if "store_version" in shaped else since + updates
+        self._add(Decisions(ids, counters, since, self.calls, digest, self.deleted, x.cpu(), category.cpu(),
+                            step.output.to("cpu") if step.output.action.device.type != "cpu" else step.output,
+                            shaped, (action.cpu(), None if confirmed is None else confirmed.cpu(), skip.cpu())))
+        self._buffers = _digest(self._buffers_now())
         return step
+
+    def _buffers_now(self) -> list[tuple[str, Tensor]]:
+        """The memory's buffers: those it had, or, for a RetrievalMemory, whose store reallocates
+        its columns as it grows, the current ones."""
+        if isinstance(self.memory, RetrievalMemory):
+            self._buffer_list = list(self.memory.named_buffers())
+        return self._buffer_list
+
 
     @torch.no_grad()
     def score(self, x: Tensor, category: Tensor) -> MemoryOutput:
@@ -251,10 +267,9 @@ class TraceWriter:
         self._sync()
         output, shaped = score_and_shape(memory, x, category)
         since = np.zeros(x.shape[0], dtype=np.int64)
-        self._write(decision_lines(self.run, self.kind, since + int(memory.num_decisions), self.calls,
-                                   since + memory.version, self.hash, since, x, category, output, shaped, None,
-                                   self.deleted))
-        self.calls += 1
+        self._add(Decisions(since + int(memory.num_decisions), since + memory.version, since, self.calls, self.hash,
+                            self.deleted, x.cpu(), category.cpu(), MemoryOutput(*(t.cpu() for t in output)), shaped,
+                            None))
         return output
 
     def forget_(self, source_ids: Sequence[int] | Tensor) -> int:
@@ -275,12 +290,19 @@ class TraceWriter:
         self._removal("delete", "ids", torch.as_tensor(ids).reshape(-1).tolist(), removed)
         return removed
 
+    def flush(self) -> None:
+        """Encode and write the decisions kept so far."""
+        if self._pending:
+            self._write(encode(self.run, self.kind, self._pending))
+            self._pending, self._pending_rows = [], 0
+        self._file.flush()
+
     def close(self) -> None:
         """Record the parameters if an optimizer step changed them after the last call (a writer
         resumed later then continues from the state this one ends on), flush, and close the
         file if the writer opened it."""
         self._sync()
-        self._file.flush()
+        self.flush()
         if self._owns:
             self._file.close()
 
@@ -291,6 +313,13 @@ class TraceWriter:
         self.close()
 
     # -- records ------------------------------------------------------------------------------
+    def _add(self, decisions: Decisions) -> None:
+        self._pending.append(decisions)
+        self._pending_rows += len(decisions.ids)
+        self.calls += 1
+        if self._pending_rows >= FLUSH_DECISIONS:
+            self.flush()
+
     def _version(self) -> dict[str, Any]:
         return {"updates": self.memory.version, "hash": self.hash, "since": 0}
 
@@ -298,19 +327,31 @@ class TraceWriter:
         self._file.write(data.decode() if self._text else data)
 
     def _record(self, record: dict[str, Any]) -> None:
+        if self._pending:  # the decisions before it come first
+            self._write(encode(self.run, self.kind, self._pending))
+            self._pending, self._pending_rows = [], 0
         self._write(orjson.dumps({"kind": record.pop("kind"), "run": self.run, **record}) + b"\n")
 
+    def _parameter_versions(self) -> tuple[int, ...]:
+        return tuple(parameter._version for _, parameter in self._parameter_list)
+
     def _sync(self) -> None:
-        """Record the parameters if they changed since the last call (an optimizer step)."""
-        parameters = _digests(self.memory, buffers=False)[0]
+        """Record the parameters if they changed since the last call (an optimizer step): their
+        in-place version counters say whether to hash them again."""
+        versions = self._parameter_versions()
+        if versions == self._seen_versions:
+            return
+        self._seen_versions = versions
+        parameters = _digest(self._parameter_list)
         if parameters != self._parameters:
             self._parameters = parameters
-            values = {name: p.detach().cpu().tolist() for name, p in self.memory.named_parameters()}
+            values = {name: p.detach().cpu().tolist() for name, p in self._parameter_list}
             self._record({"kind": "parameters", "values": values, "version": self._version()})
 
     def _removal(self, kind: str, key: str, ids: list[int], removed: int) -> None:
         self.deleted += removed
-        self._parameters, self._buffers = _digests(self.memory)
+        self._seen_versions = self._parameter_versions()
+        self._parameters, self._buffers = _digest(self._parameter_list), _digest(self._buffers_now())
         self._record({"kind": kind, key: ids, "removed": removed, "version": self._version(),
                       "deleted": self.deleted})
 

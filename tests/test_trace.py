@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
-from gae._trace_lines import decision_lines, json_rows
+from gae._trace_lines import Decisions, encode, json_rows
 from gae.replay import replay
 from gae.trace import TraceWriter, load_checkpoint, memory_config, read_trace, save_checkpoint, state_hash
 from gae.types import MemoryOutput
@@ -95,9 +95,9 @@ def test_schema(run):
         else:
             assert len(shaped["ids"]) == memory.k
             assert set(shaped) == ({"ids", "distance"} if name == "knn" else
-                                   {"ids", "score", "similarity", "recency", "importance", "store_version", "stored"}
-                                   if record["learned"] is not None else
-                                   {"ids", "score", "similarity", "recency", "importance", "store_version"})
+                                   {"ids", "score", "similarity", "recency", "importance", "store_version", "stored"})
+            if record["learned"] is None and name == "retrieval":
+                assert shaped["stored"] == -1
     learned = [r for r in decisions if r["learned"] is not None]
     # within a call: the same hash, ``since`` counting, the counter rising by one per decision
     assert [r["version"]["since"] for r in learned[:BATCH]] == list(range(BATCH))
@@ -263,13 +263,22 @@ def test_fast_encoding_equals_the_json_module():
     probs = torch.tensor([[0.25, 0.75], [0.0, 0.0]])
     output = MemoryOutput(probs.log(), probs, torch.tensor([1, -1]), torch.tensor([0.75, 0.0]))
     zeros = np.zeros(2, dtype=np.int64)
-    lines = decision_lines('run "%s"', "knn", zeros + 5, 3, zeros + 9, "ab" * 8, zeros, torch.ones(2, 2),
-                           torch.tensor([0, 1]), output, [b'{"ids":[]}'] * 2, None, 1).splitlines()
-    first = json.loads(lines[0])
-    assert first == {"kind": "decision", "run": 'run "%s"', "id": 5, "memory": "knn", "call": 3,
-                     "version": {"updates": 9, "hash": "ab" * 8, "since": 0}, "x": [1.0, 1.0], "category": 0,
-                     "answer": 1, "probs": [0.25, 0.75], "shaped": {"ids": []}, "learned": None, "deleted": 1}
+    shaped = {"ids": torch.tensor([[3, -1], [-1, -1]]), "distance": torch.tensor([[0.5, np.inf], [np.inf, np.inf]],
+                                                                                  dtype=torch.float64)}
+    calls = [Decisions(zeros + 5, zeros + 9, zeros, 3, "ab" * 8, 1, torch.ones(2, 2), torch.tensor([0, 1]), output,
+                       shaped, None),
+             Decisions(zeros + 7, zeros + 11, np.arange(2), 4, "cd" * 8, 2, torch.zeros(2, 2), torch.tensor([1, 1]),
+                       output, shaped, (torch.tensor([1, 0]), None, torch.tensor([False, True])))]
+    lines = encode('run "%s"', "knn", calls).splitlines()
+    assert len(lines) == 4
+    assert json.loads(lines[0]) == {
+        "kind": "decision", "run": 'run "%s"', "id": 5, "memory": "knn", "call": 3,
+        "version": {"updates": 9, "hash": "ab" * 8, "since": 0}, "x": [1.0, 1.0], "category": 0, "answer": 1,
+        "probs": [0.25, 0.75], "shaped": {"ids": [3, -1], "distance": [0.5, None]}, "learned": None, "deleted": 1}
     assert json.loads(lines[1])["answer"] is None
+    last = json.loads(lines[3])
+    assert (last["call"], last["version"], last["deleted"]) == (4, {"updates": 11, "hash": "cd" * 8, "since": 1}, 2)
+    assert last["learned"] == {"action": 0, "confirmed": None, "skip": True}
 
 
 def test_replay_script_lists_the_changes(tmp_path):
