@@ -15,11 +15,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from gae.judgment import JudgmentMemory
+from gae.knn import KNNMemory
 from gae.retrieval_memory import RetrievalMemory
 from gae.types import MemoryOutput, Retrieved, StreamStep
+
+Memory = JudgmentMemory | KNNMemory | RetrievalMemory
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 # what shaped an answer, by memory kind, in the order the lines hold it
@@ -79,7 +82,7 @@ def _retrieved_shaped(retrieved: Retrieved, stored: Tensor) -> dict[str, Tensor]
             "stored": stored}
 
 
-def learn_and_shape(memory: nn.Module, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+def learn_and_shape(memory: Memory, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                     skip: Tensor, source_ids: Tensor | None) -> tuple[StreamStep, dict[str, Tensor]]:
     """``memory.prequential_`` on inputs it has already validated, and what shaped each answer."""
     with torch.no_grad():  # with a graph, torch ops on the attention parameter cost far more
@@ -100,7 +103,7 @@ def learn_and_shape(memory: nn.Module, x: Tensor, category: Tensor, action: Tens
 
 
 @torch.no_grad()
-def score_and_shape(memory: nn.Module, x: Tensor, category: Tensor) -> tuple[MemoryOutput, dict[str, Tensor]]:
+def score_and_shape(memory: Memory, x: Tensor, category: Tensor) -> tuple[MemoryOutput, dict[str, Tensor]]:
     """``memory(x, category)`` (nothing learned) and what shaped each answer."""
     if isinstance(memory, JudgmentMemory):
         output = memory(x, category)

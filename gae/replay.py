@@ -20,10 +20,10 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
 
-from gae._trace_lines import Decisions, decision_fields, encode, learn_and_shape, score_and_shape
+from gae._trace_lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
 from gae.judgment import JudgmentMemory
+from gae.retrieval_memory import RetrievalMemory
 from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
 
@@ -86,7 +86,8 @@ def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
             current[run] = []
             segments.append((run, current[run]))
         current[run].append(record)
-    names, checked, mismatches, removals = [], 0, [], []
+    names: list[str] = []
+    checked, mismatches, removals = 0, list[Mismatch](), list[Removal]()
     chains: dict[str, _Chain] = {}  # the run being replayed: a later writer of it may continue its state
     for run, records in segments:
         header = records[0] if records[0]["kind"] == "header" else None
@@ -128,7 +129,7 @@ def _decision(record: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([record["x"]], dtype=torch.float32), torch.tensor([int(record["category"])])
 
 
-def _fields(memory: nn.Module, x: torch.Tensor, category: torch.Tensor, output: Any,
+def _fields(memory: Memory, x: torch.Tensor, category: torch.Tensor, output: Any,
             shaped: dict[str, torch.Tensor], learned: Any = None) -> list[dict[str, Any]]:
     """The reproducible fields of recomputed decisions, encoded and read back as the trace's were."""
     zeros = np.zeros(x.shape[0], dtype=np.int64)
@@ -137,7 +138,7 @@ def _fields(memory: nn.Module, x: torch.Tensor, category: torch.Tensor, output: 
     return [decision_fields(json.loads(line)) for line in lines.splitlines()]
 
 
-def _score_call(memory: nn.Module, records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _score_call(memory: Memory, records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Score the decisions of one score-only call together, as the writer did (a batch of
     queries is not always rounded like each on its own)."""
     x = torch.tensor([record["x"] for record in records], dtype=torch.float32)
@@ -147,7 +148,7 @@ def _score_call(memory: nn.Module, records: list[dict[str, Any]]) -> dict[int, d
                                                               strict=True)}
 
 
-def _recompute(memory: nn.Module, record: dict[str, Any], confirmed: bool | None = None,
+def _recompute(memory: Memory, record: dict[str, Any], confirmed: bool | None = None,
                learn: bool = True) -> dict[str, Any]:
     """Score the record's decision on ``memory`` (and learn it, when it was learned and ``learn``),
     returning the fields the trace holds."""
@@ -178,7 +179,7 @@ def _same_call(records: list[dict[str, Any]], index: int) -> list[dict[str, Any]
 class _Chain:
     """One run being replayed from the checkpoint: its memory and the records walked so far."""
 
-    def __init__(self, run: str, start: nn.Module) -> None:
+    def __init__(self, run: str, start: Memory) -> None:
         self.run, self.start = run, start
         self.memory = copy.deepcopy(start)
         self.seen: list[dict[str, Any]] = []  # for the removals' counterfactuals
@@ -192,10 +193,8 @@ class _Chain:
             kind, line, version = record["kind"], record["line"], record.get("version") or {}
             if kind == "parameters":
                 _set_parameters(memory, record["values"])
-            elif kind == "forget":
-                memory.forget_(record["source_ids"])
-            elif kind == "delete":
-                memory.delete(record["ids"])
+            elif kind in ("forget", "delete"):
+                _remove(memory, record)
             if kind != "decision" or version.get("since", 0) == 0:  # a call boundary: the state is named
                 hashed, updates = state_hash(memory), memory.version
                 if version and (hashed != version["hash"] or updates != version["updates"]):
@@ -221,14 +220,25 @@ class _Chain:
         return checked, mismatches, removals
 
 
-def _set_parameters(memory: nn.Module, values: dict[str, Any]) -> None:
+def _remove(memory: Memory, record: dict[str, Any]) -> None:
+    """Apply a ``forget`` / ``delete`` line to the memory it names."""
+    if record["kind"] == "forget" and isinstance(memory, JudgmentMemory):
+        memory.forget_(record["source_ids"])
+    elif record["kind"] == "delete" and isinstance(memory, RetrievalMemory):
+        memory.delete(record["ids"])
+    else:
+        raise ValueError(f"trace line {record['line']}: a {record['kind']} line in the run of a "
+                         f"{type(memory).__name__}, which cannot {record['kind']}")
+
+
+def _set_parameters(memory: Memory, values: dict[str, Any]) -> None:
     with torch.no_grad():
         for name, parameter in memory.named_parameters():
             if name in values:
                 parameter.copy_(torch.tensor(values[name], dtype=parameter.dtype))
 
 
-def _removal_effect(run: str, start: nn.Module, seen: list[dict[str, Any]]) -> tuple[Removal, Mismatch | None]:
+def _removal_effect(run: str, start: Memory, seen: list[dict[str, Any]]) -> tuple[Removal, Mismatch | None]:
     """The decisions before the removal ending ``seen`` whose answers the removals so far change."""
     event = seen[-1]
     key = "source_ids" if event["kind"] == "forget" else "ids"
@@ -262,9 +272,10 @@ def _removal_effect(run: str, start: nn.Module, seen: list[dict[str, Any]]) -> t
             if record["kind"] == "parameters":
                 _set_parameters(counterfactual, record["values"])
             elif record["kind"] == "delete":
-                counterfactual.delete(record["ids"])
+                _remove(counterfactual, record)
             elif record["kind"] == "decision":
                 probe = copy.deepcopy(counterfactual)
+                assert isinstance(probe, RetrievalMemory)  # _remove checked the kind at the delete line
                 alive = sorted(removed & set(probe.store._column("ids").tolist()))
                 if alive:
                     probe.delete(alive)

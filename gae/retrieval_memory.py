@@ -84,9 +84,9 @@ class RetrievalMemory(DecisionMemory):
         probs = torch.zeros(n, n_actions, device=device)
         action = torch.full((n,), -1, dtype=torch.int64, device=device)
         confidence = torch.zeros(n, device=device)
-        retrieved = Retrieved(torch.full((n, self.k), -1, dtype=torch.int64, device=device),
-                              *torch.zeros(4, n, self.k, dtype=torch.float64, device=device).unbind(),
-                              torch.full((n,), self.store.version, dtype=torch.int64, device=device))
+        nothing = torch.zeros(n, self.k, dtype=torch.float64, device=device)
+        retrieved = Retrieved(torch.full((n, self.k), -1, dtype=torch.int64, device=device), nothing, nothing,
+                              nothing, nothing, torch.full((n,), self.store.version, dtype=torch.int64, device=device))
         if found is not None:
             retrieved = Retrieved(found.ids, found.scores.double(), found.similarity.double(), found.recency.double(),
                                   found.importance.double(), retrieved.version)

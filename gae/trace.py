@@ -49,7 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from gae import _validation as check
-from gae._trace_lines import Decisions, encode, learn_and_shape, score_and_shape
+from gae._trace_lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
 from gae.judgment import JudgmentMemory
 from gae.knn import KNNMemory
 from gae.retrieval_memory import RetrievalMemory
@@ -57,7 +57,6 @@ from gae.types import MemoryOutput, StreamStep
 
 FORMAT = 1
 FLUSH_DECISIONS = 4096  # decisions a writer keeps before it encodes and writes them
-Memory = JudgmentMemory | KNNMemory | RetrievalMemory
 _KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
 _JUDGMENT_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "push_rate",
                      "min_confidence", "drift_mode", "shadow_eta", "promotion_threshold", "prototypes",
@@ -72,24 +71,24 @@ def memory_kind(memory: nn.Module) -> str:
     raise TypeError(f"memory must be a JudgmentMemory, KNNMemory or RetrievalMemory, got {type(memory).__name__}")
 
 
-def _digest(named: list[tuple[str, Tensor]]) -> bytes:
+def _digest(named: Sequence[tuple[str, Tensor]]) -> bytes:
     if not named:
         return b""
     layout = ";".join(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}" for name, tensor in named)
     content = torch.cat([tensor.detach().reshape(-1).view(torch.uint8) if tensor.dtype != torch.bool
                          else tensor.detach().reshape(-1).to(torch.uint8) for _, tensor in named])
     digest = hashlib.blake2b(layout.encode(), digest_size=8)
-    digest.update(content.to("cpu").numpy())
+    digest.update(content.to("cpu").numpy().tobytes())
     return digest.digest()
 
 
-def _digests(memory: nn.Module, parameters: bool = True, buffers: bool = True) -> tuple[bytes, bytes]:
+def _digests(memory: Memory, parameters: bool = True, buffers: bool = True) -> tuple[bytes, bytes]:
     """Digests of the parameters and of the buffers (empty for the part not asked for)."""
     return (_digest(list(memory.named_parameters())) if parameters else b"",
             _digest(list(memory.named_buffers())) if buffers else b"")
 
 
-def _combine(memory: nn.Module, parameters: bytes, buffers: bytes) -> str:
+def _combine(memory: Memory, parameters: bytes, buffers: bytes) -> str:
     digest = hashlib.blake2b(parameters + buffers, digest_size=8)
     labels = getattr(memory, "labels", None)  # a RetrievalMemory's action of each stored memory
     if isinstance(labels, dict):
@@ -97,14 +96,14 @@ def _combine(memory: nn.Module, parameters: bytes, buffers: bytes) -> str:
     return digest.hexdigest()
 
 
-def state_hash(memory: nn.Module) -> str:
+def state_hash(memory: Memory) -> str:
     """A content hash (16 hex digits) of every parameter and buffer, by name, dtype, shape and
     bytes (and a RetrievalMemory's labels): equal states, equal hashes. Event logs and the
     decision log are history, not content, and are left out."""
     return _combine(memory, *_digests(memory))
 
 
-def memory_config(memory: nn.Module) -> dict[str, Any]:
+def memory_config(memory: Memory) -> dict[str, Any]:
     """The constructor arguments that rebuild ``memory`` (its learned state aside), JSON-able."""
     kind = memory_kind(memory)
     names = {"factors": list(memory.factor_names), "actions": list(memory.action_names),
@@ -146,7 +145,7 @@ def build_memory(config: dict[str, Any]) -> Memory:
     return KNNMemory(factors, actions, categories=categories, **options)
 
 
-def save_checkpoint(memory: nn.Module, path: str | Path) -> str:
+def save_checkpoint(memory: Memory, path: str | Path) -> str:
     """Save ``memory``'s config and state (loadable with ``torch.load(weights_only=True)``);
     returns its :func:`state_hash`."""
     digest = state_hash(memory)
@@ -202,7 +201,7 @@ class TraceWriter:
         [None, 0]
     """
 
-    def __init__(self, file: str | Path | IO[bytes] | IO[str], memory: nn.Module, *, run: str = "",
+    def __init__(self, file: str | Path | IO[bytes] | IO[str], memory: Memory, *, run: str = "",
                  checkpoint: str | Path | None = None) -> None:
         self.kind = memory_kind(memory)
         self.memory = memory
@@ -246,7 +245,7 @@ class TraceWriter:
         ids = since + first if source_ids is None else source_ids.cpu().numpy()
         counters = shaped["store_version"].numpy() if "store_version" in shaped else since + updates
         self._add(Decisions(ids, counters, since, self.calls, digest, self.deleted, x.cpu(), category.cpu(),
-                            step.output.to("cpu") if step.output.action.device.type != "cpu" else step.output,
+                            MemoryOutput(*(t.cpu() for t in step.output)),
                             shaped, (action.cpu(), None if confirmed is None else confirmed.cpu(), skip.cpu())))
         self._buffers = _digest(self._buffers_now())
         return step

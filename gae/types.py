@@ -87,7 +87,11 @@ class Retrieved(NamedTuple):
 
     def to(self, device: torch.device | str) -> Retrieved:
         """The same record with every tensor on ``device``."""
-        return Retrieved(*(None if t is None else t.to(device) for t in self))
+        def move(tensor: Tensor | None) -> Tensor | None:
+            return None if tensor is None else tensor.to(device)
+
+        return Retrieved(self.ids.to(device), self.scores.to(device), move(self.similarity), move(self.recency),
+                         move(self.importance), move(self.version))
 
 
 class StreamStep(NamedTuple):
@@ -119,10 +123,13 @@ class StreamStep(NamedTuple):
 
     def to(self, device: torch.device | str) -> StreamStep:
         """The same step with every tensor on ``device``."""
+        def move(tensor: Tensor | None) -> Tensor | None:
+            return None if tensor is None else tensor.to(device)
+
         return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
-                          LearnEvents(*(t.to(device) for t in self.events)),
-                          *(None if t is None else t.to(device) for t in (self.sq_diff, self.nearest, self.before)),
-                          None if self.retrieved is None else self.retrieved.to(device))
+                          LearnEvents(*(t.to(device) for t in self.events)), move(self.sq_diff),
+                          nearest=move(self.nearest), before=move(self.before),
+                          retrieved=None if self.retrieved is None else self.retrieved.to(device))
 
 
 class GateLog(NamedTuple):
