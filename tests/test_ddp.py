@@ -147,8 +147,9 @@ def served_by_stream_loader() -> dict[str, Any]:
 
 
 def test_gather_batch_keeps_every_memory_identical_to_one_process(tmp_path):
-    # forked, the workers start with this process's imports (spawned, each would import them again: seconds)
-    mp.start_processes(library_worker, args=(str(tmp_path),), nprocs=WORLD, join=True, start_method="fork")
+    # spawned, not forked: a fork of a process whose earlier tests started OpenMP / torch thread pools
+    # deadlocks in the child (the full suite hung here); importing again costs a few seconds
+    mp.start_processes(library_worker, args=(str(tmp_path),), nprocs=WORLD, join=True, start_method="spawn")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     stream = clustered_stream(11, sum(map(sum, SHARES)), drift_at=120)
     memories = {name: factory() for name, factory in MEMORIES.items()}
