@@ -21,7 +21,12 @@ def per_memory(name: str, value: Any, n: int, device: torch.device, *, low: floa
         if math.isnan(number) or (finite and math.isinf(number)) or not low <= number <= high:
             raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], got {number}")
         return torch.full((n,), number, dtype=dtype, device=device)
-    tensor = torch.as_tensor(value, dtype=dtype, device=device)
+    if isinstance(value, Tensor) and value.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (no values); pass it on the memory's device ({device})")
+    try:
+        tensor = torch.as_tensor(value, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        raise TypeError(f"{name} must be one number or one per memory, got {value!r} ({error})") from None
     if tensor.dim() == 0:
         tensor = tensor.expand(n)
     if tensor.shape != (n,):
@@ -40,8 +45,8 @@ def scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
         if scope not in names:
             raise ValueError(f"unknown scope {scope!r} in {argument}; known: {list(names)}")
         return -1 - list(names).index(scope)
-    if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
-        raise ValueError(f"{argument} must be a name or an int >= 0, got {scope!r}")
+    if isinstance(scope, bool) or not isinstance(scope, int) or not 0 <= scope < 2**63:
+        raise ValueError(f"{argument} must be a name or an int in [0, 2**63), got {scope!r}")
     return scope
 
 

@@ -381,11 +381,13 @@ class JudgmentMemory(DecisionMemory):
         if views is None or index is None:
             return super().score_one(factors, category)
         try:
-            row = np.asarray(factors, dtype=np.float32)
-        except (TypeError, ValueError):
+            raw = np.asarray(factors)
+        except (TypeError, ValueError, RuntimeError):
             return super().score_one(factors, category)  # raises the full error message
-        if row.shape != (self.n_factors,):
+        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":  # complex, object, bool: the checks
             return super().score_one(factors, category)
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused by the checked path
+            row = raw.astype(np.float32)
         centroids, initialized, wins, logits = views
         action, confidence = _kernels.judgment_score_one(row, index, centroids, initialized, wins, self.spawn_support,
                                                          logits, self.tau, self.min_confidence)
@@ -430,6 +432,8 @@ class JudgmentMemory(DecisionMemory):
         """
         if step.sq_diff is None:
             raise ValueError("step has no sq_diff: it was not made by a JudgmentMemory")
+        category = check.check_index(category, "category", len(self.category_names), step.sq_diff.shape[0],
+                                     step.sq_diff.device, self.category_names)
         available = torch.isfinite(step.output.logits)
         return F.prototype_logits(step.sq_diff, self.criterion_attention()[category], available, self.tau)
 
@@ -442,6 +446,9 @@ class JudgmentMemory(DecisionMemory):
         The gradient reaches ``criterion_logits`` only: prototypes are buffers.
         """
         logits = self.attention_logits(step, category)  # (B, A)
+        action = check.check_index(action, "action", len(self.action_names), logits.shape[0], logits.device,
+                                   self.action_names)
+        skip = check.check_flags(skip, "skip", logits.shape[0], logits.device)
         usable = torch.isfinite(logits.gather(1, action.unsqueeze(1))).squeeze(1)
         if skip is not None:
             usable &= ~skip

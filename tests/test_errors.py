@@ -148,3 +148,45 @@ def test_knn_hyperparameters(kwargs, error, words):
     with pytest.raises(error) as info:
         KNNMemory(**{**base, **kwargs})
     assert all(word in str(info.value) for word in words), str(info.value)
+
+
+@pytest.mark.parametrize("factors, error, words", [
+    ([1 + 2j] + [0.0] * 7, TypeError, ["factors", "(1+2j)"]),  # never scored on its real part
+    ([10**40] + [0.0] * 7, ValueError, ["factors", "float32"]),  # no OverflowError from the compiled path
+    ([1e39] + [0.0] * 7, ValueError, ["factors", "float32"]),
+])
+def test_score_one_compiled_path_refuses_what_the_checked_path_refuses(factors, error, words, recwarn):
+    memory = JudgmentMemory(4, 4, 8)
+    memory.learn_(X, C, A)
+    before = copy.deepcopy(memory.state_dict())
+    with pytest.raises(error) as caught:
+        memory.score_one(factors, 0)
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # no overflow warning first
+    for key, value in memory.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, before[key])
+
+
+def test_attention_loss_checks_its_category_and_action_against_the_step():
+    memory = JudgmentMemory(4, 4, 8)
+    step = memory.prequential_(X, C, A)
+    with pytest.raises(ValueError, match=r"category must have shape \(6,\)"):
+        memory.attention_loss(step, C[:2], A)
+    with pytest.raises(ValueError, match="action must be in"):
+        memory.attention_loss(step, C, torch.full_like(A, 9))
+    with pytest.raises(ValueError, match="skip"):
+        memory.attention_loss(step, C, A, torch.zeros(2, dtype=torch.bool))
+
+
+def test_episodic_columns_name_the_argument():
+    from gae import EpisodicMemory
+
+    memory = EpisodicMemory(8, 10)
+    with pytest.raises(ValueError, match="importance is a meta tensor"):
+        memory.add(X[:1], torch.ones(1, device="meta"))
+    with pytest.raises(TypeError, match="importance must be one number or one per memory, got 'high'"):
+        memory.add(X[:1], "high")
+    with pytest.raises(ValueError, match=r"scope must be a name or an int in \[0, 2\*\*63\)"):
+        memory.add(X[:1], 1.0, scope=2**70)
+    assert len(memory) == 0 and memory.version == 0
