@@ -486,13 +486,18 @@ def episodic_state(memory: EpisodicMemory) -> dict:
 @pytest.mark.parametrize("case,call,error,words", EPISODIC_REFUSED, ids=[c[0] for c in EPISODIC_REFUSED])
 def test_bad_episodic_call_is_refused_and_changes_nothing(tmp_path, backing, case, call, error, words):
     path = tmp_path / "memory.db"
-    memory = filled(SQLiteStore(path) if backing == "sqlite" else None)
-    before = episodic_state(memory)
-    stored = dump(path) if backing == "sqlite" else None
-    assert_refused(lambda: call(memory), error, words)
-    assert episodic_state(memory) == before
-    if stored is not None:
-        assert dump(path) == stored  # not a row, not an audit line
+    store = SQLiteStore(path) if backing == "sqlite" else None
+    try:
+        memory = filled(store)
+        before = episodic_state(memory)
+        stored = dump(path) if store is not None else None
+        assert_refused(lambda: call(memory), error, words)
+        assert episodic_state(memory) == before
+        if stored is not None:
+            assert dump(path) == stored  # not a row, not an audit line
+    finally:
+        if store is not None:
+            store.close()
 
 
 EPISODIC_ACCEPTED = [  # id, call as given, the call with plain inputs
