@@ -2,6 +2,8 @@
 
 Real process groups throughout (Gloo on the CPU): the library helper with 3 spawned processes
 for every memory, the Lightning loop with 2 DDP processes launched by ``scripts/train.py``.
+The spawned workers import this module, so it imports Lightning only inside the tests that use
+it (several seconds per worker otherwise).
 """
 
 from __future__ import annotations
@@ -17,18 +19,13 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from lightning.pytorch import Callback
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torchmetrics import Metric
 
 from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory
 from gae.distributed import broadcast_gradients_hook, gather_batch, rank_and_world
-from scripts.train import main
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream
 from training.batch import DecisionBatch, gather_decisions
-from training.data import DecisionStream, DecisionStreamDataModule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -131,24 +128,15 @@ def library_worker(rank: int, directory: str) -> None:
         short = stream.category[:1] if rank == 2 else stream.category[:2]
         with pytest.raises(ValueError, match="same number of rows" if rank == 2 else r"rank\(s\) \[2\]"):
             gather_batch(stream.x[:2], short)
-        states["loader"] = served_by_stream_loader()
         torch.save(states, f"{directory}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def served_by_stream_loader() -> dict[str, Any]:
-    """What this rank's StreamLoader serves, and what its steps gather to."""
-    data = DecisionStreamDataModule(DecisionStream(1050, seed=5), batch_size=100)  # 11 batches, 4 steps of 3 ranks
-    loader = data.train_dataloader()
-    served = [batch.position.clone() for batch in loader]
-    gathered = [gather_decisions(batch).position for batch in data.train_dataloader()]
-    return {"steps": len(loader), "served": served, "gathered": gathered, "state": loader.state_dict()}
-
-
 def test_gather_batch_keeps_every_memory_identical_to_one_process(tmp_path):
     # spawned, not forked: a fork of a process whose earlier tests started OpenMP / torch thread pools
-    # deadlocks in the child (the full suite hung here); importing again costs a few seconds
+    # deadlocks in the child (the full suite hung here), and a forked worker that finalises an inherited
+    # DataLoader iterator sends SIGTERM to worker pids the system may have given to another process
     mp.start_processes(library_worker, args=(str(tmp_path),), nprocs=WORLD, join=True, start_method="spawn")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     stream = clustered_stream(11, sum(map(sum, SHARES)), drift_at=120)
@@ -167,13 +155,7 @@ def test_gather_batch_keeps_every_memory_identical_to_one_process(tmp_path):
     assert int(memories["judgment_prototypes"].initialized[..., 1:].sum()) > 0
     assert not torch.equal(attention.memory.criterion_logits, torch.zeros(CATEGORIES, FACTORS))
     for rank, state in enumerate(ranks):
-        loader = state.pop("loader")
         assert_identical(state, expected, f"rank {rank}")
-        # rank r serves the stream's batches r, r + 3, ...; an empty batch where they run out
-        assert loader["steps"] == 4 and [len(p) for p in loader["served"]] == [100, 100, 100, (100, 50, 0)[rank]]
-        assert [int(p[0]) // 100 for p in loader["served"][:3]] == [rank, rank + 3, rank + 6]
-        assert torch.equal(torch.cat(loader["gathered"]), torch.arange(1050))  # the stream order
-        assert loader["state"] == {"next_batch": 12, "batch_size": 100}
 
 
 def test_gather_batch_without_a_process_group_is_the_identity_and_checks_its_input():
@@ -188,8 +170,9 @@ def test_gather_batch_without_a_process_group_is_the_identity_and_checks_its_inp
 
 
 def test_a_batch_out_of_stream_order_is_refused():
-    data = DecisionStreamDataModule(DecisionStream(200, seed=1), batch_size=100)
-    batch = next(iter(data.train_dataloader()))
+    from training.data import DecisionStream
+
+    batch = DecisionStream(200, seed=1).batch(0, 100)
     assert gather_decisions(batch) is not batch and torch.equal(gather_decisions(batch).position, batch.position)
     twice = DecisionBatch(*(torch.cat([column, column]) for column in batch))
     with pytest.raises(ValueError, match=r"stream order \(increasing positions\), got positions \[0, 1, 2"):
@@ -198,34 +181,14 @@ def test_a_batch_out_of_stream_order_is_refused():
 
 # -- the Lightning loop: 2 DDP processes -----------------------------------------------------------
 
-class SaveRankState(Callback):
-    """Each rank saves its module's state and metrics at the end of the fit (``rank{r}.pt``).
-
-    The metrics are also synchronised across ranks, as torchmetrics does under DDP, which checks
-    that every rank holds the same states (``training.metrics.same_on_every_rank``).
-    """
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        synced = {}
-        for name, metric in pl_module.named_modules():
-            if isinstance(metric, Metric):
-                metric.sync(should_sync=True)  # raises unless every rank holds the same states
-                synced[name] = {state: getattr(metric, state).clone() for state in metric._defaults}
-                metric.unsync()
-        torch.save({"state": pl_module.state_dict(), "metrics": pl_module.metric_values(), "synced": synced,
-                    "world": trainer.world_size, "grad_hooks": len(trainer.strategy.model._comm_hooks)},
-                   f"{self.directory}/rank{trainer.global_rank}.pt")
-
-
 DDP_RUN = ["--data.stream.init_args.n_decisions=3030", "--data.stream.init_args.drift_at=1500",
            "--model.drift_mode=adaptive", "--model.prototypes=2", "--model.figure_every_n_steps=1000",
            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
     events.Reload()
     return {tag: [(event.step, event.value) for event in events.Scalars(tag)]
@@ -233,16 +196,24 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_lightning_ddp_ranks_end_identical_and_equal_to_one_process(tmp_path):
+    from scripts.train import main
+
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), "fit", f"--config={CONFIGS / 'default.yaml'}",
                f"--config={CONFIGS / 'ddp.yaml'}", *DDP_RUN, "--data.batch_size=50",
                f"--trainer.logger.init_args.save_dir={ddp}", f"--trainer.default_root_dir={ddp}",
-               "--trainer.callbacks+=tests.test_ddp.SaveRankState", f"--trainer.callbacks.directory={tmp_path}"]
+               "--trainer.callbacks+=tests.test_resume.SaveRankState", f"--trainer.callbacks.directory={tmp_path}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["grad_hooks"] for r in ranks] == [1, 1]
+    # rank r served the stream's batches r, r + 2, ... of 50 (61 of them: rank 1's last batch is empty)
+    for rank, saved in enumerate(ranks):
+        served = saved["served"]
+        assert len(served) == 31 and served[-1] == ((3000, 30) if rank == 0 else (-1, 0))
+        assert served[:-1] == [((2 * step + rank) * 50, 50) for step in range(30)]
+        assert saved["loader"] == {"next_batch": 62, "batch_size": 50}
     # one process over the same global order: every step gathered 2 x 50 consecutive decisions
     cli = main(["fit", f"--config={CONFIGS / 'default.yaml'}", *DDP_RUN, "--data.batch_size=100",
                 f"--trainer.logger.init_args.save_dir={single}", f"--trainer.default_root_dir={single}"])

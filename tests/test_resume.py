@@ -15,9 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from lightning.pytorch import Callback
+from torchmetrics import Metric
 
 from scripts.train import main
 from tests.test_ddp import assert_identical
@@ -31,6 +34,35 @@ RUN = [f"--config={CONFIGS / 'default.yaml'}", f"--data.stream.init_args.n_decis
        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
        f"--trainer.callbacks.every_n_train_steps={EVERY}", "--trainer.callbacks.save_last=true",
        "--trainer.callbacks.save_top_k=-1"]
+
+
+class SaveRankState(Callback):
+    """Each rank of a run in other processes saves what it served and how it ended (``rank{r}.pt``).
+
+    Used by tests/test_ddp.py through ``--trainer.callbacks+=tests.test_resume.SaveRankState``; it
+    lives here because test_ddp's spawned workers must not import Lightning. The metrics are also
+    synchronised across ranks, as torchmetrics does under DDP, which checks that every rank holds
+    the same states (``training.metrics.same_on_every_rank``).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.served: list[tuple[int, int]] = []  # (first position, decisions) of each batch this rank served
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.served.append((int(batch.position[0]) if len(batch.position) else -1, len(batch.position)))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        synced: dict[str, Any] = {}
+        for name, metric in pl_module.named_modules():
+            if isinstance(metric, Metric):
+                metric.sync(should_sync=True)  # raises unless every rank holds the same states
+                synced[name] = {state: getattr(metric, state).clone() for state in metric._defaults}
+                metric.unsync()
+        hooks = getattr(trainer.strategy.model, "_comm_hooks", [])
+        torch.save({"state": pl_module.state_dict(), "metrics": pl_module.metric_values(), "synced": synced,
+                    "world": trainer.world_size, "grad_hooks": len(hooks), "served": self.served,
+                    "loader": trainer.train_dataloader.state_dict()}, f"{self.directory}/rank{trainer.global_rank}.pt")
 
 
 def fit(root: Path, *extra: str):
