@@ -136,9 +136,10 @@ class DecisionMemory(nn.Module):
     def _n_categories(self) -> int | None:
         return None if self.category_names is None else len(self.category_names)
 
-    def _check_query(self, x: Tensor, category: Tensor, limit: float | None = None) -> tuple[Tensor, Tensor]:
+    def _check_query(self, x: Tensor, category: Tensor, limit: float | None = None,
+                     name: str = "x") -> tuple[Tensor, Tensor]:
         device = self._device
-        x = check.check_factors(x, self.n_factors, device, dtype=self._float_dtype, limit=limit)
+        x = check.check_factors(x, self.n_factors, device, name, dtype=self._float_dtype, limit=limit)
         category = check.check_index(category, "category", self._n_categories, x.shape[0], device,
                                      self.category_names)
         return x, category

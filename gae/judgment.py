@@ -316,7 +316,7 @@ class JudgmentMemory(DecisionMemory):
         if isinstance(factors, Tensor) and factors.dim() == 2:
             if not isinstance(category, Tensor):
                 raise TypeError(f"category must be a (B,) tensor of indices with (B, K) factors, got {category!r}")
-            x, category_t = self._check_query(factors, category)
+            x, category_t = self._check_query(factors, category, name="factors")
         else:
             x = self._one_factor_row(factors)
             if isinstance(category, Tensor):

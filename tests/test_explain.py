@@ -74,3 +74,9 @@ def test_bad_input_is_refused_and_changes_nothing():
     for key, value in memory.state_dict().items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, before[key]), key
+
+
+def test_explain_names_its_factors_argument():
+    memory = make_judgment()
+    with pytest.raises(ValueError, match="factors"):
+        memory.explain(torch.full((2, 8), float("nan")), torch.zeros(2, dtype=torch.long))

@@ -28,6 +28,7 @@ checkpoint to the same end state as an uninterrupted run.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -37,6 +38,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from gae import JudgmentMemory, KNNMemory
+from gae._base import load_all_or_nothing
 from gae._validation import Names
 from gae.distributed import broadcast_gradients_hook
 from gae.judgment import DriftMode
@@ -109,6 +111,12 @@ class DecisionMemoryModule(L.LightningModule):
         self._tracers: dict[str, TraceWriter] | None = None  # opened at the first step (on a resume too)
 
     stream_position: Tensor
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``, all or nothing across both memories and the metrics:
+        sizes and names are checked before any tensor is copied, and a failure half-way loads
+        the previous state back before the error is raised."""
+        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
 
     def configure_optimizers(self) -> Any:
         if not self.hparams["learn_attention"]:
