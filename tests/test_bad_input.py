@@ -339,7 +339,7 @@ JUDGMENT_REFUSED = [
     ("explain a batch, int category", lambda m: m.explain(X, 0), TypeError, ["category", "(B,)", "0"]),
     ("explain one decision on meta", lambda m: m.explain(torch.ones(8, device=META), 0), ValueError,
      ["factors", "meta"]),
-    ("explain an empty batch", lambda m: m.explain(X[:0], CAT[:0]), ValueError, ["x", "empty"]),
+    ("explain an empty batch", lambda m: m.explain(X[:0], CAT[:0]), ValueError, ["factors", "empty"]),
     ("undo_ 0", lambda m: m.undo_(0), ValueError, ["n", "0"]),
     ("undo_ bool", lambda m: m.undo_(True), TypeError, ["n", "True"]),
     ("undo_ float", lambda m: m.undo_(1.0), TypeError, ["n", "1.0"]),

@@ -170,15 +170,16 @@ def test_frozen_attention_is_the_seed_rule():
     assert torch.equal(model.memory.criterion_logits, torch.zeros(4, 8))
 
 
+
 def test_a_module_load_is_all_or_nothing_across_its_memories():
     data = DecisionStreamDataModule(DecisionStream(200, seed=3), batch_size=100)
     model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names)
     for batch in data.train_dataloader():
         model.training_step(batch, 0)
     before = {key: value.clone() for key, value in model.state_dict().items() if isinstance(value, torch.Tensor)}
-    other = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, knn_capacity=100)
+    fresh = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, knn_capacity=100)
     with pytest.raises((RuntimeError, ValueError), match="400"):  # the k-NN store's size, saved vs this module's
-        model.load_state_dict(other.state_dict())
+        model.load_state_dict(fresh.state_dict())
     for key, value in model.state_dict().items():
         if isinstance(value, torch.Tensor):
-            assert torch.equal(value, before[key]), key  # the memory loaded before the k-NN was put back
+            assert torch.equal(value, before[key]), key  # the memory loaded before the k-NN failed is put back

@@ -27,6 +27,7 @@ checkpoint to the same end state as an uninterrupted run.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -38,7 +39,6 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from gae import JudgmentMemory, KNNMemory
-from gae._base import load_all_or_nothing
 from gae._validation import Names
 from gae.distributed import broadcast_gradients_hook
 from gae.judgment import DriftMode
@@ -113,10 +113,16 @@ class DecisionMemoryModule(L.LightningModule):
     stream_position: Tensor
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
-        """``nn.Module.load_state_dict``, all or nothing across both memories and the metrics:
-        sizes and names are checked before any tensor is copied, and a failure half-way loads
-        the previous state back before the error is raised."""
-        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+        """``nn.Module.load_state_dict``, all or nothing across the two memories: each checks
+        its sizes and names before it copies a tensor, and if one fails after the other has
+        loaded, the previous state is loaded back before the error is raised."""
+        before = {key: value.clone() if isinstance(value, Tensor) else copy.deepcopy(value)
+                  for key, value in self.state_dict().items()}
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except BaseException:
+            super().load_state_dict(before, strict=False)
+            raise
 
     def configure_optimizers(self) -> Any:
         if not self.hparams["learn_attention"]:
