@@ -76,6 +76,10 @@ class EpisodicMemory(nn.Module):
     ``version`` increases by one on every mutation (add, eviction, delete, expiry) and the
     audit log holds one record per mutation and per refused admission. Deletes are physical
     in this index; the audit keeps their record. Time is explicit: ``now`` is an argument.
+    The audit log is the one part that grows without bound: Python records, about 70 bytes
+    per memory added in batches of 1,000 and about 230 bytes per record when memories are
+    added (and evicted) one at a time (docs/soak.md measures it); :meth:`state_dict` carries
+    it, and a ``store`` also writes it to its audit table.
 
     With a ``store`` (:class:`~gae.store.SQLiteStore`, :class:`~gae.store.PostgresStore`) the
     store is the source of truth: each call that mutates the memory (``add``, ``delete``,
