@@ -22,10 +22,8 @@ RetrievalMemory costs about 1 ms a decision to learn, so it learns at most ``--r
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -44,7 +42,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from training.readme import publish  # noqa: E402
 from training.stats import bootstrap_ci  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
 
@@ -168,16 +166,7 @@ def scaling(grid: list[int] | None = None, seeds: int = 10, memories: list[str] 
     record = {"grid": grid, "memories": {name: MEMORIES[name]["label"] for name in names}, "settings": {
         s: {**STREAM, "drift_at": None, **SETTINGS[s], "held_out": HELD_OUT} for s in chosen}, "results": results,
         "seeds": seeds, "seconds": time.perf_counter() - began, "retrieval_max": retrieval_max}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scaling.json").write_text(json.dumps(record, indent=2))
-    figure(record).savefig(out / "scaling.png", dpi=100)
-    text = summary(record)
-    print(text)
-    print(f"\nwrote {out / 'scaling.json'} and {out / 'scaling.png'} in {record['seconds']:.0f} s")
-    if readme is not None and replace_section(readme, START, END, text + "\n\n![scaling](docs/figures/scaling.png)"):
-        target = readme.parent / "docs" / "figures"
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "scaling.png", target / "scaling.png")
+    publish(record, figure(record), summary(record), out, "scaling", readme, (START, END))
     return record
 
 

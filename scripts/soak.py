@@ -23,11 +23,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import json
 import multiprocessing
 import re
 import resource
-import shutil
 import sys
 import threading
 import time
@@ -48,7 +46,7 @@ from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory  # no
 from gae.audit import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
 from training.batch import DecisionBatch  # noqa: E402
 from training.evaluation import STREAM, learn_batch  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from training.readme import publish  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
 
 START, END = "<!-- soak:start -->", "<!-- soak:end -->"
@@ -346,16 +344,7 @@ def soak(n_decisions: int = 1_000_000, memories: list[str] | None = None, batch:
                           "bytes_per_call": 4 * C * K},
               "memories": {r["name"]: {**r, "summary": summarise(r, tolerance_mb)} for r in results}}
     record["seconds"] = time.perf_counter() - began
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(record, indent=1))
-    figure(record).savefig(out / "soak.png", dpi=100)
-    text = table(record)
-    print(text)
-    print(f"\nwrote {out / 'soak.json'} and {out / 'soak.png'} in {record['seconds']:.0f} s")
-    if doc is not None and replace_section(doc, START, END, text + "\n\n![soak](figures/soak.png)"):
-        target = doc.parent / "figures"
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "soak.png", target / "soak.png")
+    publish(record, figure(record), table(record), out, "soak", doc, (START, END), figures="figures")
     return record
 
 
