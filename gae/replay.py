@@ -220,6 +220,34 @@ class _Chain:
         return checked, mismatches, removals
 
 
+def _forgotten_on_copies(start: Memory, seen: list[dict[str, Any]], forgotten_at: dict[int, int]) -> list[Change]:
+    """The earlier decisions a forget_ changes, each scored on a copy of the state it saw with the
+    memory's own forget_ applied there (for decisions learned before the checkpoint, which a
+    retraining from it cannot leave out); a copy whose log no longer reaches them is skipped."""
+    replica, changed = copy.deepcopy(start), []
+    for index, record in enumerate(seen[:-1]):
+        if record["kind"] == "parameters":
+            _set_parameters(replica, record["values"])
+        elif record["kind"] == "forget":
+            _remove(replica, record)
+        elif record["kind"] == "decision":
+            assert isinstance(replica, JudgmentMemory)  # _remove checked the kind at the forget line
+            logged = set(replica.decision_log.events()["source_id"].tolist())
+            probe, wanted = copy.deepcopy(replica), sorted(i for i, at in forgotten_at.items() if at > index)
+            present = [i for i in wanted if i in logged]
+            try:
+                if present:
+                    probe.forget_(present)
+            except ValueError:  # folded by max_log_events: the memory could not forget them either
+                continue
+            now = _recompute(probe, record, learn=False)["answer"]
+            if now != record["answer"]:
+                changed.append(Change(record["line"], record["id"], record["answer"], now))
+            if record["learned"] is not None:
+                _recompute(replica, record)
+    return changed
+
+
 def _remove(memory: Memory, record: dict[str, Any]) -> None:
     """Apply a ``forget`` / ``delete`` line to the memory it names."""
     if record["kind"] == "forget" and isinstance(memory, JudgmentMemory):
@@ -246,6 +274,14 @@ def _removal_effect(run: str, start: Memory, seen: list[dict[str, Any]]) -> tupl
     counterfactual = copy.deepcopy(start)
     changed, mismatch = [], None
     scored: dict[int, dict[str, Any]] = {}
+    # a decision is forgotten by a forget_ that names its id after it (an id may come back later)
+    forgotten_at = {i: position for position, record in enumerate(seen) if record["kind"] == "forget"
+                    for i in record["source_ids"]}
+    learned_here = {record["id"] for record in seen if record["kind"] == "decision" and record["learned"] is not None}
+    if event["kind"] == "forget" and not set(forgotten_at) <= learned_here:
+        # some were learned before the checkpoint: forget_ them on a copy of the state at every decision
+        return Removal(run, event["line"], "forget", list(event[key]), _forgotten_on_copies(start, seen,
+                                                                                             forgotten_at)), None
     if event["kind"] == "forget":  # forget_ equals retraining without: one pass of the counterfactual memory
         for index, record in enumerate(seen[:-1]):
             if record["kind"] == "parameters":
@@ -261,7 +297,8 @@ def _removal_effect(run: str, start: Memory, seen: list[dict[str, Any]]) -> tupl
                     flag = learned["confirmed"]
                     if flag is None:
                         flag = record["answer"] == learned["action"]
-                    now = _recompute(counterfactual, record, flag, learn=record["id"] not in removed)["answer"]
+                    kept = forgotten_at.get(record["id"], -1) < index
+                    now = _recompute(counterfactual, record, flag, learn=kept)["answer"]
                 if now != record["answer"]:
                     changed.append(Change(record["line"], record["id"], record["answer"], now))
         retrained = state_hash(counterfactual)

@@ -211,6 +211,7 @@ class TraceWriter:
         self._owns = isinstance(file, (str, Path))
         self._file: IO[Any] = open(file, "ab") if isinstance(file, (str, Path)) else file
         self._text = isinstance(self._file, io.TextIOBase)
+        self._closed = False
         self._pending: list[Decisions] = []
         self._pending_rows = 0
         self._parameter_list = list(memory.named_parameters())
@@ -299,9 +300,12 @@ class TraceWriter:
     def close(self) -> None:
         """Record the parameters if an optimizer step changed them after the last call (a writer
         resumed later then continues from the state this one ends on), flush, and close the
-        file if the writer opened it."""
+        file if the writer opened it. Closing again does nothing."""
+        if self._closed:
+            return
         self._sync()
         self.flush()
+        self._closed = True
         if self._owns:
             self._file.close()
 

@@ -37,6 +37,8 @@ def replay_trace(trace: Path, checkpoint: Path, json_out: Path | None = None) ->
     """
     actions = load_checkpoint(checkpoint)[0].action_names
     result = replay(trace, checkpoint)
+    if result.checked == 0:
+        print("the runs that pass through this checkpoint have no decision lines after it: nothing to check")
     print(f"replayed {len(result.runs)} run(s) ({', '.join(result.runs) or '-'}): {result.checked} decisions "
           f"recomputed, {len(result.mismatches)} mismatches")
     for mismatch in result.mismatches[:SHOWN]:

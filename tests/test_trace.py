@@ -151,6 +151,8 @@ def brute_force_changes(path: Path, checkpoint: Path) -> list[int]:
     for record in records[1:]:
         if record is event:
             return changed
+        if record["kind"] == "header":
+            continue
         if record["kind"] == "parameters":
             with torch.no_grad():
                 memory.criterion_logits.copy_(torch.tensor(record["values"]["criterion_logits"]))
@@ -158,7 +160,8 @@ def brute_force_changes(path: Path, checkpoint: Path) -> list[int]:
         x, category = torch.tensor([record["x"]]), torch.tensor([record["category"]])
         probe = copy.deepcopy(memory)
         if event["kind"] == "forget":
-            present = sorted(set(event["source_ids"]) & set(learned_ids))
+            logged = set(probe.decision_log.events()["source_id"].tolist())
+            present = sorted(set(event["source_ids"]) & logged)
             if present:
                 probe.forget_(present)
         else:
@@ -327,3 +330,28 @@ def test_runs_written_to_one_file_at_once_are_told_apart(tmp_path):
     for run in ("jm", "knn"):
         result = replay(path, tmp_path / f"{run}.pt")
         assert result.ok and result.runs == [run] and result.checked == 200
+
+
+def test_forgetting_decisions_learned_before_the_checkpoint_and_reused_ids(tmp_path):
+    """forget_ of decisions the memory learned before the writer opened (the checkpoint holds them),
+    and of an id that comes back later: the replay reproduces every line and lists the changes a
+    brute force finds."""
+    s = stream()
+    memory = FACTORIES["judgment"](s)
+    early = s.batch(0, 200)
+    memory.learn_(early.x, early.category, early.action, skip=early.skip)
+    path, checkpoint = tmp_path / "late.jsonl", tmp_path / "late.pt"
+    with TraceWriter(path, memory, run="late", checkpoint=checkpoint) as writer:
+        batch = s.batch(200, 400)
+        ids = torch.arange(200, 400)
+        ids[150] = 210  # one id on two decisions: forget_ removes both
+        writer.prequential_(batch.x, batch.category, batch.action, skip=batch.skip, source_ids=ids)
+        writer.forget_(list(range(0, 120, 3)) + [210])
+        again = s.batch(0, 20)  # id 210 comes back after its forget_: a later forget_ keeps it
+        writer.prequential_(again.x, again.category, again.action, source_ids=torch.arange(200, 220))
+        writer.forget_([205])
+    result = replay(path, checkpoint)
+    assert result.ok and result.checked == 220
+    removal = result.removals[0]
+    assert [change.line for change in removal.changed] == brute_force_changes(path, checkpoint)
+    assert removal.changed

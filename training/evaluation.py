@@ -191,16 +191,18 @@ def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05,
     writer = None if trace is None else TraceWriter(trace.file, memory, run=trace.run, checkpoint=trace.checkpoint)
     actions, confidences, latencies = [], [], []
     started = time.perf_counter()
-    for start in range(0, len(stream), BATCH):
-        batch = stream.batch(start, start + BATCH)
-        skip = batch.skip if contestant.skip_uncertain else None
-        began = time.perf_counter()
-        step = learn_batch(memory, batch.x, batch.category, batch.action, skip, optimizer, writer)
-        latencies.append((time.perf_counter() - began) * 1e6 / len(batch.x))
-        actions.append(step.output.action)
-        confidences.append(step.output.confidence)
-    if writer is not None:
-        writer.close()
+    try:
+        for start in range(0, len(stream), BATCH):
+            batch = stream.batch(start, start + BATCH)
+            skip = batch.skip if contestant.skip_uncertain else None
+            began = time.perf_counter()
+            step = learn_batch(memory, batch.x, batch.category, batch.action, skip, optimizer, writer)
+            latencies.append((time.perf_counter() - began) * 1e6 / len(batch.x))
+            actions.append(step.output.action)
+            confidences.append(step.output.confidence)
+    finally:  # the lines of a run that failed are written too, up to the failure
+        if writer is not None:
+            writer.close()
     seconds = time.perf_counter() - started
     action, confidence = torch.cat(actions), torch.cat(confidences)
     truth = stream.tensors().truth

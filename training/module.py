@@ -156,6 +156,8 @@ class DecisionMemoryModule(L.LightningModule):
         if self.knn is not None:
             knn_step = tracers.get("knn", self.knn).prequential_(batch.x, batch.category, batch.action,
                                                                  skip=batch.skip)
+        for tracer in tracers.values():  # each step's lines reach the file: an exception loses none
+            tracer.flush()
         # only once both memories have learned the batch: the position never counts a batch a memory lacks
         self.stream_position.fill_(int(batch.position[-1]) + 1)
         self._update_metrics(self.jm_metrics, step, batch)
