@@ -118,7 +118,7 @@ EVENT_FIELDS = {  # name: dtype of the per-decision columns (x and before are (N
 }
 EVENT_BYTES_PER_FACTOR = 8  # x and before: two float32 per criterion
 EVENT_BYTES_FIXED = 5 * 8 + 4 * 1 + 2 * 4  # five int64, four bools, eta and displacement
-_JOIN_CALLS = 64  # learning calls logged apart before runs of them with the same attention are joined
+JOIN_CALLS = 64  # learning calls whose logs are kept apart before they are joined (here and in the event logs)
 _JOIN_ROWS = 4096  # decisions a joined chunk holds at most (max_log_events folds whole chunks)
 
 
@@ -155,7 +155,7 @@ class DecisionLog:
 
     def append(self, chunk: dict[str, Tensor]) -> None:
         self.chunks.append(chunk)
-        if len(self.chunks) - self._joined_upto >= _JOIN_CALLS:
+        if len(self.chunks) - self._joined_upto >= JOIN_CALLS:
             self._join_recent()
 
     def _join_recent(self) -> None:

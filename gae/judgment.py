@@ -21,9 +21,6 @@ from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, RecycleL
 DriftMode = Literal["seed", "adaptive"]
 
 
-_JOIN_EVENT_CHUNKS = 64  # event-log chunks (one per learning call with events) kept apart before joining
-
-
 class JudgmentMemory(DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
@@ -722,7 +719,7 @@ class JudgmentMemory(DecisionMemory):
                                                    events.prototype[where], events.displacement[where]))
         for name, log_type in self._EVENT_LOGS.items():  # a few small tensors a call add up: join them
             chunks = getattr(self, f"_{name}_chunks")
-            if len(chunks) >= _JOIN_EVENT_CHUNKS:
+            if len(chunks) >= audit.JOIN_CALLS:
                 self._joined(chunks, log_type, ())
 
     @staticmethod

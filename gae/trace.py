@@ -82,12 +82,6 @@ def _digest(named: Sequence[tuple[str, Tensor]]) -> bytes:
     return digest.digest()
 
 
-def _digests(memory: Memory, parameters: bool = True, buffers: bool = True) -> tuple[bytes, bytes]:
-    """Digests of the parameters and of the buffers (empty for the part not asked for)."""
-    return (_digest(list(memory.named_parameters())) if parameters else b"",
-            _digest(list(memory.named_buffers())) if buffers else b"")
-
-
 def _combine(memory: Memory, parameters: bytes, buffers: bytes) -> str:
     digest = hashlib.blake2b(parameters + buffers, digest_size=8)
     labels = getattr(memory, "labels", None)  # a RetrievalMemory's action of each stored memory
@@ -100,7 +94,7 @@ def state_hash(memory: Memory) -> str:
     """A content hash (16 hex digits) of every parameter and buffer, by name, dtype, shape and
     bytes (and a RetrievalMemory's labels): equal states, equal hashes. Event logs and the
     decision log are history, not content, and are left out."""
-    return _combine(memory, *_digests(memory))
+    return _combine(memory, _digest(list(memory.named_parameters())), _digest(list(memory.named_buffers())))
 
 
 def memory_config(memory: Memory) -> dict[str, Any]:
@@ -292,9 +286,7 @@ class TraceWriter:
 
     def flush(self) -> None:
         """Encode and write the decisions kept so far."""
-        if self._pending:
-            self._write(encode(self.run, self.kind, self._pending))
-            self._pending, self._pending_rows = [], 0
+        self._write_pending()
         self._file.flush()
 
     def close(self) -> None:
@@ -329,10 +321,13 @@ class TraceWriter:
     def _write(self, data: bytes) -> None:
         self._file.write(data.decode() if self._text else data)
 
-    def _record(self, record: dict[str, Any]) -> None:
-        if self._pending:  # the decisions before it come first
+    def _write_pending(self) -> None:
+        if self._pending:
             self._write(encode(self.run, self.kind, self._pending))
             self._pending, self._pending_rows = [], 0
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self._write_pending()  # the decisions before it come first
         self._write(orjson.dumps({"kind": record.pop("kind"), "run": self.run, **record}) + b"\n")
 
     def _parameter_versions(self) -> tuple[int, ...]:
