@@ -173,8 +173,8 @@ def judgment_score_one(x, c, centroids, initialized, wins, support, criterion_lo
 def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, action, confirmed, has_confirmed, skip,
                   tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
                   push_rate, min_confidence, spawn_threshold, spawn_support, win_decay,
-                  adaptive, shadow, statistic, evidence, following, accuracy, shadow_eta, promotion_threshold,
-                  evidence_clip, evidence_allowance, accuracy_rate_slow, accuracy_rate_fast, recovery_margin,
+                  adaptive, shadow, statistic, evidence, following, follow_weight, run_mean, run_count, shadow_eta,
+                  promotion_threshold, evidence_clip, evidence_allowance,
                   logits, probs, out_action, confidence, sq_diff, nearest,
                   applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned,
                   recycled, before, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
@@ -198,13 +198,16 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
     prototype logit, +-evidence_clip) - evidence_allowance`` (the taught prototype and its
     shadow) feeds the category's CUSUM ``statistic`` (floored at 0), and ``evidence[c] =
     [closer to the shadow, not closer]`` counts the decisions of the current run (since the
-    statistic last stood at 0). ``accuracy[c] = [slow, fast]`` are moving averages of the
-    prototypes' correctness; a category that is ``following`` a change learns at ``shadow_eta``
-    without the gate until the fast average is back within ``recovery_margin`` of the slow one
-    (frozen meanwhile). After learning (the shadow at ``shadow_eta``, ungated; set to ``x``
-    with a new prototype), a statistic above ``promotion_threshold`` copies the category's
-    shadows into its prototypes, starts following, records the evidence in ``promo_*`` and
-    resets the test.
+    statistic last stood at 0: the run, whose start is the test's estimate of the change
+    point). ``run_mean`` / ``run_count`` are each prototype's mean of the decisions it learned
+    during the run (reset with the run). After learning (the shadow at ``shadow_eta``, ungated;
+    set to ``x`` with a new prototype), a statistic above ``promotion_threshold`` promotes the
+    category: each prototype in use becomes its run mean (its shadow when the run has none of
+    its decisions) and starts ``following``. A following prototype learns as a running mean
+    that continues from the run: weight 1 a decision, ``gate_damping`` past the gate's
+    threshold, ``eta = weight / follow_weight`` (the total so far), until
+    ``eta_confirmed * (follow_weight + 1) >= 1``, where the seed rule's rate takes over. The
+    promotion records the evidence in ``promo_*`` and resets the test.
     """
     n_decisions, n_factors = x.shape
     n_actions, n_slots = centroids.shape[1], centroids.shape[2]
@@ -286,9 +289,9 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                     diff = x[b, k] - centroids[c, a, target, k]
                     d += alpha[c, k] * (diff * diff)
                 proto_logit = -d / tau32
-            follow = _weigh_evidence(b, c, a, target, best, proto_logit, x, alpha, tau32, shadow, statistic,
-                                     evidence, following, accuracy, evidence_clip, evidence_allowance,
-                                     accuracy_rate_slow, accuracy_rate_fast, recovery_margin)
+            _weigh_evidence(b, c, a, target, proto_logit, x, alpha, tau32, shadow, statistic, evidence, run_count,
+                            evidence_clip, evidence_allowance)
+            follow = following[c, a, target]
         fresh = target < 0 or spawn  # the decision starts a prototype: it is set to x
         if target < 0:
             target = 0
@@ -322,8 +325,15 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
             eta = np.float32(1.0)
         else:
             displacement[b] = disp
-            if follow:
-                eta = shadow_eta32
+            if follow:  # a running mean since the change point; the gate halves a far decision's weight
+                weight = np.float32(1.0)
+                if disp > drift_threshold:
+                    weight = damping32
+                    gated[b] = True
+                follow_weight[c, a, target] += weight
+                eta = weight / follow_weight[c, a, target]
+                if eta_c32 * (follow_weight[c, a, target] + np.float32(1.0)) >= np.float32(1.0):
+                    following[c, a, target] = False  # the running mean's rate has come down to the seed rule's
             elif disp > drift_threshold:
                 eta = eta * damping32
                 gated[b] = True
@@ -349,14 +359,14 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                 centroids[c, recommended, r, k] = value
         if adaptive:
             _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence,
-                                  following, accuracy, shadow_eta32, promotion_threshold, do_clip, low32,
-                                  high32, promoted, promo_statistic, promo_evidence, promo_shift)
+                                  following, follow_weight, run_mean, run_count, shadow_eta32, promotion_threshold,
+                                  do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
-def _weigh_evidence(b, c, a, p, best, proto_logit, x, alpha, tau32, shadow, statistic, evidence, following,
-                    accuracy, evidence_clip, evidence_allowance, rate_slow, rate_fast, margin):  # pragma: no cover
-    """The change test and the following state for one verified decision; returns "follow"."""
+def _weigh_evidence(b, c, a, p, proto_logit, x, alpha, tau32, shadow, statistic, evidence, run_count,
+                    evidence_clip, evidence_allowance):  # pragma: no cover
+    """The change test for one verified decision; a statistic back at 0 ends the run."""
     n_factors = x.shape[1]
     d = np.float32(0.0)
     for k in range(n_factors):
@@ -366,29 +376,29 @@ def _weigh_evidence(b, c, a, p, best, proto_logit, x, alpha, tau32, shadow, stat
     clip32 = np.float32(evidence_clip)
     e = min(max(gap, -clip32), clip32) - np.float32(evidence_allowance)
     statistic[c] = max(np.float32(0.0), statistic[c] + e)
-    if statistic[c] == 0:  # the evidence is that of the current run of the test
+    if statistic[c] == 0:  # the evidence and the run means are those of the current run of the test
         evidence[c, 0] = 0
         evidence[c, 1] = 0
+        for j in range(run_count.shape[1]):
+            for q in range(run_count.shape[2]):
+                run_count[c, j, q] = 0
     elif gap > 0:
         evidence[c, 0] += 1
     else:
         evidence[c, 1] += 1
-    right = np.float32(1.0) if best == a else np.float32(0.0)
-    if following[c]:
-        accuracy[c, 1] += np.float32(rate_fast) * (right - accuracy[c, 1])
-        if accuracy[c, 1] >= accuracy[c, 0] - np.float32(margin):
-            following[c] = False
-    else:
-        accuracy[c, 0] += np.float32(rate_slow) * (right - accuracy[c, 0])
-    return following[c]
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence, following,
-                          accuracy, shadow_eta32, promotion_threshold, do_clip, low32, high32,
-                          promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
-    """Move the shadow of the taught prototype (undamped) and promote the category's shadows when due."""
+                          follow_weight, run_mean, run_count, shadow_eta32, promotion_threshold, do_clip, low32,
+                          high32, promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+    """Move the shadow of the taught prototype (undamped), add the decision to the run, and
+    promote the category when its test passes the threshold."""
     n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
+    if fresh:  # a new prototype: nothing it saw before belongs to it
+        following[c, a, target] = False
+        follow_weight[c, a, target] = 0.0
+        run_count[c, a, target] = 0
     for k in range(n_factors):
         if fresh:
             value = x[b, k]
@@ -397,19 +407,35 @@ def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, sha
         if do_clip:
             value = min(max(value, low32), high32)
         shadow[c, a, target, k] = value
+    if statistic[c] > 0:
+        run_count[c, a, target] += 1
+        if run_count[c, a, target] == 1:
+            for k in range(n_factors):
+                run_mean[c, a, target, k] = x[b, k]
+        else:
+            inverse = np.float32(1.0) / np.float32(run_count[c, a, target])
+            for k in range(n_factors):
+                run_mean[c, a, target, k] += inverse * (x[b, k] - run_mean[c, a, target, k])
     if statistic[c] > promotion_threshold:
         moved = np.float32(0.0)
         n_moved = 0
         for j in range(n_actions):
             for p in range(n_slots):
                 if initialized[c, j, p]:
+                    from_run = run_count[c, j, p] > 0
                     total = np.float32(0.0)
                     for k in range(n_factors):
-                        diff = shadow[c, j, p, k] - centroids[c, j, p, k]
+                        value = run_mean[c, j, p, k] if from_run else shadow[c, j, p, k]
+                        if do_clip:
+                            value = min(max(value, low32), high32)
+                        diff = value - centroids[c, j, p, k]
                         total += diff * diff
-                        centroids[c, j, p, k] = shadow[c, j, p, k]
+                        centroids[c, j, p, k] = value
                     moved += np.float32(math.sqrt(total))
                     n_moved += 1
+                    following[c, j, p] = True
+                    follow_weight[c, j, p] = np.float32(run_count[c, j, p]) if from_run else np.float32(0.0)
+                    run_count[c, j, p] = 0
         promoted[b] = True
         promo_statistic[b] = statistic[c]
         promo_evidence[b, 0] = evidence[c, 0]
@@ -418,8 +444,6 @@ def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, sha
         statistic[c] = 0.0
         evidence[c, 0] = 0
         evidence[c, 1] = 0
-        following[c] = True
-        accuracy[c, 1] = 0.0
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

@@ -35,14 +35,11 @@ class JudgmentRule(NamedTuple):
     clip: tuple[float, float] | None
     push_rate: float
     min_confidence: float
-    # drift_mode='adaptive' (docs/drift.md); the last five are fixed by design, not tuned per stream
+    # drift_mode='adaptive' (docs/drift.md); the last two are fixed by design, not tuned per stream
     shadow_eta: float = 0.5
     promotion_threshold: float = math.log(20.0)
     evidence_clip: float = 1.0  # nats: one decision can move the test by at most this
     evidence_allowance: float = 0.25  # nats subtracted per decision: no drift means a falling statistic
-    accuracy_rate_slow: float = 0.02  # the category's long-run accuracy (frozen while following)
-    accuracy_rate_fast: float = 0.2  # its accuracy since the promotion
-    recovery_margin: float = 0.05  # following stops when fast >= slow - margin
     # prototypes=P > 1 (several prototypes per category and action)
     spawn_threshold: float = 0.5  # unweighted L2 beyond which a decision starts a new prototype
     spawn_support: float = 1.5  # recent wins a prototype needs to score: two wins close together
@@ -55,8 +52,10 @@ class AdaptiveState(NamedTuple):
     shadow: Tensor  # (C, A, P, K) float32 shadow prototypes
     statistic: Tensor  # (C,) float32 CUSUM statistic per category
     evidence: Tensor  # (C, 2) int64 [closer to the shadow, not closer] in the test's current run
-    following: Tensor  # (C,) bool, the category is following a change (fast, ungated learning)
-    accuracy: Tensor  # (C, 2) float32 [slow, fast] moving averages of the prototypes' correctness
+    following: Tensor  # (C, A, P) bool, the prototype learns as a running mean since a promotion
+    follow_weight: Tensor  # (C, A, P) float32, the weight of that running mean so far
+    run_mean: Tensor  # (C, A, P, K) float32, mean of the decisions each prototype learned in the current run
+    run_count: Tensor  # (C, A, P) int64, how many (0: the run has none; run_mean is then stale)
 
 
 def _empty_events(n: int) -> LearnEvents:
@@ -121,9 +120,8 @@ def judgment_prequential(
         clip_low, clip_high, rule.clip is not None, rule.push_rate, rule.min_confidence,
         rule.spawn_threshold, rule.spawn_support, rule.win_decay,
         adaptive is not None, state.shadow.numpy(), state.statistic.numpy(), state.evidence.numpy(),
-        state.following.numpy(), state.accuracy.numpy(), rule.shadow_eta, rule.promotion_threshold,
-        rule.evidence_clip, rule.evidence_allowance, rule.accuracy_rate_slow, rule.accuracy_rate_fast,
-        rule.recovery_margin,
+        state.following.numpy(), state.follow_weight.numpy(), state.run_mean.numpy(), state.run_count.numpy(),
+        rule.shadow_eta, rule.promotion_threshold, rule.evidence_clip, rule.evidence_allowance,
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(), nearest.numpy(),
         events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
         events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(), events.prototype.numpy(),
@@ -136,7 +134,8 @@ def judgment_prequential(
 
 # placeholders the kernel never reads when drift_mode='seed' (one set of types: one compilation)
 _NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64),
-                             torch.zeros(1, dtype=torch.bool), torch.zeros(1, 2))
+                             torch.zeros(1, 1, 1, dtype=torch.bool), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1, 1),
+                             torch.zeros(1, 1, 1, dtype=torch.int64))
 
 
 def scoring_mask(initialized: Tensor, wins: Tensor, support: float) -> Tensor:
@@ -192,7 +191,6 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             probs[b] = 0.0
         out_action[b] = recommended
         confidence[b] = probs[b, recommended] if recommended >= 0 else 0.0
-        best = int(logits[b].argmax()) if available.any() else -1  # before the min_confidence test
         if skip[b]:
             events.skipped[b] = True
             continue
@@ -208,24 +206,18 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
         spawn = target >= 0 and n_slots > 1 and float(disp) > rule.spawn_threshold
         follow = False
         if adaptive is not None and target >= 0 and not spawn:
-            shadow, statistic, evidence, following, accuracy = adaptive
+            shadow, statistic, evidence, following, follow_weight, run_mean, run_count = adaptive
             # the change test: is the verified decision closer to the shadow than to the prototype?
             proto_logit = logits[b, a] if n_slots == 1 else -(sq[a, target] * alpha[c]).sum() / tau
             gap = -((x[b] - shadow[c, a, target]) ** 2 * alpha[c]).sum() / tau - proto_logit
             step_evidence = gap.clamp(-rule.evidence_clip, rule.evidence_clip) - f32(rule.evidence_allowance)
             statistic[c] = torch.clamp(statistic[c] + step_evidence, min=0.0)
-            if statistic[c] == 0:  # the evidence is that of the current run of the test
+            if statistic[c] == 0:  # a new run of the test: its evidence and its means start again
                 evidence[c] = 0
+                run_count[c] = 0
             else:
                 evidence[c, 0 if gap > 0 else 1] += 1
-            right = f32(1.0 if best == a else 0.0)
-            if following[c]:
-                accuracy[c, 1] += f32(rule.accuracy_rate_fast) * (right - accuracy[c, 1])
-                if accuracy[c, 1] >= accuracy[c, 0] - f32(rule.recovery_margin):
-                    following[c] = False
-            else:
-                accuracy[c, 0] += f32(rule.accuracy_rate_slow) * (right - accuracy[c, 0])
-            follow = bool(following[c])
+            follow = bool(following[c, a, target])
         fresh = target < 0 or spawn
         if target < 0:
             target = 0
@@ -246,8 +238,16 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             eta = torch.tensor(1.0)
         else:
             events.displacement[b] = disp
-            if follow:  # following a detected change: the shadow's rate, no gate
-                eta = f32(rule.shadow_eta)
+            if follow and adaptive is not None:  # a running mean since the change point: the gate halves
+                weight = f32(1.0)  # a far decision's weight
+                if float(disp) > rule.drift_threshold:
+                    weight = torch.tensor(rule.gate_damping, dtype=torch.float32)
+                    events.gated[b] = True
+                _, _, _, following, follow_weight, _, _ = adaptive
+                follow_weight[c, a, target] += weight
+                eta = weight / follow_weight[c, a, target]
+                if f32(rule.eta_confirmed) * (follow_weight[c, a, target] + f32(1.0)) >= 1.0:
+                    following[c, a, target] = False  # its rate is down to the seed rule's: that rule takes over
             elif float(disp) > rule.drift_threshold:  # float32 displacement against the float64 threshold
                 eta = eta * torch.tensor(rule.gate_damping, dtype=torch.float32)
                 events.gated[b] = True
@@ -263,19 +263,31 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             centroids[c, r, p] = clip_(centroids[c, r, p] - push * (x[b] - centroids[c, r, p]))
         if adaptive is None:
             continue
-        shadow, statistic, evidence, following, accuracy = adaptive
-        if fresh:
+        shadow, statistic, evidence, following, follow_weight, run_mean, run_count = adaptive
+        if fresh:  # a new prototype: nothing seen before belongs to it
             shadow[c, a, target] = clip_(x[b].clone())
+            following[c, a, target], follow_weight[c, a, target], run_count[c, a, target] = False, 0.0, 0
         else:
             shadow[c, a, target] = clip_(shadow[c, a, target] + f32(rule.shadow_eta) * (x[b] - shadow[c, a, target]))
+        if statistic[c] > 0:  # the decision belongs to the test's current run
+            run_count[c, a, target] += 1
+            if run_count[c, a, target] == 1:
+                run_mean[c, a, target] = x[b]
+            else:
+                inverse = f32(1.0) / run_count[c, a, target].to(torch.float32)
+                run_mean[c, a, target] += inverse * (x[b] - run_mean[c, a, target])
         if float(statistic[c]) > rule.promotion_threshold:
             live = initialized[c]
-            promo_shift[b] = (shadow[c][live] - centroids[c][live]).pow(2).sum(-1).sqrt().mean()
+            from_run = run_count[c] > 0
+            promoted = clip_(torch.where(from_run[..., None], run_mean[c], shadow[c]))
+            promo_shift[b] = (promoted[live] - centroids[c][live]).pow(2).sum(-1).sqrt().mean()
             promo_statistic[b], promo_evidence[b] = statistic[c], evidence[c]
-            centroids[c][live] = shadow[c][live]
+            centroids[c][live] = promoted[live]
+            following[c][live] = True
+            follow_weight[c][live] = torch.where(from_run, run_count[c].to(torch.float32), 0.0)[live]
+            run_count[c][live] = 0
             events.promoted[b] = True
             statistic[c], evidence[c] = 0.0, 0
-            following[c], accuracy[c, 1] = True, 0.0
     step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest, before)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 

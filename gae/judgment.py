@@ -50,10 +50,13 @@ class JudgmentMemory(DecisionMemory):
     undamped (rate ``shadow_eta``, no gate). Each category runs a one-sided CUSUM test on
     whether its verified decisions lie closer to the shadow of their action than to the
     prototype (the logit gap, clipped to 1 nat, less an allowance of 0.25 nat per decision).
-    When the statistic passes ``promotion_threshold``, the shadows replace the category's
-    prototypes (a *promotion*, logged in :attr:`promotion_log` with its evidence) and the
-    category *follows* the change, learning at ``shadow_eta`` without the gate, until its
-    accuracy is back within 5 points of its long-run level. A drift moves every later decision
+    The test's current run (since its statistic last stood at 0) is its estimate of when the
+    change began. When the statistic passes ``promotion_threshold``, each prototype of the
+    category is replaced by the mean of the decisions it learned during the run (by its shadow
+    if there were none): a *promotion*, logged in :attr:`promotion_log` with its evidence. Each
+    then *follows* the change as a running mean of its decisions since the change point (the
+    gate halves a far decision's weight), until that mean's rate is down to ``eta_confirmed``
+    and the seed rule takes over. A drift moves every later decision
     of an action the same way, so the shadow ends up closer and the test fires; outliers are
     far and scattered, they drag a shadow away from the next decisions, and the test falls.
     The default ``'seed'`` is the original rule, bit for bit.
@@ -88,8 +91,7 @@ class JudgmentMemory(DecisionMemory):
             Default: 0 (off).
         drift_mode: ``'seed'`` (the original rule) or ``'adaptive'`` (shadow prototypes and a
             per-category change test). Default: ``'seed'``.
-        shadow_eta: step size of the shadow prototypes, and of a category that follows a
-            change (``'adaptive'`` only). Default: 0.5.
+        shadow_eta: step size of the shadow prototypes (``'adaptive'`` only). Default: 0.5.
         promotion_threshold: CUSUM threshold of the change test, in nats (``'adaptive'``
             only). Default: ``log(20)``, about 3.0: at least 4 consecutive decisions clearly
             closer to the shadows.
@@ -123,10 +125,14 @@ class JudgmentMemory(DecisionMemory):
         promotion_evidence: buffer (C, 2) int64, verified decisions closer to the shadow of
             their action than to its prototype, and the others, in the current run of the test
             (since its statistic last stood at 0; ``'adaptive'`` only).
-        following: buffer (C,) bool, the category is following a change (``'adaptive'`` only).
-        category_accuracy: buffer (C, 2) float32, slow (rate 0.02, the long-run level, frozen
-            while following) and fast (rate 0.2, since the promotion) moving averages of the
-            prototypes' correctness against the verified action (``'adaptive'`` only).
+        following: buffer shaped like ``counts``, bool: the prototype follows a change, as a
+            running mean of its decisions since the change point (``'adaptive'`` only).
+        follow_weight: buffer shaped like ``counts``, float32: the weight of that running mean
+            so far (``'adaptive'`` only).
+        run_centroids: buffer shaped like ``centroids``: each prototype's mean of the decisions
+            it learned in the test's current run, the candidate for a promotion (``'adaptive'`` only).
+        run_counts: buffer shaped like ``counts``, int64: how many decisions that mean holds (0:
+            none, and ``run_centroids`` is stale; ``'adaptive'`` only).
 
     Examples::
 
@@ -153,7 +159,9 @@ class JudgmentMemory(DecisionMemory):
     promotion_statistic: Tensor
     promotion_evidence: Tensor
     following: Tensor
-    category_accuracy: Tensor
+    follow_weight: Tensor
+    run_centroids: Tensor
+    run_counts: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
@@ -196,9 +204,10 @@ class JudgmentMemory(DecisionMemory):
             self.register_buffer("shadow_centroids", torch.zeros(*cells, self.n_factors))
             self.register_buffer("promotion_statistic", torch.zeros(n_categories))
             self.register_buffer("promotion_evidence", torch.zeros(n_categories, 2, dtype=torch.int64))
-            self.register_buffer("following", torch.zeros(n_categories, dtype=torch.bool))
-            # [slow, fast] moving averages of the prototypes' correctness; 0.5 = no evidence yet
-            self.register_buffer("category_accuracy", torch.full((n_categories, 2), 0.5))
+            self.register_buffer("following", torch.zeros(cells, dtype=torch.bool))
+            self.register_buffer("follow_weight", torch.zeros(cells))
+            self.register_buffer("run_centroids", torch.zeros(*cells, self.n_factors))
+            self.register_buffer("run_counts", torch.zeros(cells, dtype=torch.int64))
         self._gate_chunks: list[GateLog] = []
         self._promotion_chunks: list[PromotionLog] = []
         self._recycle_chunks: list[RecycleLog] = []
@@ -474,7 +483,9 @@ class JudgmentMemory(DecisionMemory):
         adaptive = None
         if self.drift_mode == "adaptive":
             buffers = [t.to("cpu", copy=True) for t in self._adaptive_buffers()]
-            adaptive = engine.AdaptiveState(slots(buffers[0]), *buffers[1:])
+            shadow, statistic, evidence, following, weight, run_mean, run_count = buffers
+            adaptive = engine.AdaptiveState(slots(shadow), statistic, evidence, slots(following), slots(weight),
+                                            slots(run_mean), slots(run_count))
         step, promotions = engine.judgment_prequential(centroids, initialized, counts, wins, alpha,
                                                        x.detach().to("cpu", torch.float32).contiguous(), category,
                                                        action, confirmed, skip, self.rule, self.backend, adaptive)
@@ -706,7 +717,7 @@ class JudgmentMemory(DecisionMemory):
     def _adaptive_buffers(self) -> tuple[Tensor, ...]:
         """The buffers of ``drift_mode='adaptive'``, in the order of :class:`gae.engine.AdaptiveState`."""
         return (self.shadow_centroids, self.promotion_statistic, self.promotion_evidence, self.following,
-                self.category_accuracy)
+                self.follow_weight, self.run_centroids, self.run_counts)
 
     def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)

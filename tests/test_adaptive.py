@@ -116,12 +116,14 @@ def test_the_modes_do_not_load_each_others_state():
 def test_seed_mode_has_no_adaptive_state():
     seed, adaptive = make_judgment(), make_judgment(drift_mode="adaptive")
     assert seed.drift_mode == "seed" and not hasattr(seed, "shadow_centroids")
-    extra = {"shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "category_accuracy"}
+    extra = {"shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
+             "run_centroids", "run_counts"}
     assert set(adaptive.state_dict()) - set(seed.state_dict()) == extra
     inventory, base = adaptive.parameter_inventory(), seed.parameter_inventory()
     c, a, k = seed.centroids.shape
-    assert inventory["shadow_centroids"] == c * a * k and inventory["category_accuracy"] == 2 * c
-    assert inventory["total"] == base["total"] + c * a * k + c + 2 * c + c + 2 * c
+    assert inventory["shadow_centroids"] == inventory["run_centroids"] == c * a * k
+    assert inventory["following"] == inventory["follow_weight"] == inventory["run_counts"] == c * a
+    assert inventory["total"] == base["total"] + 2 * c * a * k + 3 * c * a + c + 2 * c
     assert "drift_mode='adaptive'" in repr(adaptive) and "shadow_eta=0.5" in repr(adaptive)
 
 
@@ -149,3 +151,39 @@ def test_a_rejected_batch_leaves_the_adaptive_state_alone():
     for key, value in memory.state_dict().items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, before[key]), key
+
+
+def test_a_promotion_takes_the_run_means_then_follows_as_a_running_mean():
+    """Brute force, one decision at a time: the run is every decision since the statistic last
+    stood at 0; a promotion sets each prototype to the mean of its action's decisions in the run,
+    which then continues as a running mean (eta = 1 / count) until its rate is down to
+    eta_confirmed, where the seed rule takes over."""
+    memory = JudgmentMemory(1, 2, 2, drift_mode="adaptive")
+    settle, settle_action = two_clusters(200, seed=0)
+    swapped, swapped_action = two_clusters(160, seed=1, swapped=True)
+    x, action = torch.cat([settle, swapped]), torch.cat([settle_action, swapped_action])
+    statistic, eta, promoted, gated = [], [], [], []
+    for i in range(len(x)):
+        step = learn(memory, x[i:i + 1], action[i:i + 1])
+        statistic.append(float(memory.promotion_statistic[0]))
+        eta.append(float(step.events.eta[0]))
+        gated.append(bool(step.events.gated[0]))
+        promoted.append(bool(step.events.promoted[0]))
+        if promoted[-1] and promoted.count(True) == 1:
+            centroids = memory.centroids[0].clone()
+    after = [i for i in range(200, len(x)) if promoted[i]]
+    assert len(after) == 1, "one promotion follows the swap"
+    at = after[0]
+    start = max(i for i in range(at) if statistic[i] == 0) + 1
+    counts = []
+    for a in range(2):
+        run = [i for i in range(start, at + 1) if int(action[i]) == a]
+        assert run, "both actions have decisions in the run"
+        torch.testing.assert_close(centroids[a], x[run].mean(0), rtol=0, atol=1e-6)
+        counts.append(len(run))
+        later = [i for i in range(at + 1, len(x)) if int(action[i]) == a]
+        assert not any(gated[i] for i in later[:25]), "the construction keeps the gate out of it"
+        following = [1.0 / (counts[a] + j) for j in range(1, 20 - counts[a])]  # weights up to 1 / 0.05 - 1 = 19
+        assert [eta[i] for i in later[:len(following)]] == pytest.approx(following)
+        assert eta[later[len(following)]] in (pytest.approx(0.05), pytest.approx(0.01))  # the seed rule again
+    assert not bool(memory.following.any())

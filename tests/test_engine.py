@@ -35,7 +35,8 @@ def assert_steps_equal(fast, slow):
 @pytest.mark.parametrize("name", sorted(ENGINE_FACTORIES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_compiled_equals_reference(name, seed):
-    stream = clustered_stream(seed, 400, drift_at=200)
+    # the adaptive modes follow a change for ~20 decisions of each action: a longer stream sees them hand over
+    stream = clustered_stream(seed, 1200 if "adaptive" in name else 400, drift_at=200)
     fast, slow = ENGINE_FACTORIES[name](), ENGINE_FACTORIES[name]()
     assert_steps_equal(run(fast, stream, "compiled"), run(slow, stream, "reference"))
     for (key, a), b in zip(fast.state_dict().items(), slow.state_dict().values(), strict=True):
@@ -60,6 +61,25 @@ def test_reference_covers_every_event_kind():
     etas = {round(value, 6) for value in step.events.eta.tolist()}
     assert {0.05, 0.01, 0.025, 0.005, 1.0} <= etas  # confirmed, override, both gated, first touch
     assert (step.output.action == -1).any() and (step.output.action >= 0).any()
+
+
+def test_reference_covers_the_adaptive_branches():
+    """The adaptive comparison above is only meaningful if its stream exercises promotions from
+    run means, following (gated and not) and the hand-over back to the seed rule."""
+    stream = clustered_stream(0, 1200, drift_at=200)
+    memory = make_judgment(drift_mode="adaptive")
+    step = run(memory, stream, "reference")
+    promoted = step.events.promoted.nonzero().squeeze(-1)
+    assert promoted.numel() >= 2
+    seed_rates = torch.isclose(step.events.eta[:, None], torch.tensor([0.05, 0.01, 0.025, 0.005])).any(-1)
+    following = step.events.applied & ~seed_rates & ~step.events.initialized
+    assert following.any() and (following & step.events.gated).any()
+    # every prototype of the category follows after its first promotion, at a rate >= 0.5 / 19.5:
+    # a later override rate (0.01, 0.005) in that category means the seed rule took over again
+    first = int(promoted[0])
+    override_rates = torch.isclose(step.events.eta[:, None], torch.tensor([0.01, 0.005])).any(-1)
+    later = (torch.arange(len(stream.x)) > first) & (stream.category == stream.category[first])
+    assert (later & override_rates & step.events.applied).any()
 
 
 def test_explicit_confirmed_and_options_match_reference():

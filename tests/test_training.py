@@ -90,7 +90,8 @@ def test_promotions_reach_tensorboard(tmp_path):
     assert [event.step for event in texts] == (promotions.step + 1).tolist()  # at the decision, one per promotion
     first = tensor_util.make_ndarray(texts[0].tensor_proto).item().decode()
     category = cli.model.memory.category_names[int(promotions.category[0])]
-    assert f"decision {int(promotions.step[0])}: the shadow prototypes of **{category}** were promoted" in first
+    promoted = f"decision {int(promotions.step[0])}: the prototypes of **{category}** were promoted to their run means"
+    assert promoted in first
     log = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
     assert f", {promotions.step.numel()} promotions and 0 recycled" in log and "**promoted**" in log
 

@@ -183,7 +183,7 @@ def run(contestant: Contestant, stream: BaseDecisionStream, lr: float = 0.05,
         trace: TraceSpec | None = None) -> dict[str, Any]:
     """One prequential pass; returns per-decision ``action``, ``confidence``, ``correct``, the
     per-batch wall time per decision (``latency_us``: scoring, learning, any attention step and,
-    with ``trace``, writing the trace), the decisions after which shadow prototypes were promoted
+    with ``trace``, writing the trace), the decisions after which the change test promoted a category
     (``promotions``), the size of the memory's state at the end (``state_bytes``, see
     :func:`state_bytes`) and the wall time of the whole pass (``seconds``)."""
     memory = build(contestant, stream)

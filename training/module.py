@@ -252,10 +252,10 @@ class DecisionMemoryModule(L.LightningModule):
     def _log_promotions(self, writer: Any, count: int) -> None:
         """Each promotion of the latest batch as TensorBoard text at its decision, with its evidence."""
         for r in self.memory.promotion_records(last=count):
-            writer.add_text("gate/promotion", f"decision {r['step']}: the shadow prototypes of **{r['category']}** "
-                            f"were promoted (mean shift {r['shift']:.3f}); CUSUM {r['statistic']:.2f} after "
-                            f"{r['shadow_right']} decisions closer to the shadows and {r['main_right']} closer "
-                            "to the prototypes", r["step"] + 1)
+            writer.add_text("gate/promotion", f"decision {r['step']}: the prototypes of **{r['category']}** "
+                            f"were promoted to their run means (mean shift {r['shift']:.3f}); "
+                            f"CUSUM {r['statistic']:.2f} after {r['shadow_right']} decisions closer to the shadows "
+                            f"and {r['main_right']} closer to the prototypes", r["step"] + 1)
 
     def _log_explanation(self, writer: Any, batch: DecisionBatch, decision: int) -> None:
         """The batch's last decision, explained by the memory as it stands, as TensorBoard text."""

@@ -303,7 +303,7 @@ def markdown(summary: dict[str, Any], claim_list: list[dict[str, Any]], protocol
     bars = drift_bars(summary)
     if bars:
         parts += ["## Drift-aware judgment (`drift_mode='adaptive'`)", "", bars_table(bars), "",
-                  "Promotions of shadow prototypes per stream (mean [95% CI]); outliers spoil the shadows, "
+                  "Promotions per stream (mean [95% CI]); outliers spoil the shadows, "
                   "so they rarely win the change test, while a drift makes them right where the prototypes "
                   "are wrong (docs/drift.md):", "", promotions_table(summary), ""]
         for setting in ("shift", "gradual"):
