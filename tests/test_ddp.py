@@ -129,6 +129,10 @@ def library_worker(rank: int, directory: str) -> None:
         with pytest.raises(ValueError, match="same number of rows" if rank == 2 else r"rank\(s\) \[2\]"):
             gather_batch(stream.x[:2], short)
         torch.save(states, f"{directory}/rank{rank}.pt")
+        # every rank is past its last collective, and the DDP wrapper (whose reducer holds the group) is
+        # gone, before any rank tears the group down: a worker once aborted in gloo's teardown here
+        dist.barrier()
+        del attention, optimizer
     finally:
         dist.destroy_process_group()
 
