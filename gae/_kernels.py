@@ -173,8 +173,8 @@ def judgment_score_one(x, c, centroids, initialized, wins, support, criterion_lo
 def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, action, confirmed, has_confirmed, skip,
                   tau, eta_confirmed, eta_override, drift_threshold, gate_damping, clip_low, clip_high, do_clip,
                   push_rate, min_confidence, spawn_threshold, spawn_support, win_decay,
-                  adaptive, shadow, statistic, evidence, following, follow_weight, run_mean, run_count, shadow_eta,
-                  promotion_threshold, evidence_clip, evidence_allowance,
+                  adaptive, shadow, statistic, evidence, following, follow_weight, run_mean, run_count, tracking,
+                  lead, shadow_eta, promotion_threshold, evidence_clip, evidence_allowance, tracking_eta, lead_rate,
                   logits, probs, out_action, confidence, sq_diff, nearest,
                   applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned,
                   recycled, before, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
@@ -202,12 +202,20 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
     point). ``run_mean`` / ``run_count`` are each prototype's mean of the decisions it learned
     during the run (reset with the run). After learning (the shadow at ``shadow_eta``, ungated;
     set to ``x`` with a new prototype), a statistic above ``promotion_threshold`` promotes the
-    category: each prototype in use becomes its run mean (its shadow when the run has none of
-    its decisions) and starts ``following``. A following prototype learns as a running mean
-    that continues from the run: weight 1 a decision, ``gate_damping`` past the gate's
-    threshold, ``eta = weight / follow_weight`` (the total so far), until
+    category: each prototype in use becomes its run mean, or, when the run has none of its
+    decisions, its shadow with no weight (its next decision replaces it, like a first touch),
+    and starts ``following``. A following prototype learns as a running mean that continues
+    from the run: weight 1 a decision, ``gate_damping`` past the gate's threshold (once it has
+    a weight to protect), ``eta = weight / follow_weight`` (the total so far), until
     ``eta_confirmed * (follow_weight + 1) >= 1``, where the seed rule's rate takes over. The
     promotion records the evidence in ``promo_*`` and resets the test.
+
+    Each prototype also has a *tracking* prototype (``tracking``): a moving average of its
+    decisions at ``tracking_eta``, halved past the gate's threshold, with no difference between
+    confirmations and overrides. ``lead[c]`` is a moving average (rate ``lead_rate``) of the
+    clipped logit gap ``tracking logit - prototype logit`` of each verified decision's action;
+    while it is above 0 the category scores with its tracking prototypes (``sq_diff`` and
+    ``nearest`` are then theirs). A promotion resets it to 0: the promoted prototypes score.
     """
     n_decisions, n_factors = x.shape
     n_actions, n_slots = centroids.shape[1], centroids.shape[2]
@@ -219,28 +227,32 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
     low32 = np.float32(clip_low)
     high32 = np.float32(clip_high)
     shadow_eta32 = np.float32(shadow_eta)
+    tracking_eta32 = np.float32(tracking_eta)
+    lead_rate32 = np.float32(lead_rate)
     keep32 = np.float32(1.0) - np.float32(win_decay)
     for b in range(n_decisions):
         c = category[b]
-        # -- score with the state left by decisions 0..b-1
+        # -- score with the state left by decisions 0..b-1 (adaptive: the tracking prototypes while they lead)
+        tracked = adaptive and lead[c] > 0
+        scored = tracking if tracked else centroids
         best = -1
         best_logit = _NEG_INF
         for a in range(n_actions):
             if n_slots == 1:  # the original design: one prototype, squared differences kept as computed
                 d = np.float32(0.0)
                 for k in range(n_factors):
-                    diff = x[b, k] - centroids[c, a, 0, k]
+                    diff = x[b, k] - scored[c, a, 0, k]
                     sq = diff * diff
                     sq_diff[b, a, k] = sq
                     d += alpha[c, k] * sq
                 logit_a = -d / tau32 if initialized[c, a, 0] else _NEG_INF
                 nearest[b, a] = 0 if initialized[c, a, 0] else -1
             else:
-                logit_a, near = _nearest_slot(x, b, c, a, centroids, initialized, wins, spawn_support, alpha, tau32)
+                logit_a, near = _nearest_slot(x, b, c, a, scored, initialized, wins, spawn_support, alpha, tau32)
                 nearest[b, a] = near
                 row = max(near, 0)
                 for k in range(n_factors):
-                    diff = x[b, k] - centroids[c, a, row, k]
+                    diff = x[b, k] - scored[c, a, row, k]
                     sq_diff[b, a, k] = diff * diff
             logits[b, a] = logit_a
             if logit_a > best_logit:
@@ -263,7 +275,11 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                 target = 0
                 total = np.float32(0.0)
                 for k in range(n_factors):
-                    total += sq_diff[b, a, k]
+                    if tracked:  # the gate measures against the prototype, not the estimate that scored
+                        diff = x[b, k] - centroids[c, a, 0, k]
+                        total += diff * diff
+                    else:
+                        total += sq_diff[b, a, k]
                 disp = np.float32(math.sqrt(total))
         else:
             closest = np.float32(np.inf)
@@ -281,16 +297,13 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
         spawn = target >= 0 and n_slots > 1 and disp > spawn_threshold
         follow = False
         if adaptive and target >= 0 and not spawn:
-            if n_slots == 1:
-                proto_logit = logits[b, a]
-            else:
-                d = np.float32(0.0)
-                for k in range(n_factors):
-                    diff = x[b, k] - centroids[c, a, target, k]
-                    d += alpha[c, k] * (diff * diff)
-                proto_logit = -d / tau32
+            proto_logit = _logit(x, b, alpha, tau32, centroids, c, a, target)
             _weigh_evidence(b, c, a, target, proto_logit, x, alpha, tau32, shadow, statistic, evidence, run_count,
                             evidence_clip, evidence_allowance)
+            # which of the prototype and its tracking prototype predicted the verified action better
+            gap = _logit(x, b, alpha, tau32, tracking, c, a, target) - proto_logit
+            clip32 = np.float32(evidence_clip)
+            lead[c] += lead_rate32 * (min(max(gap, -clip32), clip32) - lead[c])
             follow = following[c, a, target]
         fresh = target < 0 or spawn  # the decision starts a prototype: it is set to x
         if target < 0:
@@ -327,7 +340,7 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
             displacement[b] = disp
             if follow:  # a running mean since the change point; the gate halves a far decision's weight
                 weight = np.float32(1.0)
-                if disp > drift_threshold:
+                if disp > drift_threshold and follow_weight[c, a, target] > 0:  # (a restart has nothing to damp)
                     weight = damping32
                     gated[b] = True
                 follow_weight[c, a, target] += weight
@@ -358,9 +371,44 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
                     value = min(max(value, low32), high32)
                 centroids[c, recommended, r, k] = value
         if adaptive:
+            _track(b, c, a, target, fresh, x, tracking, tracking_eta32, drift_threshold, damping32, do_clip, low32,
+                   high32)
             _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence,
-                                  following, follow_weight, run_mean, run_count, shadow_eta32, promotion_threshold,
-                                  do_clip, low32, high32, promoted, promo_statistic, promo_evidence, promo_shift)
+                                  following, follow_weight, run_mean, run_count, shadow_eta32, eta_c32,
+                                  promotion_threshold, do_clip, low32, high32, promoted, promo_statistic,
+                                  promo_evidence, promo_shift)
+            if promoted[b]:
+                lead[c] = 0.0  # the promoted prototypes score
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _logit(x, b, alpha, tau32, estimates, c, a, p):  # pragma: no cover
+    """The logit of one estimate (a prototype, or its tracking prototype) for decision ``b``."""
+    d = np.float32(0.0)
+    for k in range(x.shape[1]):
+        diff = x[b, k] - estimates[c, a, p, k]
+        d += alpha[c, k] * (diff * diff)
+    return -d / tau32
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def _track(b, c, a, p, fresh, x, tracking, tracking_eta32, drift_threshold, damping32, do_clip, low32,
+           high32):  # pragma: no cover
+    """Move the tracking prototype of the taught prototype: ``tracking_eta``, halved past the gate's threshold."""
+    n_factors = x.shape[1]
+    eta = tracking_eta32
+    if not fresh:
+        total = np.float32(0.0)
+        for k in range(n_factors):
+            diff = x[b, k] - tracking[c, a, p, k]
+            total += diff * diff
+        if np.float32(math.sqrt(total)) > drift_threshold:
+            eta = eta * damping32
+    for k in range(n_factors):
+        value = x[b, k] if fresh else tracking[c, a, p, k] + eta * (x[b, k] - tracking[c, a, p, k])
+        if do_clip:
+            value = min(max(value, low32), high32)
+        tracking[c, a, p, k] = value
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -390,8 +438,8 @@ def _weigh_evidence(b, c, a, p, proto_logit, x, alpha, tau32, shadow, statistic,
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, shadow, statistic, evidence, following,
-                          follow_weight, run_mean, run_count, shadow_eta32, promotion_threshold, do_clip, low32,
-                          high32, promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
+                          follow_weight, run_mean, run_count, shadow_eta32, eta_c32, promotion_threshold, do_clip,
+                          low32, high32, promoted, promo_statistic, promo_evidence, promo_shift):  # pragma: no cover
     """Move the shadow of the taught prototype (undamped), add the decision to the run, and
     promote the category when its test passes the threshold."""
     n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
@@ -433,8 +481,11 @@ def _shadow_and_promotion(b, c, a, target, fresh, x, centroids, initialized, sha
                         centroids[c, j, p, k] = value
                     moved += np.float32(math.sqrt(total))
                     n_moved += 1
-                    following[c, j, p] = True
-                    follow_weight[c, j, p] = np.float32(run_count[c, j, p]) if from_run else np.float32(0.0)
+                    # a shadow carries no weight: the prototype restarts like a first touch, its next decision
+                    # replaces it; a long run may already be past the hand-over
+                    weight = np.float32(run_count[c, j, p]) if from_run else np.float32(0.0)
+                    follow_weight[c, j, p] = weight
+                    following[c, j, p] = eta_c32 * (weight + np.float32(1.0)) < np.float32(1.0)
                     run_count[c, j, p] = 0
         promoted[b] = True
         promo_statistic[b] = statistic[c]

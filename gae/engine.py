@@ -35,11 +35,14 @@ class JudgmentRule(NamedTuple):
     clip: tuple[float, float] | None
     push_rate: float
     min_confidence: float
-    # drift_mode='adaptive' (docs/drift.md); the last two are fixed by design, not tuned per stream
+    # drift_mode='adaptive' (docs/drift.md); evidence_clip, evidence_allowance and lead_rate are fixed
+    # by design, not tuned per stream
     shadow_eta: float = 0.5
     promotion_threshold: float = math.log(20.0)
-    evidence_clip: float = 1.0  # nats: one decision can move the test by at most this
+    evidence_clip: float = 1.0  # nats: one decision can move the test (and the lead) by at most this
     evidence_allowance: float = 0.25  # nats subtracted per decision: no drift means a falling statistic
+    tracking_eta: float = 0.2  # the tracking prototypes: a memory of about the last 5 decisions of their action
+    lead_rate: float = 0.1  # the lead: who predicted the category's last 10 or so verified decisions better
     # prototypes=P > 1 (several prototypes per category and action)
     spawn_threshold: float = 0.5  # unweighted L2 beyond which a decision starts a new prototype
     spawn_support: float = 1.5  # recent wins a prototype needs to score: two wins close together
@@ -56,6 +59,8 @@ class AdaptiveState(NamedTuple):
     follow_weight: Tensor  # (C, A, P) float32, the weight of that running mean so far
     run_mean: Tensor  # (C, A, P, K) float32, mean of the decisions each prototype learned in the current run
     run_count: Tensor  # (C, A, P) int64, how many (0: the run has none; run_mean is then stale)
+    tracking: Tensor  # (C, A, P, K) float32 tracking prototypes
+    lead: Tensor  # (C,) float32, how much better the tracking prototypes predicted lately (> 0: they score)
 
 
 def _empty_events(n: int) -> LearnEvents:
@@ -121,7 +126,8 @@ def judgment_prequential(
         rule.spawn_threshold, rule.spawn_support, rule.win_decay,
         adaptive is not None, state.shadow.numpy(), state.statistic.numpy(), state.evidence.numpy(),
         state.following.numpy(), state.follow_weight.numpy(), state.run_mean.numpy(), state.run_count.numpy(),
-        rule.shadow_eta, rule.promotion_threshold, rule.evidence_clip, rule.evidence_allowance,
+        state.tracking.numpy(), state.lead.numpy(), rule.shadow_eta, rule.promotion_threshold, rule.evidence_clip,
+        rule.evidence_allowance, rule.tracking_eta, rule.lead_rate,
         logits.numpy(), probs.numpy(), out_action.numpy(), confidence.numpy(), sq_diff.numpy(), nearest.numpy(),
         events.applied.numpy(), events.gated.numpy(), events.skipped.numpy(), events.initialized.numpy(),
         events.eta.numpy(), events.displacement.numpy(), events.promoted.numpy(), events.prototype.numpy(),
@@ -135,7 +141,7 @@ def judgment_prequential(
 # placeholders the kernel never reads when drift_mode='seed' (one set of types: one compilation)
 _NO_ADAPTIVE = AdaptiveState(torch.zeros(1, 1, 1, 1), torch.zeros(1), torch.zeros(1, 2, dtype=torch.int64),
                              torch.zeros(1, 1, 1, dtype=torch.bool), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1, 1),
-                             torch.zeros(1, 1, 1, dtype=torch.int64))
+                             torch.zeros(1, 1, 1, dtype=torch.int64), torch.zeros(1, 1, 1, 1), torch.zeros(1))
 
 
 def scoring_mask(initialized: Tensor, wins: Tensor, support: float) -> Tensor:
@@ -174,12 +180,14 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
 
     for b in range(n):
         c, a = int(category[b]), int(action[b])
-        sq = (x[b] - centroids[c]) ** 2  # (A, P, K)
+        sq = (x[b] - centroids[c]) ** 2  # (A, P, K): the prototypes, for the gate and the change test
+        tracked = adaptive is not None and bool(adaptive.lead[c] > 0)  # the tracking prototypes score
+        scored_sq = (x[b] - adaptive.tracking[c]) ** 2 if tracked and adaptive is not None else sq
         scores = scoring_mask(initialized[c], wins[c], rule.spawn_support)  # (A, P)
-        slot_logits = torch.where(scores, -(sq * alpha[c]).sum(-1) / tau, float("-inf"))  # (A, P)
+        slot_logits = torch.where(scores, -(scored_sq * alpha[c]).sum(-1) / tau, float("-inf"))  # (A, P)
         logits[b], near = slot_logits.max(-1)  # the first maximum: the lowest slot on a tie
         nearest[b] = torch.where(scores.any(-1), near, -1)
-        sq_diff[b] = sq[torch.arange(n_actions), nearest[b].clamp(min=0)]
+        sq_diff[b] = scored_sq[torch.arange(n_actions), nearest[b].clamp(min=0)]
         available = scores.any(-1)
         recommended = -1
         if available.any():
@@ -200,15 +208,15 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
         in_use = initialized[c, a].nonzero().squeeze(-1)
         target, disp = -1, f32(0.0)
         if in_use.numel():
-            distances = sq[a, in_use].sum(-1).sqrt() if n_slots > 1 else sq_diff[b, a].sum().sqrt().view(1)
+            distances = sq[a, in_use].sum(-1).sqrt()
             j = int(distances.argmin())
             target, disp = int(in_use[j]), distances[j]
         spawn = target >= 0 and n_slots > 1 and float(disp) > rule.spawn_threshold
         follow = False
         if adaptive is not None and target >= 0 and not spawn:
-            shadow, statistic, evidence, following, follow_weight, run_mean, run_count = adaptive
+            shadow, statistic, evidence, following, follow_weight, run_mean, run_count, tracking, lead = adaptive
             # the change test: is the verified decision closer to the shadow than to the prototype?
-            proto_logit = logits[b, a] if n_slots == 1 else -(sq[a, target] * alpha[c]).sum() / tau
+            proto_logit = -(sq[a, target] * alpha[c]).sum() / tau
             gap = -((x[b] - shadow[c, a, target]) ** 2 * alpha[c]).sum() / tau - proto_logit
             step_evidence = gap.clamp(-rule.evidence_clip, rule.evidence_clip) - f32(rule.evidence_allowance)
             statistic[c] = torch.clamp(statistic[c] + step_evidence, min=0.0)
@@ -218,6 +226,10 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             else:
                 evidence[c, 0 if gap > 0 else 1] += 1
             follow = bool(following[c, a, target])
+            # the lead: did the tracking prototype predict the verified action better than the prototype?
+            lead_gap = -((x[b] - tracking[c, a, target]) ** 2 * alpha[c]).sum() / tau - proto_logit
+            clipped = lead_gap.clamp(-rule.evidence_clip, rule.evidence_clip)
+            lead[c] += f32(rule.lead_rate) * (clipped - lead[c])
         fresh = target < 0 or spawn
         if target < 0:
             target = 0
@@ -240,10 +252,10 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             events.displacement[b] = disp
             if follow and adaptive is not None:  # a running mean since the change point: the gate halves
                 weight = f32(1.0)  # a far decision's weight
-                if float(disp) > rule.drift_threshold:
+                _, _, _, following, follow_weight, *_ = adaptive
+                if float(disp) > rule.drift_threshold and follow_weight[c, a, target] > 0:  # a restart: no damping
                     weight = torch.tensor(rule.gate_damping, dtype=torch.float32)
                     events.gated[b] = True
-                _, _, _, following, follow_weight, _, _ = adaptive
                 follow_weight[c, a, target] += weight
                 eta = weight / follow_weight[c, a, target]
                 if f32(rule.eta_confirmed) * (follow_weight[c, a, target] + f32(1.0)) >= 1.0:
@@ -263,7 +275,14 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             centroids[c, r, p] = clip_(centroids[c, r, p] - push * (x[b] - centroids[c, r, p]))
         if adaptive is None:
             continue
-        shadow, statistic, evidence, following, follow_weight, run_mean, run_count = adaptive
+        shadow, statistic, evidence, following, follow_weight, run_mean, run_count, tracking, lead = adaptive
+        if fresh:
+            tracking[c, a, target] = clip_(x[b].clone())
+        else:  # the tracking prototype: tracking_eta, halved past the gate's threshold
+            eta_t = f32(rule.tracking_eta)
+            if float((x[b] - tracking[c, a, target]).pow(2).sum().sqrt()) > rule.drift_threshold:
+                eta_t = eta_t * torch.tensor(rule.gate_damping, dtype=torch.float32)
+            tracking[c, a, target] = clip_(tracking[c, a, target] + eta_t * (x[b] - tracking[c, a, target]))
         if fresh:  # a new prototype: nothing seen before belongs to it
             shadow[c, a, target] = clip_(x[b].clone())
             following[c, a, target], follow_weight[c, a, target], run_count[c, a, target] = False, 0.0, 0
@@ -283,11 +302,12 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             promo_shift[b] = (promoted[live] - centroids[c][live]).pow(2).sum(-1).sqrt().mean()
             promo_statistic[b], promo_evidence[b] = statistic[c], evidence[c]
             centroids[c][live] = promoted[live]
-            following[c][live] = True
-            follow_weight[c][live] = torch.where(from_run, run_count[c].to(torch.float32), 0.0)[live]
+            weight = torch.where(from_run, run_count[c].to(torch.float32), 0.0)  # a shadow: restarts, no weight
+            follow_weight[c][live] = weight[live]
+            following[c][live] = (f32(rule.eta_confirmed) * (weight + f32(1.0)) < 1.0)[live]  # a long run: handed over
             run_count[c][live] = 0
             events.promoted[b] = True
-            statistic[c], evidence[c] = 0.0, 0
+            statistic[c], evidence[c], lead[c] = 0.0, 0, 0.0  # the promoted prototypes score
     step = StreamStep(MemoryOutput(logits, probs, out_action, confidence), events, sq_diff, nearest, before)
     return step, _promotions(events, category, promo_statistic, promo_evidence, promo_shift)
 

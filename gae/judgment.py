@@ -19,6 +19,8 @@ from gae._validation import Names
 from gae.types import GateLog, LearnEvents, MemoryOutput, PromotionLog, RecycleLog, StreamStep
 
 DriftMode = Literal["seed", "adaptive"]
+# the layout of drift_mode='adaptive' buffers: 2 added the run means, per-prototype following and tracking
+ADAPTIVE_FORMAT = 2
 
 
 class JudgmentMemory(DecisionMemory):
@@ -56,7 +58,10 @@ class JudgmentMemory(DecisionMemory):
     if there were none): a *promotion*, logged in :attr:`promotion_log` with its evidence. Each
     then *follows* the change as a running mean of its decisions since the change point (the
     gate halves a far decision's weight), until that mean's rate is down to ``eta_confirmed``
-    and the seed rule takes over. A drift moves every later decision
+    and the seed rule takes over. A change too small for the test, such as a mild shift, is
+    followed by *tracking* prototypes: moving averages at ``tracking_eta`` (halved past the
+    gate's threshold) that score in a category while they have predicted its verified actions
+    better than the prototypes over its last 10 or so decisions. A drift moves every later decision
     of an action the same way, so the shadow ends up closer and the test fires; outliers are
     far and scattered, they drag a shadow away from the next decisions, and the test falls.
     The default ``'seed'`` is the original rule, bit for bit.
@@ -89,9 +94,11 @@ class JudgmentMemory(DecisionMemory):
             this rate. Default: 0 (off).
         min_confidence: abstain (action -1) when the best probability is below this.
             Default: 0 (off).
-        drift_mode: ``'seed'`` (the original rule) or ``'adaptive'`` (shadow prototypes and a
-            per-category change test). Default: ``'seed'``.
+        drift_mode: ``'seed'`` (the original rule) or ``'adaptive'`` (a per-category change
+            test, run means and tracking prototypes). Default: ``'seed'``.
         shadow_eta: step size of the shadow prototypes (``'adaptive'`` only). Default: 0.5.
+        tracking_eta: step size of the tracking prototypes, halved past ``drift_threshold``
+            (``'adaptive'`` only). Default: 0.2, a memory of about the last 5 decisions of an action.
         promotion_threshold: CUSUM threshold of the change test, in nats (``'adaptive'``
             only). Default: ``log(20)``, about 3.0: at least 4 consecutive decisions clearly
             closer to the shadows.
@@ -133,6 +140,11 @@ class JudgmentMemory(DecisionMemory):
             it learned in the test's current run, the candidate for a promotion (``'adaptive'`` only).
         run_counts: buffer shaped like ``counts``, int64: how many decisions that mean holds (0:
             none, and ``run_centroids`` is stale; ``'adaptive'`` only).
+        tracking_centroids: buffer shaped like ``centroids``, the tracking prototypes
+            (``'adaptive'`` only).
+        tracking_lead: buffer (C,) float32, how much better (in nats, clipped to 1 a decision,
+            moving average over about 10 decisions) the tracking prototypes have predicted the
+            category's verified actions than the prototypes; above 0 they score (``'adaptive'`` only).
 
     Examples::
 
@@ -162,12 +174,15 @@ class JudgmentMemory(DecisionMemory):
     follow_weight: Tensor
     run_centroids: Tensor
     run_counts: Tensor
+    tracking_centroids: Tensor
+    tracking_lead: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, clip: tuple[float, float] | None = None, push_rate: float = 0.0,
                  min_confidence: float = 0.0, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
-                 promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
+                 promotion_threshold: float = math.log(20.0), tracking_eta: float = 0.2, prototypes: int = 1,
+                 spawn_threshold: float = 0.5,
                  spawn_support: float = 1.5, max_log_events: int | None = None) -> None:
         super().__init__()
         self.category_names = check.resolve_names("categories", categories)
@@ -188,6 +203,7 @@ class JudgmentMemory(DecisionMemory):
         self.shadow_eta = check.check_real("shadow_eta", shadow_eta, low=0.0, high=1.0, low_open=True)
         self.promotion_threshold = check.check_real("promotion_threshold", promotion_threshold, low=0.0,
                                                     low_open=True)
+        self.tracking_eta = check.check_real("tracking_eta", tracking_eta, low=0.0, high=1.0, low_open=True)
         self.prototypes = check.check_int("prototypes", prototypes, low=1)
         self.spawn_threshold = check.check_real("spawn_threshold", spawn_threshold, low=0.0)
         self.spawn_support = check.check_real("spawn_support", spawn_support, low=0.0)
@@ -208,6 +224,8 @@ class JudgmentMemory(DecisionMemory):
             self.register_buffer("follow_weight", torch.zeros(cells))
             self.register_buffer("run_centroids", torch.zeros(*cells, self.n_factors))
             self.register_buffer("run_counts", torch.zeros(cells, dtype=torch.int64))
+            self.register_buffer("tracking_centroids", torch.zeros(*cells, self.n_factors))
+            self.register_buffer("tracking_lead", torch.zeros(n_categories))
         self._gate_chunks: list[GateLog] = []
         self._promotion_chunks: list[PromotionLog] = []
         self._recycle_chunks: list[RecycleLog] = []
@@ -238,7 +256,7 @@ class JudgmentMemory(DecisionMemory):
         """The learning rule's hyperparameters, as passed to the engine."""
         return engine.JudgmentRule(self.tau, self.eta_confirmed, self.eta_override, self.drift_threshold,
                                    self.gate_damping, self.clip, self.push_rate, self.min_confidence,
-                                   self.shadow_eta, self.promotion_threshold,
+                                   self.shadow_eta, self.promotion_threshold, tracking_eta=self.tracking_eta,
                                    spawn_threshold=self.spawn_threshold, spawn_support=self.spawn_support)
 
     def _slots(self, tensor: Tensor) -> Tensor:
@@ -276,16 +294,26 @@ class JudgmentMemory(DecisionMemory):
                 and not torch.compiler.is_compiling()):
             return self._score_compiled(x, category, alpha)
         if self.prototypes == 1:
-            sq_diff = F.squared_differences(x.to(self.centroids.dtype), self.centroids[category])  # (B, A, K)
+            scored = self.scoring_centroids()[category].squeeze(2)  # (B, A, K)
+            sq_diff = F.squared_differences(x.to(self.centroids.dtype), scored)
             logits = F.prototype_logits(sq_diff, alpha[category], self.initialized[category], self.tau)
         else:
             logits = self._prototype_logits(x, category, alpha).amax(-1)  # the nearest prototype of each action
         return F.memory_output(logits, self.min_confidence)
 
+    def scoring_centroids(self) -> Tensor:
+        """(C, A, P, K) the estimates each category scores with: its prototypes, or, in
+        ``drift_mode='adaptive'``, its tracking prototypes while they lead (``tracking_lead > 0``)."""
+        centroids = self._slots(self.centroids)
+        if self.drift_mode != "adaptive":
+            return centroids
+        leading = (self.tracking_lead > 0)[:, None, None, None]
+        return torch.where(leading, self._slots(self.tracking_centroids), centroids)
+
     def _slot_distances(self, x: Tensor, category: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
         """(B, A, P, K) squared differences to every prototype slot and (B, A, P) weighted
         distances, ``inf`` where a slot does not score; ``alpha`` is (B, K), each decision's."""
-        sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category]) ** 2
+        sq_diff = (x.to(self.centroids.dtype)[:, None, None, :] - self.scoring_centroids()[category]) ** 2
         distance = (sq_diff * alpha[:, None, None, :]).sum(-1)
         return sq_diff, distance.masked_fill(~self.scoring_mask()[category], float("inf"))
 
@@ -340,9 +368,12 @@ class JudgmentMemory(DecisionMemory):
                 * alpha[:, None, :]
             contributions = contributions.masked_fill(~present[..., None], float("nan"))
             out = F.memory_output((-distance / self.tau).masked_fill(~present, float("-inf")), self.min_confidence)
-            # the gate's view: learning the recommendation would move its nearest prototype in use
+            # the gate's view: learning the recommendation would move its nearest prototype in use (the
+            # prototypes themselves, also while tracking prototypes score in drift_mode='adaptive')
             in_use = self._slots(self.initialized)[category_t]  # (B, A, P)
-            plain = sq_diff.sum(-1).sqrt().masked_fill(~in_use, float("inf"))
+            gate_sq = sq_diff if self.drift_mode != "adaptive" else \
+                (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category_t]) ** 2
+            plain = gate_sq.sum(-1).sqrt().masked_fill(~in_use, float("inf"))
             recommended = out.action.clamp(min=0)
             displacement = plain[rows.squeeze(1), recommended].min(-1).values
             displacement = torch.where(out.action >= 0, displacement, float("nan"))
@@ -367,7 +398,7 @@ class JudgmentMemory(DecisionMemory):
         action, confidence = torch.empty(n, dtype=torch.int64), torch.empty(n)
         _kernels.judgment_score(
             x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
-            self._slots(self.centroids).contiguous().numpy(), self._slots(self.initialized).contiguous().numpy(),
+            self.scoring_centroids().contiguous().numpy(), self._slots(self.initialized).contiguous().numpy(),
             self._wins().numpy(), self.spawn_support, alpha.detach().float().contiguous().numpy(), self.tau,
             logits.numpy(), probs.numpy(), action.numpy(), confidence.numpy(), self.min_confidence)
         return MemoryOutput(logits, probs, action, confidence)
@@ -394,14 +425,16 @@ class JudgmentMemory(DecisionMemory):
             return super().score_one(factors, category)
         with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused by the checked path
             row = raw.astype(np.float32)
-        centroids, initialized, wins, logits = views
+        centroids, initialized, wins, logits, tracking, lead = views
+        if lead is not None and lead[index] > 0:  # drift_mode='adaptive': the tracking prototypes lead
+            centroids = tracking
         action, confidence = _kernels.judgment_score_one(row, index, centroids, initialized, wins, self.spawn_support,
                                                          logits, self.tau, self.min_confidence)
         if action == _kernels.NOT_FINITE:
             return super().score_one(factors, category)
         return self._action_name(action), confidence
 
-    def _score_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    def _score_views(self) -> tuple[Any, ...] | None:
         """NumPy views of the CPU state for :meth:`score_one`. Views follow in-place writes;
         they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
         # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
@@ -409,18 +442,22 @@ class JudgmentMemory(DecisionMemory):
         initialized = cast(Tensor, self._buffers["initialized"])
         logits = cast(Tensor, self._parameters["criterion_logits"])
         wins = self._buffers.get("wins")
+        tracking, lead = self._buffers.get("tracking_centroids"), self._buffers.get("tracking_lead")
         key = (centroids.data_ptr(), initialized.data_ptr(), logits.data_ptr(),
-               None if wins is None else wins.data_ptr())
+               None if wins is None else wins.data_ptr(), None if tracking is None else tracking.data_ptr(),
+               None if lead is None else lead.data_ptr())
         cache = self._score_cache
         if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is logits
                 and cache[3] == key and cache[4] is wins):
             return cache[5]
+        extra = tuple(t for t in (wins, tracking, lead) if t is not None)
         if any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous()
-               for t in (centroids, logits, *(() if wins is None else (wins,)))):
+               for t in (centroids, logits, *extra)):
             return None
         slots = self._slots
         wins_view = np.zeros((1, 1, 1), np.float32) if wins is None else wins.numpy()  # unread when P = 1
-        views = (slots(centroids).numpy(), slots(initialized).numpy(), wins_view, logits.detach().numpy())
+        views = (slots(centroids).numpy(), slots(initialized).numpy(), wins_view, logits.detach().numpy(),
+                 None if tracking is None else slots(tracking).numpy(), None if lead is None else lead.numpy())
         self._score_cache = (centroids, initialized, logits, key, wins, views)
         return views
 
@@ -483,9 +520,9 @@ class JudgmentMemory(DecisionMemory):
         adaptive = None
         if self.drift_mode == "adaptive":
             buffers = [t.to("cpu", copy=True) for t in self._adaptive_buffers()]
-            shadow, statistic, evidence, following, weight, run_mean, run_count = buffers
+            shadow, statistic, evidence, following, weight, run_mean, run_count, tracking, lead = buffers
             adaptive = engine.AdaptiveState(slots(shadow), statistic, evidence, slots(following), slots(weight),
-                                            slots(run_mean), slots(run_count))
+                                            slots(run_mean), slots(run_count), slots(tracking), lead)
         step, promotions = engine.judgment_prequential(centroids, initialized, counts, wins, alpha,
                                                        x.detach().to("cpu", torch.float32).contiguous(), category,
                                                        action, confirmed, skip, self.rule, self.backend, adaptive)
@@ -717,7 +754,7 @@ class JudgmentMemory(DecisionMemory):
     def _adaptive_buffers(self) -> tuple[Tensor, ...]:
         """The buffers of ``drift_mode='adaptive'``, in the order of :class:`gae.engine.AdaptiveState`."""
         return (self.shadow_centroids, self.promotion_statistic, self.promotion_evidence, self.following,
-                self.follow_weight, self.run_centroids, self.run_counts)
+                self.follow_weight, self.run_centroids, self.run_counts, self.tracking_centroids, self.tracking_lead)
 
     def _record_gate_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)
@@ -750,7 +787,7 @@ class JudgmentMemory(DecisionMemory):
 
     @property
     def promotion_log(self) -> PromotionLog:
-        """Every promotion of shadow prototypes so far (``drift_mode='adaptive'``), in stream order."""
+        """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
         return self._joined(self._promotion_chunks, PromotionLog, ("statistic", "shift"))
 
     @property
@@ -795,12 +832,14 @@ class JudgmentMemory(DecisionMemory):
                 f"min_confidence={self.min_confidence}, drift_mode={self.drift_mode!r}"
                 + (f", prototypes={self.prototypes}, spawn_threshold={self.spawn_threshold}, "
                    f"spawn_support={self.spawn_support}" if self.prototypes > 1 else "")
-                + (f", shadow_eta={self.shadow_eta}, promotion_threshold={self.promotion_threshold:.4g}"
-                   if self.drift_mode == "adaptive" else ""))
+                + (f", shadow_eta={self.shadow_eta}, promotion_threshold={self.promotion_threshold:.4g}, "
+                   f"tracking_eta={self.tracking_eta}" if self.drift_mode == "adaptive" else ""))
 
     def get_extra_state(self) -> dict[str, Any]:
         state = self._names_state()
         state["drift_mode"] = self.drift_mode
+        if self.drift_mode == "adaptive":
+            state["adaptive_format"] = ADAPTIVE_FORMAT
         state["prototypes"] = self.prototypes
         state["updates"] = self._updates
         state["decision_log"] = self._log.state()
@@ -834,6 +873,11 @@ class JudgmentMemory(DecisionMemory):
         if saved != self.drift_mode:
             raise ValueError(f"state_dict was saved with drift_mode={saved!r} but this memory has "
                              f"drift_mode={self.drift_mode!r}; build the memory with drift_mode={saved!r} to load it")
+        if saved == "adaptive" and state.get("adaptive_format", 1) != ADAPTIVE_FORMAT:
+            raise ValueError(f"state_dict was saved by an earlier drift_mode='adaptive' (format "
+                             f"{state.get('adaptive_format', 1)}, this memory has {ADAPTIVE_FORMAT}: the following "
+                             f"state, the run means and the tracking prototypes changed); it cannot be loaded, "
+                             f"retrain the memory from its decision stream")
         saved = state.get("prototypes", 1)
         if saved != self.prototypes:
             raise ValueError(f"state_dict was saved with prototypes={saved} but this memory has "

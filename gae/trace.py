@@ -59,7 +59,7 @@ FORMAT = 1
 FLUSH_DECISIONS = 4096  # decisions a writer keeps before it encodes and writes them
 _KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
 _JUDGMENT_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "push_rate",
-                     "min_confidence", "drift_mode", "shadow_eta", "promotion_threshold", "prototypes",
+                     "min_confidence", "drift_mode", "shadow_eta", "promotion_threshold", "tracking_eta", "prototypes",
                      "spawn_threshold", "spawn_support")
 
 

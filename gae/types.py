@@ -40,8 +40,9 @@ class LearnEvents(NamedTuple):
         eta: (B,) float. The step size used; 1 for a first touch, 0 when not applied.
         displacement: (B,) float. Unweighted L2 distance from the prototype before the
             update; 0 when not applied or on a first touch.
-        promoted: (B,) bool. After learning this decision, the shadow prototypes of its
-            category replaced the prototypes (``drift_mode='adaptive'``; always False otherwise).
+        promoted: (B,) bool. After learning this decision, the change test promoted its
+            category: each prototype became the mean of its decisions since the change point (or
+            its shadow when it had none) (``drift_mode='adaptive'``; always False otherwise).
         prototype: (B,) int64. The prototype slot the decision taught (``prototypes=P``:
             0..P-1; always 0 with one prototype), -1 when not applied or for memories
             without prototypes.
@@ -140,7 +141,8 @@ class GateLog(NamedTuple):
         category: int64 category index.
         action: int64 action index.
         displacement: float, distance from the prototype that triggered the gate.
-        eta: float, the damped step size that was applied.
+        eta: float, the damped step size that was applied (while a prototype follows a change in
+            ``drift_mode='adaptive'``: the halved weight over the running mean's total weight).
     """
 
     step: Tensor
@@ -151,7 +153,7 @@ class GateLog(NamedTuple):
 
 
 class PromotionLog(NamedTuple):
-    """Every promotion of shadow prototypes (``drift_mode='adaptive'``), in stream order.
+    """Every promotion of the change test (``drift_mode='adaptive'``), in stream order.
 
     All fields are 1-D tensors of one length; the evidence is the run of the category's
     change test that crossed the threshold (the decisions since its statistic last stood at 0).

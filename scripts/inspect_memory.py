@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import JudgmentMemory  # noqa: E402
 
 RULE_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "drift_mode",
-                "shadow_eta", "promotion_threshold", "prototypes", "spawn_threshold", "spawn_support")
+                "shadow_eta", "promotion_threshold", "tracking_eta", "prototypes", "spawn_threshold", "spawn_support")
 
 
 def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:

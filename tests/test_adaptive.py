@@ -70,17 +70,29 @@ def test_a_burst_of_outliers_is_not_followed():
     assert (memory.centroids - centroids).norm(dim=-1).max() < 0.1  # the gate damped the burst
 
 
-def test_adaptive_equals_the_seed_rule_until_its_first_promotion():
+def test_adaptive_equals_the_seed_rule_until_its_first_promotion_or_lead():
+    """The prototypes learn by the seed rule, and score, until a category promotes or its tracking
+    prototypes take the lead; the adaptive mode adds state beside them, nothing else."""
     stream = clustered_stream(5, 600, drift_at=300)
     seed, adaptive = make_judgment(), make_judgment(drift_mode="adaptive")
     a = seed.prequential_(stream.x, stream.category, stream.action, skip=stream.skip)
-    b = adaptive.prequential_(stream.x, stream.category, stream.action, skip=stream.skip)
-    first = int(b.events.promoted.nonzero()[0, 0])
-    assert torch.equal(a.output.action[:first + 1], b.output.action[:first + 1])
-    assert torch.equal(a.output.logits[:first + 1], b.output.logits[:first + 1])
+    steps, leads = [], []
+    for i in range(len(stream.x)):  # one at a time, to see the lead each decision was scored under
+        leads.append(float(adaptive.tracking_lead[int(stream.category[i])]))
+        steps.append(adaptive.prequential_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1],
+                                           skip=stream.skip[i:i + 1]))
+    promoted = [bool(step.events.promoted[0]) for step in steps]
+    first_lead = next(i for i, lead in enumerate(leads) if lead > 0)
+    first = min(first_lead - 1, promoted.index(True))  # the last decision the seed rule alone scored and learned
+    assert first >= 10
+    b = torch.cat([step.output.action for step in steps])
+    assert torch.equal(a.output.action[:first + 1], b[:first + 1])
+    assert torch.equal(a.output.logits[:first + 1], torch.cat([step.output.logits for step in steps])[:first + 1])
     for name in ("applied", "gated", "eta", "displacement"):
-        assert torch.equal(getattr(a.events, name)[:first + 1], getattr(b.events, name)[:first + 1]), name
+        theirs = torch.cat([getattr(step.events, name) for step in steps])
+        assert torch.equal(getattr(a.events, name)[:first + 1], theirs[:first + 1]), name
     assert not a.events.promoted.any()
+    assert not torch.equal(a.output.action, b), "past that point the modes differ"
 
 
 def test_state_round_trips_mid_drift():
@@ -117,13 +129,13 @@ def test_seed_mode_has_no_adaptive_state():
     seed, adaptive = make_judgment(), make_judgment(drift_mode="adaptive")
     assert seed.drift_mode == "seed" and not hasattr(seed, "shadow_centroids")
     extra = {"shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
-             "run_centroids", "run_counts"}
+             "run_centroids", "run_counts", "tracking_centroids", "tracking_lead"}
     assert set(adaptive.state_dict()) - set(seed.state_dict()) == extra
     inventory, base = adaptive.parameter_inventory(), seed.parameter_inventory()
     c, a, k = seed.centroids.shape
-    assert inventory["shadow_centroids"] == inventory["run_centroids"] == c * a * k
+    assert inventory["shadow_centroids"] == inventory["run_centroids"] == inventory["tracking_centroids"] == c * a * k
     assert inventory["following"] == inventory["follow_weight"] == inventory["run_counts"] == c * a
-    assert inventory["total"] == base["total"] + 2 * c * a * k + 3 * c * a + c + 2 * c
+    assert inventory["total"] == base["total"] + 3 * c * a * k + 3 * c * a + c + 2 * c + c
     assert "drift_mode='adaptive'" in repr(adaptive) and "shadow_eta=0.5" in repr(adaptive)
 
 
@@ -133,6 +145,8 @@ def test_seed_mode_has_no_adaptive_state():
     ({"drift_mode": "adaptive", "shadow_eta": 1.5}, "shadow_eta"),
     ({"drift_mode": "adaptive", "promotion_threshold": -1.0}, "promotion_threshold"),
     ({"drift_mode": "adaptive", "promotion_threshold": math.nan}, "promotion_threshold"),
+    ({"drift_mode": "adaptive", "tracking_eta": 0.0}, "tracking_eta"),
+    ({"drift_mode": "adaptive", "tracking_eta": 1.5}, "tracking_eta"),
 ])
 def test_bad_hyperparameters_are_refused(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -187,3 +201,36 @@ def test_a_promotion_takes_the_run_means_then_follows_as_a_running_mean():
         assert [eta[i] for i in later[:len(following)]] == pytest.approx(following)
         assert eta[later[len(following)]] in (pytest.approx(0.05), pytest.approx(0.01))  # the seed rule again
     assert not bool(memory.following.any())
+
+
+def test_a_mild_shift_is_followed_by_the_tracking_prototypes():
+    """A shift too small for the change test: the tracking prototypes follow it, take the lead and
+    score, while the prototypes still lag behind."""
+    memory = settled()
+    promotions = len(memory.promotion_log.step)
+    gen = torch.Generator().manual_seed(4)
+    action = torch.arange(20) % 2
+    shifted = torch.tensor([[0.32, 0.2], [0.92, 0.8]])  # both clusters move by 0.12
+    x = shifted[action] + 0.03 * torch.randn(20, 2, generator=gen)
+    learn(memory, x, action)
+    assert len(memory.promotion_log.step) == promotions and float(memory.tracking_lead[0]) > 0
+    scoring, prototypes = memory.scoring_centroids()[0, :, 0], memory.centroids[0]
+    assert torch.equal(scoring, memory.tracking_centroids[0])
+    assert (scoring - shifted).norm(dim=-1).max() < 0.04 < 0.06 < (prototypes - shifted).norm(dim=-1).min()
+    output = memory(x[-10:], torch.zeros(10, dtype=torch.int64))
+    logits = -((x[-10:, None, :] - scoring) ** 2).sum(-1) / memory.tau  # scored against the tracking prototypes
+    torch.testing.assert_close(output.logits, logits)
+    assert memory.score_one(x[-1].tolist(), 0)[0] == memory.action_names[int(output.action[-1])]
+    explained = memory.explain(x[-1].tolist(), 0)
+    torch.testing.assert_close(explained.distance, -logits[-1:] * memory.tau)
+    torch.testing.assert_close(explained.displacement,  # the gate still measures against the prototype
+                               (x[-1] - prototypes[int(output.action[-1])]).norm().view(1))
+
+
+def test_an_adaptive_state_of_the_earlier_format_is_refused_clearly():
+    memory = settled()
+    state = memory.state_dict()
+    state["_extra_state"] = {**state["_extra_state"]}
+    del state["_extra_state"]["adaptive_format"]
+    with pytest.raises(ValueError, match="saved by an earlier drift_mode='adaptive'"):
+        JudgmentMemory(1, 2, 2, drift_mode="adaptive").load_state_dict(state)

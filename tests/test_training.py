@@ -86,6 +86,9 @@ def test_promotions_reach_tensorboard(tmp_path):
     events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     assert events.Scalars("gate/promotions")[-1].value == promotions.step.numel()
+    tracking = events.Scalars("gate/tracking_categories")
+    assert tracking[-1].value == float((cli.model.memory.tracking_lead > 0).sum())
+    assert all(0 <= event.value <= len(cli.model.memory.category_names) for event in tracking)
     texts = events.Tensors("gate/promotion/text_summary")
     assert [event.step for event in texts] == (promotions.step + 1).tolist()  # at the decision, one per promotion
     first = tensor_util.make_ndarray(texts[0].tensor_proto).item().decode()

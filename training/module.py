@@ -57,7 +57,7 @@ class DecisionMemoryModule(L.LightningModule):
     Args:
         categories, actions, factors: counts or names (linked from the data module by the CLI).
         tau, eta_confirmed, eta_override, drift_threshold, gate_damping: the memory's rule.
-        drift_mode, shadow_eta, promotion_threshold: the drift-aware mode (see
+        drift_mode, shadow_eta, promotion_threshold, tracking_eta: the drift-aware mode (see
             :class:`~gae.JudgmentMemory`). Default: ``'seed'``, the original rule.
         prototypes, spawn_threshold, spawn_support: several prototypes per category and action
             (see :class:`~gae.JudgmentMemory`). Default: 1, the original design.
@@ -82,10 +82,9 @@ class DecisionMemoryModule(L.LightningModule):
     def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
                  eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
                  gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
-                 promotion_threshold: float = math.log(20.0), prototypes: int = 1, spawn_threshold: float = 0.5,
-                 spawn_support: float = 1.5, max_log_events: int | None = None, learn_attention: bool = True,
-                 lr: float = 0.05,
-                 knn: bool = True,
+                 promotion_threshold: float = math.log(20.0), tracking_eta: float = 0.2, prototypes: int = 1,
+                 spawn_threshold: float = 0.5, spawn_support: float = 1.5, max_log_events: int | None = None,
+                 learn_attention: bool = True, lr: float = 0.05, knn: bool = True,
                  knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
                  curve_points_per_batch: int = 10, figure_every_n_steps: int = 20, trace: str | None = None) -> None:
         super().__init__()
@@ -93,7 +92,8 @@ class DecisionMemoryModule(L.LightningModule):
         self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
                                      eta_override=eta_override, drift_threshold=drift_threshold,
                                      gate_damping=gate_damping, drift_mode=drift_mode, shadow_eta=shadow_eta,
-                                     promotion_threshold=promotion_threshold, prototypes=prototypes,
+                                     promotion_threshold=promotion_threshold, tracking_eta=tracking_eta,
+                                     prototypes=prototypes,
                                      spawn_threshold=spawn_threshold, spawn_support=spawn_support,
                                      max_log_events=max_log_events)
         self.memory.criterion_logits.requires_grad_(learn_attention)
@@ -228,6 +228,8 @@ class DecisionMemoryModule(L.LightningModule):
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), decision)
         self._log_rolling_curve(writer, batch)
+        if self.memory.drift_mode == "adaptive":  # how many categories score with their tracking prototypes
+            writer.add_scalar("gate/tracking_categories", float((self.memory.tracking_lead > 0).sum()), decision)
         if promotions:
             self._log_promotions(writer, promotions)
         if recycles:
