@@ -21,7 +21,9 @@ class Explanation:
     """Why a :class:`~gae.JudgmentMemory` recommends what it does, for a batch of B decisions.
 
     Every action is represented by its nearest scoring prototype (the only one when
-    ``prototypes=1``), the one that set its logit.
+    ``prototypes=1``), the one that set its logit; in ``drift_mode='adaptive'``, while the
+    category's tracking prototypes lead, the tracking prototype (the gate's view, ``displacement``
+    and ``gated``, still measures the prototype itself).
 
     Attributes:
         action: (B,) int64, the recommended action, -1 where the memory abstains.

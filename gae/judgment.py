@@ -375,11 +375,14 @@ class JudgmentMemory(DecisionMemory):
                 (x.to(self.centroids.dtype)[:, None, None, :] - self._slots(self.centroids)[category_t]) ** 2
             plain = gate_sq.sum(-1).sqrt().masked_fill(~in_use, float("inf"))
             recommended = out.action.clamp(min=0)
-            displacement = plain[rows.squeeze(1), recommended].min(-1).values
+            displacement, taught = plain[rows.squeeze(1), recommended].min(-1)
             displacement = torch.where(out.action >= 0, displacement, float("nan"))
             spawns = (displacement > self.spawn_threshold) if self.prototypes > 1 else torch.zeros_like(out.action,
                                                                                                     dtype=torch.bool)
             gated = (displacement > self.drift_threshold) & ~spawns
+            if self.drift_mode == "adaptive":  # a promoted prototype restarting (no weight yet) is not gated
+                cell = (category_t, recommended, taught)
+                gated &= ~(self._slots(self.following)[cell] & (self._slots(self.follow_weight)[cell] == 0))
         return audit.Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, nearest,
                                  audit.margins(distance), displacement, gated, spawns, category_t,
                                  self.category_names, self.action_names, self.factor_names)

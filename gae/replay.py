@@ -14,6 +14,7 @@ earlier decision scored by the state it saw, less the deleted memories.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -24,7 +25,7 @@ import torch
 from gae._trace_lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
 from gae.judgment import JudgmentMemory
 from gae.retrieval_memory import RetrievalMemory
-from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
+from gae.trace import _JUDGMENT_OPTIONS, load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
 
 class Mismatch(NamedTuple):
@@ -91,7 +92,7 @@ def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
     chains: dict[str, _Chain] = {}  # the run being replayed: a later writer of it may continue its state
     for run, records in segments:
         header = records[0] if records[0]["kind"] == "header" else None
-        if header is None or _normal(header.get("config")) != config:
+        if header is None or _normal(_completed(header.get("config"))) != config:
             continue
         chain = chains.get(run)
         if chain is not None and chain.alive and state_hash(chain.memory) == header["version"]["hash"]:
@@ -114,6 +115,17 @@ def replay(trace: str | Path | IO[str], checkpoint: str | Path) -> ReplayReport:
 
 def _normal(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def _completed(config: Any) -> Any:
+    """A header's memory config with the JudgmentMemory options it predates (written before the
+    option existed) set to their defaults, which is what the memory that wrote it used."""
+    if not isinstance(config, dict) or config.get("kind") != "judgment":
+        return config
+    defaults = {name: parameter.default for name, parameter in
+                inspect.signature(JudgmentMemory.__init__).parameters.items()
+                if name in _JUDGMENT_OPTIONS and parameter.default is not inspect.Parameter.empty}
+    return {**defaults, **config}
 
 
 def _start(records: list[dict[str, Any]], digest: str) -> int | None:

@@ -105,6 +105,8 @@ class StreamStep(NamedTuple):
             decision and every prototype of its category at scoring time, or ``None`` for
             memories without prototypes (:class:`~gae.KNNMemory`). With several prototypes
             per action (``prototypes=P``), those of each action's nearest scoring prototype.
+            In ``drift_mode='adaptive'``, while a category's tracking prototypes lead, they are
+            what scored, and these are their differences (what ``attention_loss`` trains on).
         nearest: (B, A) int64, the prototype slot each action scored with (its nearest
             scoring prototype), -1 where the action had none; ``None`` for memories without
             prototypes.

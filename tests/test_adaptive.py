@@ -234,3 +234,18 @@ def test_an_adaptive_state_of_the_earlier_format_is_refused_clearly():
     del state["_extra_state"]["adaptive_format"]
     with pytest.raises(ValueError, match="saved by an earlier drift_mode='adaptive'"):
         JudgmentMemory(1, 2, 2, drift_mode="adaptive").load_state_dict(state)
+
+
+@pytest.mark.parametrize("weight, gated", [(0.0, False), (3.0, True)])
+def test_explain_and_the_engine_agree_on_a_restart_and_on_a_following_step(weight, gated):
+    """A promoted prototype with no weight yet (its run had none of its decisions) restarts: its
+    next decision replaces it and the gate has nothing to damp; one with weight is gated."""
+    memory = settled()
+    memory.following[0, 0], memory.follow_weight[0, 0] = True, weight
+    far = [0.2, 0.75]  # recommended 0 (nearer to its prototype at LOW), but beyond the gate's threshold of it
+    explained = memory.explain(far, 0)
+    assert int(explained.action[0]) == 0 and float(explained.displacement[0]) > memory.drift_threshold
+    assert bool(explained.gated[0]) is gated
+    step = learn(memory, torch.tensor([far]), torch.tensor([0]))
+    assert bool(step.events.gated[0]) is gated
+    assert float(step.events.eta[0]) == pytest.approx(1.0 if weight == 0 else 0.5 / (weight + 0.5))

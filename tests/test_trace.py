@@ -355,3 +355,22 @@ def test_forgetting_decisions_learned_before_the_checkpoint_and_reused_ids(tmp_p
     removal = result.removals[0]
     assert [change.line for change in removal.changed] == brute_force_changes(path, checkpoint)
     assert removal.changed
+
+
+def test_a_header_written_before_an_option_existed_still_replays(tmp_path):
+    """A trace of the seed rule written before ``tracking_eta`` existed: its header lacks the
+    option, and the memory that wrote it used the default, so the replay takes it."""
+    path, checkpoint, _ = traced_run("judgment", tmp_path)
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["kind"] == "header" and header["config"].pop("tracking_eta") == 0.2
+    lines[0] = json.dumps(header)
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(lines) + "\n")
+    result = replay(old, checkpoint)
+    assert result.ok and result.checked == N + 14
+    header["config"]["tau"] = 0.5  # a header of another memory still does not match
+    lines[0] = json.dumps(header)
+    old.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="no run of the trace"):
+        replay(old, checkpoint)
