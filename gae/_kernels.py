@@ -303,7 +303,11 @@ def judgment_loop(centroids, initialized, counts, wins, alpha, x, category, acti
         spawn = target >= 0 and n_slots > 1 and disp > spawn_threshold
         follow = False
         if adaptive and target >= 0 and not spawn:
-            proto_logit = _logit(x, b, alpha, tau32, centroids, c, a, target)
+            # the verified action's prototype logit: already scored unless tracking prototypes or slots scored
+            if n_slots == 1 and not tracked:
+                proto_logit = logits[b, a]
+            else:
+                proto_logit = _logit(x, b, alpha, tau32, centroids, c, a, target)
             _weigh_evidence(b, c, a, target, proto_logit, x, alpha, tau32, shadow, statistic, evidence, run_count,
                             evidence_clip, evidence_allowance)
             # which of the prototype and its tracking prototype predicted the verified action better
