@@ -89,6 +89,9 @@ def test_promotions_reach_tensorboard(tmp_path):
     tracking = events.Scalars("gate/tracking_categories")
     assert tracking[-1].value == float((cli.model.memory.tracking_lead > 0).sum())
     assert all(0 <= event.value <= len(cli.model.memory.category_names) for event in tracking)
+    leads = [events.Scalars(f"tracking_lead/{name}")[-1].value for name in cli.model.memory.category_names]
+    assert leads == pytest.approx(cli.model.memory.tracking_lead.tolist())
+    assert tracking[-1].value == sum(lead > 0 for lead in leads)
     texts = events.Tensors("gate/promotion/text_summary")
     assert [event.step for event in texts] == (promotions.step + 1).tolist()  # at the decision, one per promotion
     first = tensor_util.make_ndarray(texts[0].tensor_proto).item().decode()

@@ -228,8 +228,11 @@ class DecisionMemoryModule(L.LightningModule):
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), decision)
         self._log_rolling_curve(writer, batch)
-        if self.memory.drift_mode == "adaptive":  # how many categories score with their tracking prototypes
-            writer.add_scalar("gate/tracking_categories", float((self.memory.tracking_lead > 0).sum()), decision)
+        if self.memory.drift_mode == "adaptive":  # how many categories score with their tracking prototypes, and
+            lead = self.memory.tracking_lead.detach().cpu()  # each one's lead (its evidence: above 0, they score)
+            writer.add_scalar("gate/tracking_categories", float((lead > 0).sum()), decision)
+            for name, value in zip(self.memory.category_names, lead.tolist(), strict=True):
+                writer.add_scalar(f"tracking_lead/{name}", value, decision)
         if promotions:
             self._log_promotions(writer, promotions)
         if recycles:
