@@ -250,9 +250,8 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
             eta = torch.tensor(1.0)
         else:
             events.displacement[b] = disp
-            if follow and adaptive is not None:  # a running mean since the change point: the gate halves
-                weight = f32(1.0)  # a far decision's weight
-                _, _, _, following, follow_weight, *_ = adaptive
+            if follow:  # a running mean since the change point: the gate halves a far decision's weight
+                weight = f32(1.0)
                 if float(disp) > rule.drift_threshold and follow_weight[c, a, target] > 0:  # a restart: no damping
                     weight = torch.tensor(rule.gate_damping, dtype=torch.float32)
                     events.gated[b] = True
@@ -276,17 +275,15 @@ def judgment_prequential_reference(centroids, initialized, counts, wins, alpha, 
         if adaptive is None:
             continue
         shadow, statistic, evidence, following, follow_weight, run_mean, run_count, tracking, lead = adaptive
-        if fresh:
+        if fresh:  # a new prototype: nothing seen before belongs to it
             tracking[c, a, target] = clip_(x[b].clone())
-        else:  # the tracking prototype: tracking_eta, halved past the gate's threshold
+            shadow[c, a, target] = clip_(x[b].clone())
+            following[c, a, target], follow_weight[c, a, target], run_count[c, a, target] = False, 0.0, 0
+        else:  # the tracking prototype at tracking_eta, halved past the gate's threshold; the shadow ungated
             eta_t = f32(rule.tracking_eta)
             if float((x[b] - tracking[c, a, target]).pow(2).sum().sqrt()) > rule.drift_threshold:
                 eta_t = eta_t * torch.tensor(rule.gate_damping, dtype=torch.float32)
             tracking[c, a, target] = clip_(tracking[c, a, target] + eta_t * (x[b] - tracking[c, a, target]))
-        if fresh:  # a new prototype: nothing seen before belongs to it
-            shadow[c, a, target] = clip_(x[b].clone())
-            following[c, a, target], follow_weight[c, a, target], run_count[c, a, target] = False, 0.0, 0
-        else:
             shadow[c, a, target] = clip_(shadow[c, a, target] + f32(rule.shadow_eta) * (x[b] - shadow[c, a, target]))
         if statistic[c] > 0:  # the decision belongs to the test's current run
             run_count[c, a, target] += 1
