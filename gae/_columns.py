@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -39,6 +41,50 @@ def per_memory(name: str, value: Any, n: int, device: torch.device, *, low: floa
     return tensor
 
 
+def plain_ids(argument: str, value: Any, ranks: Sequence[int] | None, *, names: bool = False) -> Any:
+    """A torch tensor (any device) or numpy array or scalar of ids as Python values: an int (0-D),
+    a list (1-D) or a list of lists (2-D). Any other value is returned as given, for the caller's
+    own checks of lists and plain values.
+
+    The tensor or array must hold integers (or, with ``names``, numpy strings: scope names) and
+    have one of ``ranks`` dimensions (None: any); otherwise the error names ``argument`` and the
+    values. A float, bool or complex tensor is refused even when its values are whole numbers.
+
+    Examples::
+
+        >>> plain_ids("scopes", torch.tensor([[3], [1]]), (1, 2))
+        [[3], [1]]
+        >>> plain_ids("scope", np.int64(5), (0, 1))
+        5
+    """
+    if isinstance(value, Tensor):
+        if value.device.type == "meta":
+            raise TypeError(f"{argument} is a meta tensor (no values); pass its values on a real device")
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got {value.dtype} "
+                            f"{_preview(value)}")
+        dims = value.dim()
+    elif isinstance(value, (np.ndarray, np.generic)) and not isinstance(value, (str, bytes)):
+        value = np.asarray(value)
+        if value.dtype.kind not in ("iuU" if names else "iu"):
+            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got numpy "
+                            f"{value.dtype} {_preview(value)}")
+        dims = value.ndim
+    else:
+        return value
+    if ranks is not None and dims not in ranks:
+        expected = " or ".join(f"{rank}-D" for rank in ranks)
+        raise ValueError(f"{argument} must be a {expected} tensor or array, got shape {tuple(value.shape)}: "
+                         f"{_preview(value)}")
+    return value.tolist()
+
+
+def _preview(values: Tensor | np.ndarray) -> str:
+    """The first values of a tensor or array, for an error message."""
+    flat = values.reshape(-1)
+    return f"{flat[:6].tolist()}{' ...' if flat.shape[0] > 6 else ''}"
+
+
 def scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
     """Int scopes are stored as given (>= 0); the name ``names[i]`` is stored as ``-1 - i``."""
     if isinstance(scope, str):
@@ -51,10 +97,16 @@ def scope_index(scope: Any, names: Sequence[str], argument: str) -> int:
 
 
 def scope_column(scope: Any, n: int, known: Sequence[str], device: torch.device) -> tuple[Tensor, list[str]]:
-    """The (n,) scope column, and the new names it uses (registered by the caller once the add is valid)."""
-    if not isinstance(scope, (str, int, Sequence)):
-        raise TypeError(f"scope must be a name, an int or one per memory, got {scope!r}")
-    values = [scope] * n if isinstance(scope, (str, int)) else list(scope)
+    """The (n,) scope column, and the new names it uses (registered by the caller once the add is valid).
+
+    ``scope``: one name or int (a 0-D integer tensor or numpy scalar too), or one per memory (a
+    list, or a 1-D integer tensor or array, or a numpy array of names)."""
+    scope = plain_ids("scope", scope, (0, 1), names=True)
+    if isinstance(scope, (bytes, bytearray)) or not isinstance(scope, (str, int, Sequence)):
+        raise TypeError(f"scope must be a name, an int or one per memory (a list, 1-D tensor or array), "
+                        f"got {scope!r}")
+    values = [scope] * n if isinstance(scope, (str, int)) else [plain_ids("scope", s, (0,), names=True)
+                                                                 for s in scope]
     if len(values) != n:
         raise ValueError(f"scope must be one value or one per memory ({n}), got {len(values)}")
     new_names = [name for name in dict.fromkeys(v for v in values if isinstance(v, str)) if name not in known]
@@ -64,6 +116,55 @@ def scope_column(scope: Any, n: int, known: Sequence[str], device: torch.device)
     names = [*known, *new_names]
     column = torch.tensor([scope_index(s, names, "scope") for s in values], dtype=torch.int64, device=device)
     return column, new_names
+
+
+class ScopeLists(NamedTuple):
+    """``retrieve``'s ``scopes`` as plain values: one list shared by every query, or one per query."""
+
+    values: list[Any]  # names and ints; with per_query, one such list per query
+    per_query: bool
+
+
+def scope_lists(scopes: Any, n_queries: int) -> ScopeLists | None:
+    """``scopes`` of a retrieval over ``n_queries`` queries: None (every scope), a list shared by
+    every query (or a 1-D integer tensor or array), or one list per query (a list of lists or of
+    1-D tensors, or a 2-D tensor or array, one row per query). Entries are checked by the caller."""
+    if scopes is None:
+        return None
+    scopes = plain_ids("scopes", scopes, (1, 2), names=True)
+    if isinstance(scopes, (str, bytes, bytearray)) or not isinstance(scopes, Sequence):
+        raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
+    items = [plain_ids("scopes", s, (0, 1), names=True) for s in scopes]
+    if not (items and all(isinstance(s, (list, tuple)) for s in items)):
+        return ScopeLists(items, per_query=False)
+    if len(items) != n_queries:
+        raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(items)}")
+    return ScopeLists([[plain_ids("scopes", s, (0,), names=True) for s in row] for row in items], per_query=True)
+
+
+def source_rows(source_ids: Any, n: int) -> list[tuple[int, ...]]:
+    """``add``'s provenance: one tuple of int64 ids per memory, from one list of ids per memory (or
+    a list of 1-D integer tensors or arrays), or a 2-D integer tensor or array (one row per memory)."""
+    if source_ids is None:
+        return [() for _ in range(n)]
+    source_ids = plain_ids("source_ids", source_ids, (2,))
+    if isinstance(source_ids, (str, bytes)) or not isinstance(source_ids, Sequence):
+        raise TypeError(f"source_ids must be one list of integer ids per memory, got {source_ids!r}")
+    rows = []
+    for i, row in enumerate(source_ids):
+        values = plain_ids(f"source_ids[{i}]", row, (1,))
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"source_ids[{i}] must be a list of integer ids, got {row!r}")
+        values = [plain_ids(f"source_ids[{i}]", v, (0,)) for v in values]
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise TypeError(f"source_ids[{i}] must hold integer ids, got {bad[0]!r}")
+        if any(not -2**63 <= v < 2**63 for v in values):
+            raise ValueError(f"source_ids[{i}] must hold int64 ids, got {values!r}")
+        rows.append(tuple(int(v) for v in values))
+    if len(rows) != n:
+        raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(rows)}")
+    return rows
 
 
 def memory_type_column(memory_type: Any, n: int, device: torch.device) -> Tensor:

@@ -16,7 +16,16 @@ from torch import Tensor, nn
 
 from gae import _validation as check
 from gae._base import check_state_dict, load_all_or_nothing
-from gae._columns import MEMORY_TYPES, memory_type_column, per_memory, scope_column, scope_index
+from gae._columns import (
+    MEMORY_TYPES,
+    memory_type_column,
+    per_memory,
+    plain_ids,
+    scope_column,
+    scope_index,
+    scope_lists,
+    source_rows,
+)
 from gae.admission import Admission, AdmissionPolicy
 from gae.retrieval import RetrievalScorer, top_k
 from gae.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot
@@ -160,8 +169,8 @@ class EpisodicMemory(nn.Module):
     @torch.no_grad()
     def add(self, embeddings: Tensor, importance: Tensor | float, *, created_at: Tensor | float | None = None,
             scope: Any = 0, memory_type: str | Sequence[str] = "episode", confidence: Any = 1.0,
-            source_ids: Sequence[Sequence[int]] | None = None, valid_from: Any = None, valid_until: Any = None,
-            query: Tensor | None = None, now: float | None = None,
+            source_ids: Sequence[Sequence[int]] | Tensor | np.ndarray | None = None, valid_from: Any = None,
+            valid_until: Any = None, query: Tensor | None = None, now: float | None = None,
             content: Sequence[str | None] | None = None) -> Tensor:
         """Store B memories, then evict down to ``capacity``; returns their (B,) ids.
 
@@ -169,10 +178,13 @@ class EpisodicMemory(nn.Module):
             embeddings: (B, D) float, normalised here.
             importance: (B,) or one value, in [0, 1].
             created_at: (B,) or one time in seconds. Default: ``now``, else 0.
-            scope: one scope (int or name) or one per memory. Names are registered on first use.
+            scope: one scope (int or name) or one per memory: a list, or a 1-D integer tensor (any
+                device) or numpy array (of ints or names); one scope may be a 0-D tensor or numpy
+                scalar. Names are registered on first use.
             memory_type: ``'episode'`` or ``'semantic'``, one or one per memory.
             confidence: (B,) or one float. Default: 1.
-            source_ids: per memory, the ids of the episodes it came from. Default: none.
+            source_ids: per memory, the ids of the episodes it came from: a list of lists (or of
+                1-D integer tensors or arrays), or a (B, S) integer tensor or array. Default: none.
             valid_from, valid_until: (B,) or one time. Default: always valid.
             query: (D,) the current query, for ``'lowest_score'`` eviction. Default: the last
                 embedding added (the most recent context).
@@ -205,7 +217,7 @@ class EpisodicMemory(nn.Module):
             i = int(inverted[0])
             raise ValueError(f"valid_from must be <= valid_until, got {float(columns['valid_from'][i])} > "
                              f"{float(columns['valid_until'][i])} for memory {i}")
-        sources = _source_rows(source_ids, n)
+        sources = source_rows(source_ids, n)
         if query is not None:
             query = check.check_factors(query.reshape(1, -1) if isinstance(query, Tensor) else query,
                                         self.dim, device, "query", dtype=self.embeddings.dtype)
@@ -287,7 +299,9 @@ class EpisodicMemory(nn.Module):
             queries: (Q, D).
             now: the current time in seconds.
             k: memories per query.
-            scopes: None (every scope), a list of scopes shared by every query, or one list per query.
+            scopes: None (every scope); the scopes every query may see (a list, or a 1-D integer
+                tensor (any device) or numpy array); or one list per query (a list of lists or of
+                1-D tensors, or a (Q, S) integer tensor or array).
         """
         self._fresh()
         device = self.embeddings.device
@@ -318,33 +332,32 @@ class EpisodicMemory(nn.Module):
                          torch.where(found, importance[rows], zero), self.version)
 
     def _allowed(self, scopes: Any, n_queries: int) -> Tensor | None:
-        if scopes is None:
+        parsed = scope_lists(scopes, n_queries)
+        if parsed is None:
             return None
-        if isinstance(scopes, str) or not isinstance(scopes, Sequence):
-            raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
         memory_scope = self._column("scope")
-        per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
-        if not per_query:
-            wanted = torch.tensor([scope_index(s, self.scope_names, "scopes") for s in scopes], dtype=torch.int64,
-                                  device=memory_scope.device)
+        if not parsed.per_query:
+            wanted = torch.tensor([scope_index(s, self.scope_names, "scopes") for s in parsed.values],
+                                  dtype=torch.int64, device=memory_scope.device)
             return torch.isin(memory_scope, wanted)
-        if len(scopes) != n_queries:
-            raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
         wanted_per_query = [torch.tensor([scope_index(s, self.scope_names, "scopes") for s in allowed],
-                                         dtype=torch.int64, device=memory_scope.device) for allowed in scopes]
+                                         dtype=torch.int64, device=memory_scope.device) for allowed in parsed.values]
         return torch.stack([torch.isin(memory_scope, wanted) for wanted in wanted_per_query])  # (Q, N)
 
     # -- deleting -----------------------------------------------------------------------------
     @torch.no_grad()
-    def delete(self, ids: Sequence[int] | Tensor, *, now: float = 0.0, reason: str = "deleted") -> int:
-        """Remove the memories with these ids; unknown ids are an error. Returns how many went."""
+    def delete(self, ids: Sequence[int] | Tensor | np.ndarray, *, now: float = 0.0, reason: str = "deleted") -> int:
+        """Remove the memories with these ids; unknown ids are an error. Returns how many went.
+
+        ``ids``: a list, or an integer tensor (any device) or numpy array, of any shape (flattened)."""
         self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {reason!r}")
+        plain = plain_ids("ids", ids, None)
         try:
-            raw = torch.as_tensor(ids, device=self.embeddings.device).reshape(-1)
-        except (TypeError, ValueError, RuntimeError, OverflowError):  # None, text, ragged lists, > int64, meta
+            raw = torch.as_tensor(plain, device=self.embeddings.device).reshape(-1)
+        except (TypeError, ValueError, RuntimeError, OverflowError):  # None, text, ragged lists, > int64
             raise TypeError(f"ids must be a list or tensor of integer memory ids, got {ids!r}") from None
         if raw.numel() and (raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool):
             raise TypeError(f"ids must be integers, got {raw.tolist()[:5]} ({raw.dtype})")
@@ -580,28 +593,6 @@ class EpisodicMemory(nn.Module):
         if self.store is not None:
             self._check_state(state_dict, "")  # raises: the store is the source of truth
         return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
-
-
-def _source_rows(source_ids: Any, n: int) -> list[tuple[int, ...]]:
-    """``add``'s provenance: one list of int64 ids per memory."""
-    if source_ids is None:
-        return [() for _ in range(n)]
-    if isinstance(source_ids, (str, bytes)) or not isinstance(source_ids, (Sequence, Tensor)):
-        raise TypeError(f"source_ids must be one list of integer ids per memory, got {source_ids!r}")
-    rows = []
-    for i, row in enumerate(source_ids):
-        values = row.tolist() if isinstance(row, Tensor) else row
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise TypeError(f"source_ids[{i}] must be a list of integer ids, got {row!r}")
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
-        if bad:
-            raise TypeError(f"source_ids[{i}] must hold integer ids, got {bad[0]!r}")
-        if any(not -2**63 <= v < 2**63 for v in values):
-            raise ValueError(f"source_ids[{i}] must hold int64 ids, got {row!r}")
-        rows.append(tuple(int(v) for v in values))
-    if len(rows) != n:
-        raise ValueError(f"source_ids must have one entry per memory ({n}), got {len(rows)}")
-    return rows
 
 
 def _trace_number(trace: Mapping[str, Any], name: str, default: float | None) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -119,9 +120,10 @@ class RetrievalMemory(DecisionMemory):
         return self._vote(x.detach(), category, self._now())
 
     @torch.no_grad()
-    def delete(self, ids: Sequence[int] | Tensor, reason: str = "deleted") -> int:
-        """Delete stored memories by id (the ids ``neighbours`` and ``StreamStep.retrieved`` report),
-        at the current time; unknown ids are an error and change nothing. Returns how many went."""
+    def delete(self, ids: Sequence[int] | Tensor | np.ndarray, reason: str = "deleted") -> int:
+        """Delete stored memories by id (the ids ``neighbours`` and ``StreamStep.retrieved`` report:
+        a list, or an integer tensor on any device or numpy array), at the current time; unknown ids
+        are an error and change nothing. Returns how many went."""
         removed = self.store.delete(ids, now=self._now(), reason=reason)
         alive = set(self.store._column("ids").tolist())
         self.labels = {i: a for i, a in self.labels.items() if i in alive}

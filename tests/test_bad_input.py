@@ -425,8 +425,8 @@ EPISODIC_REFUSED = [  # id, call, error, words
     ("retrieve now bool", lambda m: m.retrieve(EMB, now=True), TypeError, ["now", "True"]),
     ("retrieve k numpy", lambda m: m.retrieve(EMB, now=2.0, k=np.int64(2)), TypeError, ["k", "2"]),
     ("retrieve scopes bool", lambda m: m.retrieve(EMB, now=2.0, scopes=[True]), ValueError, ["scopes", "True"]),
-    ("retrieve scopes tensor", lambda m: m.retrieve(EMB, now=2.0, scopes=torch.tensor([0])), TypeError,
-     ["scopes", "tensor"]),
+    ("retrieve scopes float tensor", lambda m: m.retrieve(EMB, now=2.0, scopes=torch.tensor([0.0])), TypeError,
+     ["scopes", "torch.float32"]),
     ("delete None", lambda m: m.delete(None), TypeError, ["ids", "None"]),
     ("delete text", lambda m: m.delete(["a"]), TypeError, ["ids", "'a'"]),
     ("delete bool", lambda m: m.delete(torch.tensor([True])), TypeError, ["ids", "torch.bool"]),
@@ -509,6 +509,8 @@ EPISODIC_ACCEPTED = [  # id, call as given, the call with plain inputs
     ("queries float64", lambda m: m.retrieve(EMB.double(), now=2.0, k=2), lambda m: m.retrieve(EMB, now=2.0, k=2)),
     ("queries strided", lambda m: m.retrieve(strided(EMB), now=2.0, k=2), lambda m: m.retrieve(EMB, now=2.0, k=2)),
     ("delete a 2-D tensor of ids", lambda m: m.delete(torch.tensor([[0], [2]])), lambda m: m.delete([0, 2])),
+    ("retrieve scopes tensor", lambda m: m.retrieve(EMB, now=2.0, k=2, scopes=torch.tensor([0, 1])),
+     lambda m: m.retrieve(EMB, now=2.0, k=2, scopes=[0, 1])),
     ("admit tensor numbers", admit({**TRACE, "importance": torch.tensor(0.5), "quality": 0.9}), admit(TRACE)),
 ]
 

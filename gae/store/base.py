@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gae._columns import plain_ids, scope_lists
+
 SCHEMA_VERSION = 1  # bump with a migration in each store's _migrate when the tables change
 MEMORY_TYPES = ("episode", "semantic")
 AUDIT_ACTIONS = ("add", "evict", "delete", "expire", "reject")
@@ -140,31 +142,38 @@ def join_scope(scope_type: str, scope_id: str) -> str:
     return f"#{scope_id}" if scope_type == "int" else scope_id
 
 
-def scope_key(scope: Any) -> str:
-    """The store's text form of a scope: a name as is, an int ``s >= 0`` as ``'#s'``."""
+def scope_key(scope: Any, argument: str = "scope") -> str:
+    """The store's text form of a scope: a name as is, an int ``s >= 0`` (a 0-D integer tensor or
+    numpy scalar too) as ``'#s'``."""
+    scope = plain_ids(argument, scope, (0,), names=True)
     if isinstance(scope, str):
         if scope.startswith("#"):
             raise ValueError(f"scope names may not start with '#', got {scope!r}")
         return scope
-    if isinstance(scope, bool) or not isinstance(scope, (int, np.integer)) or scope < 0:
-        raise ValueError(f"a scope must be a name or an int >= 0, got {scope!r}")
-    return f"#{int(scope)}"
+    if isinstance(scope, bool) or not isinstance(scope, int) or scope < 0:
+        raise ValueError(f"{argument} must hold names or ints >= 0, got {scope!r}")
+    return f"#{scope}"
+
+
+def scope_keys(scopes: Any, argument: str) -> list[str]:
+    """The scope keys of one list of scopes: a list, or a 1-D integer tensor or numpy array."""
+    values = plain_ids(argument, scopes, (1,), names=True)
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{argument} must be a list of scopes, got {scopes!r}")
+    return [scope_key(s, argument) for s in values]
 
 
 def scope_filters(scopes: Any, n_queries: int) -> list[list[str] | None]:
     """Per query, the scope keys it may see (None: every scope), from EpisodicMemory's forms:
-    None, a list shared by every query, or one list per query."""
-    if scopes is None:
+    None, a list shared by every query (or a 1-D integer tensor or array), or one list per query
+    (or a 2-D integer tensor or array, one row per query)."""
+    parsed = scope_lists(scopes, n_queries)
+    if parsed is None:
         return [None] * n_queries
-    if isinstance(scopes, str) or not isinstance(scopes, Sequence):
-        raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
-    per_query = len(scopes) > 0 and all(isinstance(s, (list, tuple)) for s in scopes)
-    if not per_query:
-        keys = [scope_key(s) for s in scopes]
+    if not parsed.per_query:
+        keys = [scope_key(s, "scopes") for s in parsed.values]
         return [keys] * n_queries
-    if len(scopes) != n_queries:
-        raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(scopes)}")
-    return [[scope_key(s) for s in allowed] for allowed in scopes]
+    return [[scope_key(s, "scopes") for s in allowed] for allowed in parsed.values]
 
 
 def check_rows(rows: Rows, dim: int) -> None:
@@ -235,7 +244,9 @@ class MemoryStore(abc.ABC):
                  weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
                  text: str | Sequence[str] | None = None, w_text: float = 0.0) -> StoreRetrieval:
         """Rank the live, valid rows each query may see by ``w_sim cos + w_rec exp(-age/tau) +
-        w_imp importance (+ w_text text_match)``, in the store."""
+        w_imp importance (+ w_text text_match)``, in the store. ``scopes`` takes the forms of
+        :meth:`gae.EpisodicMemory.retrieve`: None, one list (or 1-D integer tensor or numpy array)
+        shared by every query, or one list per query (or a 2-D tensor or array, one row per query)."""
 
     @abc.abstractmethod
     def audit(self) -> list[AuditEntry]:

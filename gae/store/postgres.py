@@ -25,7 +25,7 @@ from gae.store.base import (
     padded,
     rows_from_records,
     scope_filters,
-    scope_key,
+    scope_keys,
     split_scope,
 )
 
@@ -278,14 +278,13 @@ class PostgresStore(MemoryStore):
         for statement in filter(str.strip, _RLS.split(";")):
             self._conn.execute(self._q(statement))
 
-    def set_scopes(self, scopes: Sequence[Any] | None) -> None:
-        """Restrict this connection to the rows of ``scopes`` (names or ints >= 0), or lift the
-        restriction (None). Needs ``row_level_security=True``: the table's policy enforces it."""
+    def set_scopes(self, scopes: Sequence[Any] | np.ndarray | None) -> None:
+        """Restrict this connection to the rows of ``scopes`` (names or ints >= 0: a list, or a 1-D
+        integer tensor or numpy array), or lift the restriction (None). Needs
+        ``row_level_security=True``: the table's policy enforces it."""
         if not self.row_level_security:
             raise ValueError("set_scopes needs a store opened with row_level_security=True")
-        if scopes is not None and (isinstance(scopes, str) or not isinstance(scopes, Sequence)):
-            raise ValueError(f"scopes must be None or a list of scopes, got {scopes!r}")
-        setting = "" if scopes is None else json.dumps([scope_key(s) for s in scopes])
+        setting = "" if scopes is None else json.dumps(scope_keys(scopes, "scopes"))
         self._conn.execute("SELECT set_config('gae.scopes', %s, false)", (setting,))
 
     def _meta(self, key: str) -> str:
