@@ -6,16 +6,16 @@ against. Both share one API: ``forward`` (batched scoring), ``prequential_`` (ex
 score-before-learn), ``learn_``, and the single-decision ``score_one`` / ``learn_one``.
 """
 
-from gae._base import safe_load
 from gae.admission import Admission, AdmissionPolicy
 from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
-from gae.judgment import JudgmentMemory
+from gae.judgment import JudgmentConfig, JudgmentMemory
 from gae.knn import KNNMemory
+from gae.loading import safe_load
 from gae.retrieval import RetrievalScorer
 from gae.retrieval_memory import RetrievalMemory
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
-__all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentMemory", "KNNMemory",
-           "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory", "RetrievalScorer", "StreamStep",
-           "safe_load"]
+__all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentConfig",
+           "JudgmentMemory", "KNNMemory", "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory",
+           "RetrievalScorer", "StreamStep", "safe_load"]
 __version__ = "0.1.0"

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import copy
 import numbers
-import os
-import pickle
-import re
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gae import _validation as check
+from gae import validation as check
 from gae.types import LearnEvents, StreamStep
 
 INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
@@ -157,7 +153,7 @@ class DecisionMemory(nn.Module):
     def _one_factor_row(self, factors, limit: float | None = None) -> Tensor:
         """One decision's factors (numbers, a NumPy array or a tensor on any device) as a (1, K)
         row on the memory's device, in its precision, checked like ``x`` (``limit``: see
-        :func:`gae._validation.check_factors`)."""
+        :func:`gae.validation.check_factors`)."""
         device, dtype = self._device, self._float_dtype
         if isinstance(factors, Tensor):
             if factors.is_complex():
@@ -213,6 +209,9 @@ class DecisionMemory(nn.Module):
             self._check_names_state(extra)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
+        upgrade = getattr(self, "_upgrade_state", None)
+        if upgrade is not None:  # in place, as torch.nn.BatchNorm does: torch passes its own copy of the dict
+            upgrade(state_dict, prefix)
         check_state_dict(self, state_dict, prefix)  # the whole memory, before any tensor is copied
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
 
@@ -241,9 +240,6 @@ class DecisionMemory(nn.Module):
 
 
 # -- loading --------------------------------------------------------------------------------
-_RESULT_TYPES: list[Any] = []  # classes: list[Any] is what torch.serialization.safe_globals takes
-
-
 def _kind(dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "bool"
@@ -267,6 +263,11 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], prefix: s
         ValueError: naming every misfit, e.g. ``centroids: saved (4, 3, 8), this memory (4, 4, 8)``.
     """
     problems, missing, expected = [], [], set()
+    state_dict = dict(state_dict)  # a memory's upgrade of an older layout replaces entries of this copy only
+    for name, sub in module.named_modules():
+        upgrade = getattr(sub, "_upgrade_state", None)
+        if upgrade is not None:
+            upgrade(state_dict, prefix + (name + "." if name else ""))
     for name, sub in module.named_modules():
         sub_prefix = prefix + (name + "." if name else "")
         own_check = getattr(sub, "_check_state", None)
@@ -320,71 +321,3 @@ def load_all_or_nothing(module: nn.Module, load: Callable[..., Any], state_dict:
     except BaseException:
         load(before, strict=True, assign=assign)
         raise
-
-
-def _result_types() -> list[Any]:
-    """gae's result NamedTuples: plain tuples of tensors, safe to rebuild from a file."""
-    if not _RESULT_TYPES:
-        from gae import admission, audit, episodic, retrieval, types
-
-        for module in (types, episodic, retrieval, admission, audit):
-            _RESULT_TYPES.extend(value for value in vars(module).values()
-                                 if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
-                                 and value.__module__ == module.__name__)
-    return _RESULT_TYPES
-
-
-def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
-    """Read a file written with ``torch.save`` (a memory's ``state_dict``, a Lightning checkpoint,
-    saved results) without running anything in it, and refuse it if a byte of it changed.
-
-    ``torch.load(weights_only=True)``, with gae's result NamedTuples (``StreamStep``,
-    ``MemoryOutput``, ``Retrieval``, ...) allowed as well as tensors and plain containers. First,
-    every entry of the archive is checked against the CRC-32 stored with it: ``torch.load``
-    itself does not, and loads a tensor whose bytes were flipped on disk as if nothing happened.
-    (Files in torch's legacy, non-zip format carry no checksum and are only unpickled safely.)
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the file asks to import or call anything else (tampered: refused, nothing
-            was run), or it is truncated, corrupted or not written by ``torch.save``; the
-            message names the file.
-
-    Examples::
-
-        >>> import tempfile, gae
-        >>> memory = gae.KNNMemory(2, ["approve", "reject"], k=1)
-        >>> path = tempfile.mkdtemp() + "/memory.pt"
-        >>> torch.save(memory.state_dict(), path)
-        >>> gae.KNNMemory(2, ["approve", "reject"], k=1).load_state_dict(gae.safe_load(path))
-        <All keys matched successfully>
-    """
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                damaged = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
-            raise ValueError(f"{path} cannot be read: a damaged archive ({type(error).__name__}: {error})") from error
-        if damaged is not None:
-            raise ValueError(f"{path} is corrupted: its entry {damaged!r} does not match the checksum saved with it "
-                             "(bytes changed on disk or in transit)")
-    try:
-        if hasattr(torch.serialization, "safe_globals"):
-            with torch.serialization.safe_globals(_result_types()):
-                return torch.load(path, map_location=map_location, weights_only=True)
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        raise
-    except pickle.UnpicklingError as error:
-        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-        reason = re.search(r"WeightsUnpickler error:\s*([^\n]{1,120})", str(error))
-        what = f"it asks for {refused.group(1)}" if refused else \
-            f"it holds more than tensors ({reason.group(1) if reason else type(error).__name__})"
-        raise ValueError(f"{path} is not a plain torch.save file: {what}, refused by torch.load(weights_only=True) "
-                         "(nothing in it was run)") from error
-    except Exception as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else "no further detail"
-        raise ValueError(f"{path} cannot be read: truncated, corrupted or not written by torch.save "
-                         f"({type(error).__name__}: {detail})") from error

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from gae import _validation as check
+from gae import validation as check
 from gae._columns import plain_ids
 
 OUTCOMES = ("success", "corrected", "useful_failure", "failure", "uncertain")

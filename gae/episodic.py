@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-from gae import _validation as check
+from gae import validation as check
 from gae._base import check_state_dict, load_all_or_nothing
 from gae._columns import (
     MEMORY_TYPES,

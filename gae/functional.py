@@ -1,8 +1,4 @@
-"""Pure tensor maths shared by the memories and the training loop.
-
-Nothing here holds state or validates input; the modules do both. Every function is
-differentiable where that makes sense and runs on any device.
-"""
+"""The k-NN baseline's batched scoring, in plain tensor maths (no state, no validation)."""
 
 from __future__ import annotations
 
@@ -10,58 +6,6 @@ import torch
 from torch import Tensor
 
 from gae.types import MemoryOutput
-
-
-def criterion_attention(criterion_logits: Tensor) -> Tensor:
-    """``alpha = K * softmax(criterion_logits)`` over the last dim: all ones at zero logits.
-
-    Shape: (..., K) -> (..., K), each row summing to K.
-
-    Written out (``exp`` of the logits less their maximum, over the sum) rather than with
-    ``torch.softmax``: on logits that require grad (the attention parameter), torch 2.x runs
-    even a (C, K) softmax through a parallel region, and on a busy machine the thread hand-off
-    costs milliseconds per call, a thousand times the arithmetic.
-    """
-    weights = (criterion_logits - criterion_logits.detach().amax(-1, keepdim=True)).exp()
-    return criterion_logits.shape[-1] * (weights / weights.sum(-1, keepdim=True))
-
-
-def squared_differences(x: Tensor, prototypes: Tensor) -> Tensor:
-    """Per-criterion squared differences ``(x - c)^2``: (B, K) and (B, A, K) -> (B, A, K)."""
-    return (x.unsqueeze(-2) - prototypes) ** 2
-
-
-def prototype_logits(sq_diff: Tensor, alpha: Tensor, available: Tensor, tau: float) -> Tensor:
-    """Logits ``-sum_k alpha_k (x_k - c_k)^2 / tau``, ``-inf`` where no prototype exists.
-
-    Args:
-        sq_diff: (B, A, K) squared differences, see :func:`squared_differences`.
-        alpha: (B, K) attention weights of each decision's category.
-        available: (B, A) bool, the prototype exists.
-        tau: softmax temperature.
-
-    Returns:
-        (B, A) logits.
-    """
-    distance = (sq_diff * alpha.unsqueeze(-2)).sum(-1)  # (B, A)
-    return (-distance / tau).masked_fill(~available, float("-inf"))
-
-
-def memory_output(logits: Tensor, min_confidence: float = 0.0) -> MemoryOutput:
-    """Turn (B, A) logits with ``-inf`` for absent actions into a :class:`MemoryOutput`.
-
-    A row with no finite logit abstains (action -1, confidence 0, probabilities all zero),
-    and so does a row whose best probability is below ``min_confidence``. Ties go to the
-    lowest action index. Gradients flow through ``logits`` and ``probs``.
-    """
-    known = torch.isfinite(logits).any(-1, keepdim=True)  # (B, 1)
-    safe = logits.masked_fill(~known, 0.0)
-    probs = torch.softmax(safe, dim=-1) * known
-    action = safe.argmax(-1)
-    confidence = probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    # the threshold is compared in float64, exactly as the compiled kernels compare it
-    abstain = ~known.squeeze(-1) | (confidence.detach().double() < min_confidence)
-    return MemoryOutput(logits, probs, action.masked_fill(abstain, -1), confidence.masked_fill(abstain, 0.0))
 
 
 def knn_neighbours(

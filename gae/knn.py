@@ -8,8 +8,8 @@ from torch import Tensor
 from gae import engine
 from gae import functional as F
 from gae._base import DecisionMemory
-from gae._validation import Names
 from gae.types import MemoryOutput, Retrieved, StreamStep
+from gae.validation import Names
 
 _QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
 

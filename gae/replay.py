@@ -14,7 +14,6 @@ earlier decision scored by the state it saw, less the deleted memories.
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -23,9 +22,9 @@ import numpy as np
 import torch
 
 from gae._trace_lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
-from gae.judgment import JudgmentMemory
+from gae.judgment import JudgmentConfig, JudgmentMemory
 from gae.retrieval_memory import RetrievalMemory
-from gae.trace import _JUDGMENT_OPTIONS, load_checkpoint, memory_config, memory_kind, read_trace, state_hash
+from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
 
 class Mismatch(NamedTuple):
@@ -122,10 +121,7 @@ def _completed(config: Any) -> Any:
     option existed) set to their defaults, which is what the memory that wrote it used."""
     if not isinstance(config, dict) or config.get("kind") != "judgment":
         return config
-    defaults = {name: parameter.default for name, parameter in
-                inspect.signature(JudgmentMemory.__init__).parameters.items()
-                if name in _JUDGMENT_OPTIONS and parameter.default is not inspect.Parameter.empty}
-    return {**defaults, **config}
+    return {**JudgmentConfig().to_dict(), **config}
 
 
 def _start(records: list[dict[str, Any]], digest: str) -> int | None:
@@ -305,12 +301,10 @@ def _removal_effect(run: str, start: Memory, seen: list[dict[str, Any]]) -> tupl
                         scored = _score_call(counterfactual, _same_call(seen, index))
                     now = scored[record["line"]]["answer"]
                 else:
-                    # the confirmed / override flag a decision was learned with is a fact, kept as forget_ does
-                    flag = learned["confirmed"]
-                    if flag is None:
-                        flag = record["answer"] == learned["action"]
+                    # as forget_ does: a confirmed flag the caller gave is a fact and is kept, one the memory
+                    # derived from its own recommendation (None in the trace) is derived again by the counterfactual
                     kept = forgotten_at.get(record["id"], -1) < index
-                    now = _recompute(counterfactual, record, flag, learn=kept)["answer"]
+                    now = _recompute(counterfactual, record, learn=kept)["answer"]
                 if now != record["answer"]:
                     changed.append(Change(record["line"], record["id"], record["answer"], now))
         retrained = state_hash(counterfactual)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-from gae import _validation as check
+from gae import validation as check
 
 SECONDS_PER_HOUR = 3600.0
 _CHUNK = 65536  # memories scored at once: bounds the (Q, chunk) score block, never Q x N x 3

@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gae import _validation as check
+from gae import validation as check
 from gae._base import DecisionMemory
-from gae._validation import Names
 from gae.episodic import EpisodicMemory
 from gae.retrieval import RetrievalScorer
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
+from gae.validation import Names
 
 
 class RetrievalMemory(DecisionMemory):

@@ -48,9 +48,9 @@ import orjson
 import torch
 from torch import Tensor, nn
 
-from gae import _validation as check
+from gae import validation as check
 from gae._trace_lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
-from gae.judgment import JudgmentMemory
+from gae.judgment import JudgmentConfig, JudgmentMemory
 from gae.knn import KNNMemory
 from gae.retrieval_memory import RetrievalMemory
 from gae.types import MemoryOutput, StreamStep
@@ -58,11 +58,6 @@ from gae.types import MemoryOutput, StreamStep
 FORMAT = 1
 FLUSH_DECISIONS = 4096  # decisions a writer keeps before it encodes and writes them
 _KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
-_JUDGMENT_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "push_rate",
-                     "min_confidence", "drift_mode", "shadow_eta", "promotion_threshold", "tracking_eta", "prototypes",
-                     "spawn_threshold", "spawn_support")
-
-
 def memory_kind(memory: nn.Module) -> str:
     """``'judgment'``, ``'knn'`` or ``'retrieval'``; TypeError for anything else."""
     for kind, cls in _KINDS.items():
@@ -103,10 +98,7 @@ def memory_config(memory: Memory) -> dict[str, Any]:
     names = {"factors": list(memory.factor_names), "actions": list(memory.action_names),
              "categories": None if memory.category_names is None else list(memory.category_names)}
     if isinstance(memory, JudgmentMemory):
-        options = {name: getattr(memory, name) for name in _JUDGMENT_OPTIONS}
-        options["clip"] = None if memory.clip is None else list(memory.clip)
-        options["max_log_events"] = memory.decision_log.max_events
-        return {"kind": kind, **names, **options}
+        return {"kind": kind, **names, **memory.config.to_dict()}
     if isinstance(memory, KNNMemory):
         return {"kind": kind, **names, "k": memory.k, "capacity": memory.capacity, "scoped": memory.scoped,
                 "respect_skip": memory.respect_skip}
@@ -129,10 +121,8 @@ def build_memory(config: dict[str, Any]) -> Memory:
     if kind not in _KINDS:
         raise ValueError(f"config['kind'] must be one of {sorted(_KINDS)}, got {kind!r}")
     factors, actions, categories = options.pop("factors"), options.pop("actions"), options.pop("categories")
-    if kind == "judgment":
-        if options.get("clip") is not None:
-            options["clip"] = tuple(options["clip"])
-        return JudgmentMemory(categories, actions, factors, **options)
+    if kind == "judgment":  # a header written before an option existed: its default, which that memory used
+        return JudgmentMemory(categories, actions, factors, JudgmentConfig.from_dict(options))
     if kind == "retrieval":
         options["scorer"] = RetrievalScorer(**options["scorer"])
         return RetrievalMemory(factors, actions, categories=categories, **options)

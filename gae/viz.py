@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
-from gae import _validation as check
+from gae import validation as check
 from gae.episodic import EpisodicMemory
 
 _RING = "#f2a900"  # gold: the top-k rings, as in the original design

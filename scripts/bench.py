@@ -15,7 +15,8 @@ over repeats (after an untimed warm-up, so JIT compilation is excluded):
    without a trace, interleaved, and the wall-time ratio.
 
 Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the README
-has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them.
+has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them and
+commits the record it is rendered from to docs/results/bench.json.
 
 Usage: ``python scripts/bench.py [--quick] [--repeats N] [--out PATH] [--readme PATH | --no-readme]``
 """
@@ -39,11 +40,12 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gae import JudgmentMemory, KNNMemory, engine  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from gae import JudgmentMemory, KNNMemory  # noqa: E402
+from gae.judgment import engine  # noqa: E402
+from training.readme import markers, publish_section, record_path  # noqa: E402
 
 C, A, K = 4, 4, 8
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+START, END = markers("bench")
 FULL_SIZES = {"online": 100_000, "numpy_loop": 5_000, "torch_loop": 2_000, "batch": 1_000_000,
               "score_one": 20_000, "knn": 20_000, "forget": 100_000}
 FORGET_CALL = 100  # decisions per learning call of the log that forget_ replays
@@ -98,13 +100,12 @@ def as_array(prototypes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return centroids, initialized
 
 
-def torch_online(x, category, action, alpha: torch.Tensor, rule) -> tuple[torch.Tensor, torch.Tensor]:
-    """The plain torch reference loop of the engine, on fresh CPU copies of an empty state."""
-    centroids, initialized = torch.zeros(C, A, 1, K), torch.zeros(C, A, 1, dtype=torch.bool)  # one prototype slot
-    engine.judgment_prequential(centroids, initialized, torch.zeros(C, A, 1, dtype=torch.int64), torch.zeros(C, A, 1),
-                                alpha, x, category, action, None, torch.zeros(len(x), dtype=torch.bool), rule,
-                                backend="reference")
-    return centroids.squeeze(2), initialized.squeeze(2)
+def torch_online(x, category, action, alpha: torch.Tensor, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain torch reference loop of the engine, on a fresh empty state; (C, A, K) results."""
+    state = JudgmentMemory(C, A, K, config).state()
+    engine.prequential(state, config, alpha, x, category, action, None, torch.zeros(len(x), dtype=torch.bool),
+                       backend="reference")
+    return state.centroids.squeeze(2), state.initialized.squeeze(2)
 
 
 def learned(x, category, action) -> JudgmentMemory:
@@ -185,20 +186,22 @@ def measure_online(results: dict, stream, sizes: dict, repeats: int) -> None:
     results["online_numpy"] = rate(n_np, seconds(lambda _: numpy_online(x_np, c_np, a_np, weights), repeats))
     progress(f"exact online: torch reference loop on {n_torch:,} decisions")
     prefix = (x[:n_torch], category[:n_torch], action[:n_torch])
-    results["online_torch"] = rate(n_torch, seconds(lambda _: torch_online(*prefix, alpha, fresh.rule), repeats))
+    results["online_torch"] = rate(n_torch, seconds(lambda _: torch_online(*prefix, alpha, fresh.config), repeats))
 
     # Speed means nothing unless the loops compute the same prototypes as gae.
     np_centroids, np_init = as_array(numpy_online(x_np, c_np, a_np, weights))
     gae_np = learned(x[:n_np], category[:n_np], action[:n_np])
-    torch_centroids, torch_init = torch_online(*prefix, alpha, fresh.rule)
+    gae_np_centroids = gae_np.centroids.squeeze(2).numpy()  # one prototype slot
+    torch_centroids, torch_init = torch_online(*prefix, alpha, fresh.config)
     gae_torch = learned(*prefix)
     results["agreement"] = {
-        "numpy_vs_gae": {"n": n_np, "max_abs_diff": float(np.abs(np_centroids - gae_np.centroids.numpy()).max()),
-                         "allclose": bool((np_init == gae_np.initialized.numpy()).all()
-                                          and np.allclose(np_centroids, gae_np.centroids.numpy(), atol=1e-5))},
-        "torch_vs_gae": {"n": n_torch, "max_abs_diff": float((torch_centroids - gae_torch.centroids).abs().max()),
-                         "allclose": torch.equal(torch_init, gae_torch.initialized)
-                         and torch.allclose(torch_centroids, gae_torch.centroids, atol=1e-5)}}
+        "numpy_vs_gae": {"n": n_np, "max_abs_diff": float(np.abs(np_centroids - gae_np_centroids).max()),
+                         "allclose": bool((np_init == gae_np.initialized.squeeze(2).numpy()).all()
+                                          and np.allclose(np_centroids, gae_np_centroids, atol=1e-5))},
+        "torch_vs_gae": {"n": n_torch,
+                         "max_abs_diff": float((torch_centroids - gae_torch.centroids.squeeze(2)).abs().max()),
+                         "allclose": torch.equal(torch_init, gae_torch.initialized.squeeze(2))
+                         and torch.allclose(torch_centroids, gae_torch.centroids.squeeze(2), atol=1e-5)}}
     results["speedup_vs_numpy"] = results["online_gae"]["median"] / results["online_numpy"]["median"]
 
 
@@ -349,11 +352,17 @@ def machine() -> str:
             f"Python {platform.python_version()}, 1 thread")
 
 
-def update_readme(path: Path, table: str) -> None:
-    """Replace the text between the bench markers, if the README has them."""
-    note = f"Measured on {machine()}; regenerate with `make bench`."
-    if replace_section(path, START, END, f"{table}\n\n{note}"):
-        progress(f"updated the table in {path}")
+def section(record: dict) -> str:
+    """The README's speed section, rendered from a ``bench.json`` record."""
+    table = markdown(table_rows(record["results"], record["sizes"]))
+    return f"{table}\n\nMeasured on {record['machine']}; regenerate with `make bench`."
+
+
+def update_readme(path: Path, record: dict) -> None:
+    """Replace the text between the bench markers, if the README has them, and commit the record
+    to docs/results/bench.json."""
+    if publish_section(path, "bench", record, section):
+        progress(f"updated the table in {path} and {record_path(path, 'bench')}")
     else:
         progress(f"{path} has no {START} ... {END} markers; README left alone")
 
@@ -398,7 +407,7 @@ def main() -> None:
     if args.quick:
         progress("--quick numbers are for smoke tests only; README left alone")
     elif not args.no_readme:
-        update_readme(args.readme, table)
+        update_readme(args.readme, record)
 
 
 if __name__ == "__main__":

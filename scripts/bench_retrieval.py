@@ -25,7 +25,8 @@ with a query (the original design's per-event use) and in batches of 100; capaci
 200,000 memories in batches of 1,000 (eviction in the second half).
 
 Prints two Markdown tables, writes every raw number to ``--out`` as JSON and, with ``--readme``,
-puts the tables between ``<!-- bench-retrieval:start -->`` and ``<!-- bench-retrieval:end -->``.
+puts the tables between ``<!-- bench-retrieval:start -->`` and ``<!-- bench-retrieval:end -->``
+and commits the record they are rendered from to docs/results/bench-retrieval.json.
 
     python scripts/bench_retrieval.py                       # full run, about 3 minutes on 2 cores
     python scripts/bench_retrieval.py --quick true          # N in {10k, 100k}, fewer repeats
@@ -64,14 +65,14 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import retrieval as gae_retrieval  # noqa: E402
 from gae.episodic import EpisodicMemory  # noqa: E402
 from gae.retrieval import RetrievalScorer  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from training.readme import as_saved, markers, publish_section, record_path  # noqa: E402
 
 try:
     import faiss  # benchmark-only dependency: pip install -e ".[bench]"
 except ImportError:  # pragma: no cover - depends on the environment
     faiss = None  # type: ignore[assignment]
 
-START, END = "<!-- bench-retrieval:start -->", "<!-- bench-retrieval:end -->"
+START, END = markers("bench-retrieval")
 SCOPES, ALLOWED = 4, [0, 1]
 HOUR = 3600.0
 NOW = 1_000_000.0  # the fixed "now", in seconds
@@ -426,10 +427,42 @@ def git_state() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD"), "gae_dirty": bool(git("status", "--porcelain", "gae"))}
 
 
-def update_readme(path: Path, text: str) -> None:
-    """Replace the text between the bench-retrieval markers, if the README has them."""
-    if replace_section(path, START, END, text):
-        progress(f"updated the tables in {path}")
+def tables(record: dict[str, Any]) -> str:
+    """The README's retrieval-speed section, rendered from a ``retrieval.json`` record."""
+    retrieval, shape = record["retrieval"], record["shape"]
+    retrieval_table = markdown(["measurement", "N", "gae ms", "floor ms", "numpy ms", "faiss ms", "gae/floor",
+                                "verdict"], retrieval_rows(retrieval))
+    add_table = markdown(["capacity", "memories added", "per call", "memories/s", "while filling",
+                          "while evicting"], add_rows(record["add"], retrieval["build"]))
+    largest = retrieval["sizes"][str(max(int(n) for n in retrieval["sizes"]))]
+    peak = largest.get("peak_rise_mib")
+    notes = [f"Q={shape['queries']}, D={shape['dim']}, k={shape['k']}, median ms per batch of Q queries; floor = "
+             f"torch `queries @ E.T` + `topk` (similarity only), faiss = `IndexFlatIP` (similarity only); gae and "
+             f"numpy compute the full score. Target: gae <= {TARGET_RATIO}x floor and faster than numpy."]
+    worst = {name: min(r["agreement"][name] for r in retrieval["sizes"].values())
+             for name in next(iter(retrieval["sizes"].values()))["agreement"]}
+    notes.append("Adds: `'lowest_score'` eviction, every call passing the current query and `now`; the "
+                 "`(no eviction)` rows are the bulk adds that filled the retrieval store.")
+    notes.append("Answers checked: top-k rows shared, worst over N: " +
+                 ", ".join(f"{name.replace('_', ' ')} {value:.1%}" for name, value in worst.items()) + ".")
+    if record["faiss"] is None:
+        notes.append("faiss is not installed, so its column is empty (`pip install -e '.[bench]'`).")
+    if peak is not None:
+        def mib(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:,.0f} MiB"
+        notes.append(f"Peak-RSS rise of one retrieve at N={largest['n']:,}: gae {mib(peak['gae'])}, "
+                     f"gae scoped {mib(peak['gae_scoped'])} (chunk block Q x {retrieval['chunk']:,} x 4 B = "
+                     f"{peak['bound_block_mib']:.0f} MiB, plus O(N) per-memory vectors); floor {mib(peak['floor'])}; "
+                     f"an unchunked Q x N x 3 x 4 B score would take {peak['unchunked_q_n_3_mib']:,.0f} MiB.")
+    notes.append(f"{record['machine']}; load average {record['load_average']['start'][0]:.2f} at start.")
+    return "\n\n".join([retrieval_table, add_table, *notes])
+
+
+def update_readme(path: Path, record: dict[str, Any]) -> None:
+    """Replace the text between the bench-retrieval markers, if the README has them, and commit
+    the record to docs/results/bench-retrieval.json."""
+    if publish_section(path, "bench-retrieval", record, tables):
+        progress(f"updated the tables in {path} and {record_path(path, 'bench-retrieval')}")
     else:
         progress(f"{path} has no {START} ... {END} markers; README left alone")
 
@@ -479,35 +512,7 @@ def main(quick: bool = False, repeats: int = 5, repeats_1m: int = 3, add_repeats
     elapsed = time.perf_counter() - began
 
     verdict_rows = retrieval_rows(retrieval)
-    retrieval_table = markdown(["measurement", "N", "gae ms", "floor ms", "numpy ms", "faiss ms", "gae/floor",
-                                "verdict"], verdict_rows)
-    add_table = markdown(["capacity", "memories added", "per call", "memories/s", "while filling",
-                          "while evicting"], add_rows(adds, retrieval["build"]))
-    largest = retrieval["sizes"][str(max(sizes))]
-    peak = largest.get("peak_rise_mib")
-    notes = [f"Q={queries}, D={dim}, k={k}, median ms per batch of Q queries; floor = torch `queries @ E.T` + "
-             f"`topk` (similarity only), faiss = `IndexFlatIP` (similarity only); gae and numpy compute the full "
-             f"score. Target: gae <= {TARGET_RATIO}x floor and faster than numpy."]
-    worst = {name: min(r["agreement"][name] for r in retrieval["sizes"].values())
-             for name in next(iter(retrieval["sizes"].values()))["agreement"]}
-    notes.append("Adds: `'lowest_score'` eviction, every call passing the current query and `now`; the "
-                 "`(no eviction)` rows are the bulk adds that filled the retrieval store.")
-    notes.append("Answers checked: top-k rows shared, worst over N: " +
-                 ", ".join(f"{name.replace('_', ' ')} {value:.1%}" for name, value in worst.items()) + ".")
-    if faiss is None:
-        notes.append("faiss is not installed, so its column is empty (`pip install -e '.[bench]'`).")
-    if peak is not None:
-        def mib(v: float | None) -> str:
-            return "n/a" if v is None else f"{v:,.0f} MiB"
-        notes.append(f"Peak-RSS rise of one retrieve at N={largest['n']:,}: gae {mib(peak['gae'])}, "
-                     f"gae scoped {mib(peak['gae_scoped'])} (chunk block Q x {retrieval['chunk']:,} x 4 B = "
-                     f"{peak['bound_block_mib']:.0f} MiB, plus O(N) per-memory vectors); floor {mib(peak['floor'])}; "
-                     f"an unchunked Q x N x 3 x 4 B score would take {peak['unchunked_q_n_3_mib']:,.0f} MiB.")
-    notes.append(f"{machine(thread_counts, threads_ is not None)}; load average {load_before[0]:.2f} at start.")
-    text = "\n\n".join([retrieval_table, add_table, *notes])
-    print(text)
     verdicts = [row[-1] for row in verdict_rows]
-    print(f"\n{sum(v == 'pass' for v in verdicts)}/{len(verdicts)} retrieval targets met; total {elapsed:.1f} s")
 
     out.parent.mkdir(parents=True, exist_ok=True)
     faiss_config = None if faiss is None else {
@@ -522,13 +527,15 @@ def main(quick: bool = False, repeats: int = 5, repeats_1m: int = 3, add_repeats
               "total_seconds": elapsed, "retrieval": retrieval, "add": adds,
               "table": [dict(zip(("measurement", "n", "gae_ms", "floor_ms", "numpy_ms", "faiss_ms", "ratio", "verdict"),
                                  row, strict=True)) for row in verdict_rows]}
+    print(tables(as_saved(record)))
+    print(f"\n{sum(v == 'pass' for v in verdicts)}/{len(verdicts)} retrieval targets met; total {elapsed:.1f} s")
     out.write_text(json.dumps(record, indent=2))
     progress(f"wrote {out}")
     if readme is not None:
         if quick:
             progress("--quick numbers are for smoke tests only; README left alone")
         else:
-            update_readme(readme, text)
+            update_readme(readme, record)
     return {"total_seconds": elapsed, "verdicts": verdicts}
 
 

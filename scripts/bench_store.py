@@ -20,7 +20,8 @@ noise, so each has near neighbours. The score is the hourly one of ``RetrievalSc
     python scripts/bench_store.py --readme README.md     # also refresh the README's table
 
 Writes every number to ``--out`` (JSON) and, with ``--readme``, puts the tables between
-``<!-- bench-store:start -->`` and ``<!-- bench-store:end -->``.
+``<!-- bench-store:start -->`` and ``<!-- bench-store:end -->`` and commits the record they are
+rendered from to docs/results/bench-store.json.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from gae import EpisodicMemory, RetrievalScorer  # noqa: E402
 from gae.store import SQLiteStore  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from training.readme import markers, publish_section, record_path  # noqa: E402
 
-START, END = "<!-- bench-store:start -->", "<!-- bench-store:end -->"
+START, END = markers("bench-store")
 SCOPES = ["alpha", "beta", "gamma", "delta"]
 
 
@@ -206,12 +207,13 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     progress(f"wrote {out}")
-    if readme is not None and replace_section(readme, START, END, text):
-        progress(f"updated the table in {readme}")
+    if readme is not None and publish_section(readme, "bench-store", results, tables):
+        progress(f"updated the table in {readme} and {record_path(readme, 'bench-store')}")
     return results
 
 
 def tables(results: dict[str, Any]) -> str:
+    """The README's store section, rendered from a ``bench_store.json`` record."""
     n, dim = results["n"], results["dim"]
     lines = [f"N = {n:,} memories, D = {dim}, k = {results['k']}, adds in batches of {results['batch']:,} "
              "(one transaction each):", "",

@@ -2,10 +2,13 @@
 
     python scripts/evaluate.py                       # the protocol of docs/protocol.md (make demo)
     python scripts/evaluate.py --seeds 5 --n_decisions 600 --out /tmp/quick
-    python scripts/evaluate.py --readme README.md    # also refresh the README's table and figures
+    python scripts/evaluate.py --readme README.md    # also refresh the README's and docs' sections
 
 Writes report.md, report.json, rolling_accuracy.png (and one per further drift setting),
-ablations.png and the TensorBoard logs of one seed (tensorboard/) to ``--out``.
+ablations.png and the TensorBoard logs of one seed (tensorboard/) to ``--out``; with ``--readme``,
+also the README's ``report`` section, the ``report-drift`` and ``report-prototypes`` sections of
+docs/drift.md and docs/prototypes.md, and the record they are rendered from,
+docs/results/report.json (``tests/test_generated_docs.py`` renders them from it again).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from training import evaluation as E  # noqa: E402
 from training import report as R  # noqa: E402
-from training.readme import replace_section  # noqa: E402
+from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
 from training.report_plots import ablations_figure, rolling_accuracy_figure  # noqa: E402
 from training.stats import Interval  # noqa: E402
 
-START, END = "<!-- report:start -->", "<!-- report:end -->"
+START, END = markers("report")
 
 
 def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | None = None,
@@ -55,7 +58,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
             memory runs in the permute and shift settings only (it is 200x slower).
         resamples: bootstrap resamples over seeds.
         out: folder for the report files.
-        readme: a README with report markers to refresh (table and figures under docs/figures/).
+        readme: a README with report markers to refresh (table and figures under docs/figures/, the
+            record under docs/results/, and the sections of docs/drift.md and docs/prototypes.md).
         tensorboard: also write the Lightning loop's TensorBoard logs of seed 0.
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
@@ -135,7 +139,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
           + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
     if readme is not None:
-        update_readme(readme, summary, claim_list, bars + several, figures, settings[0])
+        update_readme(readme, report, figures)
     return report
 
 
@@ -209,13 +213,14 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
     import lightning as L
     from lightning.pytorch.loggers import TensorBoardLogger
 
+    from gae import JudgmentConfig
     from training.data import DecisionStreamDataModule
     from training.module import DecisionMemoryModule
 
     for drift_mode in ("seed", "adaptive"):
         data = DecisionStreamDataModule(E.make_stream(setting, 0, n_decisions), batch_size=E.BATCH)
         model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
-                                     drift_mode=drift_mode, curve_points_per_batch=E.BATCH)
+                                     judgment=JudgmentConfig(drift_mode=drift_mode), curve_points_per_batch=E.BATCH)
         logger = TensorBoardLogger(folder, name=setting if drift_mode == "seed" else f"{setting}_adaptive",
                                    default_hp_metric=False)
         trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, enable_checkpointing=False,
@@ -223,27 +228,84 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
         trainer.fit(model, datamodule=data)
 
 
-def update_readme(path: Path, summary: dict[str, Any], claim_list: list, bars: list, figures: list[Path],
-                  setting: str) -> None:
-    """Put the headline tables between the README's report markers and its figures in docs/figures/."""
-    target = path.parent / "docs" / "figures"
+def readme_section(report: dict[str, Any]) -> str:
+    """The README's head-to-head section, rendered from a ``report.json`` record."""
+    summary, setting = R.summary_of(report), report["protocol"]["settings"][0]
+    bars = report["drift_bars"] + report["prototype_bars"]
     adaptive = (f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
                 f"action (`prototypes=4`, docs/prototypes.md) against their bars:\n\n"
                 f"{R.bars_table(bars)}\n\n{R.promotions_table(summary)}\n\n") if bars else ""
     if "multimodal" in summary["metrics"]:
         adaptive += ("Cost in the multi-modal setting, from the same run:\n\n"
                      f"{R.cost_table(summary, 'multimodal')}\n\n")
-    body = (f"{R.claims_table(claim_list)}\n\n{adaptive}{setting} drift, mean [95% CI] over seeds:\n\n"
+    return (f"{R.claims_table(report['claims'])}\n\n{adaptive}{setting} drift, mean [95% CI] over seeds:\n\n"
             f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
             "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"
-            "Regenerate with `python scripts/evaluate.py --readme README.md`.")
-    if not replace_section(path, START, END, body):
+            f"Regenerate with `{REGENERATE}`.")
+
+
+def _provenance(report: dict[str, Any]) -> str:
+    protocol = report["protocol"]
+    return (f"From the head-to-head's record (`docs/results/report.json`: {protocol['seeds']} seeds x "
+            f"{protocol['n_decisions']:,} decisions, mean [95% CI] over seeds); regenerate with `{REGENERATE}`.")
+
+
+def drift_section(report: dict[str, Any]) -> str:
+    """docs/drift.md's results: the adaptive mode's recovery, bars, promotions and the headroom."""
+    summary, protocol = R.summary_of(report), report["protocol"]
+    parts = [_provenance(report)]
+    if "permute" in summary["metrics"]:
+        columns = {key: R.METRICS[key][0] for key in ("before_drift", "at_recovery_point", "recovery_decisions")}
+        parts += [f"Permute drift at decision {protocol['drift_at']:,}:",
+                  R.figures_table(summary, "permute", ("jm", "jm_adaptive", "knn", "knn_scoped", R.CEILING), columns)]
+    if report["drift_bars"]:
+        parts += ["The bars of `drift_mode='adaptive'`, paired differences by seed:",
+                  R.bars_table(report["drift_bars"]), "Promotions per stream:", R.promotions_table(summary)]
+    for setting in ("shift", "gradual"):
+        room = R.headroom(summary, setting)
+        if room:
+            parts.append(f"Headroom in the {setting} setting at N={protocol['drift_at'] + E.RECOVERY_AFTER:,} "
+                         "(ceiling minus k-NN): " + ", ".join(f"{name} {value:.1f} pp" for name, value in room.items())
+                         + ".")
+    return "\n\n".join(parts)
+
+
+def prototypes_section(report: dict[str, Any]) -> str:
+    """docs/prototypes.md's results: the bars of ``prototypes=4`` and the multi-modal setting's halves and cost."""
+    summary, protocol = R.summary_of(report), report["protocol"]
+    parts = [_provenance(report)]
+    if report["prototype_bars"]:
+        parts += ["The bars of `prototypes=4`, paired differences in cumulative accuracy by seed:",
+                  R.bars_table(report["prototype_bars"])]
+    if "multimodal" in summary["metrics"]:
+        split, n = protocol["drift_at"], protocol["n_decisions"]
+        columns = {"cumulative": "cumulative accuracy", "before_drift": f"accuracy, decisions 1-{split:,}",
+                   "after_drift": f"accuracy, decisions {split + 1:,}-{n:,}",
+                   "latency_us": R.METRICS["latency_us"][0], "state_bytes": R.METRICS["state_bytes"][0]}
+        parts += ["Multi-modal setting (no drift):",
+                  R.figures_table(summary, "multimodal", R.COST_CONTESTANTS, columns)]
+    return "\n\n".join(parts)
+
+
+DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section)}
+REGENERATE = "python scripts/evaluate.py --readme README.md"
+
+
+def update_readme(path: Path, report: dict[str, Any], figures: list[Path]) -> None:
+    """Put the headline tables between the README's report markers, commit the record they come
+    from to docs/results/report.json, refresh the sections of docs/drift.md and docs/prototypes.md
+    drawn from it, and copy the figures to docs/figures/."""
+    if not publish_section(path, "report", report, readme_section):
         print(f"{path} has no {START} ... {END} markers; README left alone")
         return
+    docs, saved = path.parent / "docs", as_saved(report)
+    for name, (page, render) in DOC_SECTIONS.items():
+        replace_section(docs / page, *markers(name), render(saved))
+    target = docs / "figures"
     target.mkdir(parents=True, exist_ok=True)
     for figure in figures:
         shutil.copyfile(figure, target / figure.name)
-    print(f"updated {path} and {target}")
+    print(f"updated {path}, {record_path(path, 'report')}, its doc sections and {target}")
 
 
 if __name__ == "__main__":

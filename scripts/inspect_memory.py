@@ -24,10 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentMemory  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
 
-RULE_OPTIONS = ("tau", "eta_confirmed", "eta_override", "drift_threshold", "gate_damping", "drift_mode",
-                "shadow_eta", "promotion_threshold", "tracking_eta", "prototypes", "spawn_threshold", "spawn_support")
+
+def saved_config(extra: dict[str, Any], hparams: dict[str, Any]) -> JudgmentConfig:
+    """The config a memory was saved with: its own record, the Lightning hparams', or (written
+    before the config existed) the options the hparams and the state named one by one."""
+    if isinstance(extra.get("config"), dict):
+        return JudgmentConfig.from_dict(extra["config"])
+    if isinstance(hparams.get("judgment"), dict):
+        return JudgmentConfig.from_dict(hparams["judgment"])
+    options = {key: hparams[key] for key in JudgmentConfig.options() if key in hparams}
+    options.setdefault("drift_mode", extra.get("drift_mode", "seed"))
+    options.setdefault("prototypes", extra.get("prototypes", 1))
+    return JudgmentConfig.from_dict(options)
 
 
 def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:
@@ -36,20 +46,18 @@ def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated, tampered or foreign file: say what it is, never execute it
         raise SystemExit(f"{path}: not a loadable checkpoint ({type(error).__name__}: {error})") from None
-    options: dict[str, Any] = {}
+    hparams: dict[str, Any] = {}
     if isinstance(saved, dict) and "state_dict" in saved:  # Lightning
         hparams = saved.get("hyper_parameters", {})
-        options = {key: hparams[key] for key in RULE_OPTIONS if key in hparams}
         saved = {key[len("memory."):]: value for key, value in saved["state_dict"].items()
                  if key.startswith("memory.")}
     extra = saved.get("_extra_state") if isinstance(saved, dict) else None
     if not isinstance(extra, dict) or "category_names" not in extra:
         raise SystemExit(f"{path}: no JudgmentMemory state in it (expected its state_dict or a Lightning checkpoint)")
-    options.setdefault("drift_mode", extra.get("drift_mode", "seed"))
-    options.setdefault("prototypes", extra.get("prototypes", 1))
+    config = saved_config(extra, hparams)
     if tau is not None:
-        options["tau"] = tau
-    memory = JudgmentMemory(extra["category_names"], extra["action_names"], extra["factor_names"], **options)
+        config = config.replace(tau=tau)
+    memory = JudgmentMemory(extra["category_names"], extra["action_names"], extra["factor_names"], config)
     memory.load_state_dict(saved)
     return memory
 
@@ -62,17 +70,16 @@ def report(memory: JudgmentMemory, category: str | None, explain: str | None, tr
              f"{len(memory.decision_log)} in the decision log", ""]
     attention = memory.criterion_attention().detach()
     for name in chosen:
-        c = memory._category_index(name)
+        c = names.index(name)
         lines.append(f"## {names[c]}")
         lines.append("attention: " + ", ".join(f"{f}={float(w):.3f}" for f, w in zip(memory.factor_names,
                                                                                       attention[c], strict=True)))
-        centroids, initialized = memory._slots(memory.centroids)[c], memory._slots(memory.initialized)[c]
         for a, action in enumerate(memory.action_names):
-            for p in range(memory.prototypes):
-                if bool(initialized[a, p]):
-                    row = ", ".join(f"{float(v):.3f}" for v in centroids[a, p])
-                    slot = f" [{p}]" if memory.prototypes > 1 else ""
-                    lines.append(f"  {action}{slot}: ({row})  updates={int(memory._slots(memory.counts)[c][a, p])}")
+            for p in range(memory.config.prototypes):
+                if bool(memory.initialized[c, a, p]):
+                    row = ", ".join(f"{float(v):.3f}" for v in memory.centroids[c, a, p])
+                    slot = f" [{p}]" if memory.config.prototypes > 1 else ""
+                    lines.append(f"  {action}{slot}: ({row})  updates={int(memory.counts[c, a, p])}")
         lines.append("")
     records = memory.gate_records()
     lines.append(f"{len(records)} learning events (gate, promotions, recycles); the last {min(events, len(records))}:")

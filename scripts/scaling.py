@@ -13,8 +13,8 @@ bytes of its parameters and buffers, and its median scoring latency per decision
 
 Writes ``scaling.png`` (three panels against log n) and ``scaling.json`` (keys ``grid``,
 ``memories``, ``settings``, ``results``) to ``--out`` (default ``results/scaling/``); with
-``--readme``, the summary table goes between ``<!-- scaling:start -->`` and ``<!-- scaling:end -->``
-and the figure to docs/figures/.
+``--readme``, the summary table goes between ``<!-- scaling:start -->`` and ``<!-- scaling:end -->``,
+the figure to docs/figures/ and the record to docs/results/scaling.json.
 
 RetrievalMemory costs about 1 ms a decision to learn, so it learns at most ``--retrieval_max``
 (3,000) decisions; larger n are not reported for it.
@@ -42,11 +42,11 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
-from training.readme import publish  # noqa: E402
+from training.readme import markers, publish, with_figure  # noqa: E402
 from training.stats import bootstrap_ci  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
 
-START, END = "<!-- scaling:start -->", "<!-- scaling:end -->"
+START, END = markers("scaling")
 HELD_OUT = 2000
 LATENCY_PROBE = 256  # held-out decisions timed for the latency (an unbounded k-NN scores slowly)
 BATCH = 50
@@ -166,7 +166,7 @@ def scaling(grid: list[int] | None = None, seeds: int = 10, memories: list[str] 
     record = {"grid": grid, "memories": {name: MEMORIES[name]["label"] for name in names}, "settings": {
         s: {**STREAM, "drift_at": None, **SETTINGS[s], "held_out": HELD_OUT} for s in chosen}, "results": results,
         "seeds": seeds, "seconds": time.perf_counter() - began, "retrieval_max": retrieval_max}
-    publish(record, figure(record), summary(record), out, "scaling", readme, (START, END))
+    publish(record, figure(record), section, out, "scaling", readme)
     return record
 
 
@@ -197,6 +197,11 @@ def summary(record: dict[str, Any]) -> str:
                          f" | {'—' if level is None else f'{level:,}'} | {size} | {latency} |")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def section(record: dict[str, Any]) -> str:
+    """The README's scaling section, rendered from a ``scaling.json`` record."""
+    return with_figure(summary(record), "scaling", "docs/figures")
 
 
 def figure(record: dict[str, Any]) -> Any:

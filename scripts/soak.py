@@ -12,10 +12,10 @@ docs/soak.md says what is measured and what it found.
     python scripts/soak.py --n_decisions 20000 --memories '[jm,knn]' --out /tmp/soak
 
 Writes ``soak.json`` and ``soak.png`` to ``--out`` (default ``results/soak/``) and prints the
-table; with ``--doc``, the table goes between ``<!-- soak:start -->`` and ``<!-- soak:end -->``
-and the figure to figures/soak.png next to the doc. RetrievalMemory costs ~1 ms a decision, so
-it learns ``--retrieval_decisions`` (20,000); ``episodic`` is the million-decision run of its
-store, fed in batches.
+table; with ``--doc``, the table goes between ``<!-- soak:start -->`` and ``<!-- soak:end -->``,
+the figure to figures/soak.png next to the doc and the record to docs/results/soak.json.
+RetrievalMemory costs ~1 ms a decision, so it learns ``--retrieval_decisions`` (20,000);
+``episodic`` is the million-decision run of its store, fed in batches.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
-from gae.audit import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
+from gae.judgment.history import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
 from training.batch import DecisionBatch  # noqa: E402
 from training.evaluation import STREAM, learn_batch  # noqa: E402
-from training.readme import publish  # noqa: E402
+from training.readme import markers, publish, with_figure  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
 
-START, END = "<!-- soak:start -->", "<!-- soak:end -->"
+START, END = markers("soak")
 C, A, K = STREAM["categories"], STREAM["actions"], STREAM["factors"]
 CHUNK_OPTIONS = {key: value for key, value in STREAM.items() if key not in ("n_decisions", "drift_at")} | {
     "drift_kind": "permute", "outliers": 0.02}
@@ -187,10 +187,9 @@ def log_figures(memory: Any, audit: AuditMeter) -> dict[str, int]:
         figures.update(log_bytes=held_bytes(log.chunks), log_decisions=len(log), log_calls=len(log.chunks),
                        log_formula=(EVENT_BYTES_FIXED + EVENT_BYTES_PER_FACTOR * K) * len(log)
                        + 4 * C * K * len(log.chunks),
-                       event_log_bytes=held_bytes([memory._gate_chunks, memory._promotion_chunks,
-                                                   memory._recycle_chunks]),
-                       gate_events=sum(int(chunk.step.shape[0]) for chunk in memory._gate_chunks),
-                       gate_log_bytes=held_bytes(memory._gate_chunks),
+                       event_log_bytes=held_bytes(list(memory.history.chunks.values())),
+                       gate_events=sum(int(chunk.step.shape[0]) for chunk in memory.history.chunks["gate"]),
+                       gate_log_bytes=held_bytes(memory.history.chunks["gate"]),
                        log_base_bytes=held_bytes([log.base, log.base_logs]))
     store = memory.store if isinstance(memory, RetrievalMemory) else memory
     if isinstance(store, EpisodicMemory):
@@ -344,7 +343,7 @@ def soak(n_decisions: int = 1_000_000, memories: list[str] | None = None, batch:
                           "bytes_per_call": 4 * C * K},
               "memories": {r["name"]: {**r, "summary": summarise(r, tolerance_mb)} for r in results}}
     record["seconds"] = time.perf_counter() - began
-    publish(record, figure(record), table(record), out, "soak", doc, (START, END), figures="figures")
+    publish(record, figure(record), section, out, "soak", doc, figures="figures")
     return record
 
 
@@ -372,6 +371,11 @@ def table(record: dict[str, Any]) -> str:
                      f"{'yes' if s['flat'] else 'no'} | {held} | "
                      f"{'none' if s['finite'] else entry['nonfinite']['first']} |")
     return "\n".join(lines)
+
+
+def section(record: dict[str, Any]) -> str:
+    """docs/soak.md's results section, rendered from a ``soak.json`` record."""
+    return with_figure(table(record), "soak", "figures")
 
 
 def figure(record: dict[str, Any]) -> Any:

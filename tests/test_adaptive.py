@@ -50,7 +50,7 @@ def test_a_constructed_drift_is_detected_and_followed():
     assert (step.output.action[30:] == action[30:]).float().mean() == 1.0
     assert (seed_step.output.action[30:] == action[30:]).float().mean() == 0.0  # the seed rule is still lost
     records = [r for r in adaptive.gate_records() if r["event"] == "promoted"]
-    assert records[-1]["category"] == "0" and records[-1]["statistic"] > adaptive.promotion_threshold
+    assert records[-1]["category"] == "0" and records[-1]["statistic"] > adaptive.config.promotion_threshold
     assert adaptive.promotion_records() == records and adaptive.promotion_records(last=1) == records[-1:]
     assert adaptive.promotion_records(last=10 ** 6) == records
 
@@ -127,16 +127,22 @@ def test_the_modes_do_not_load_each_others_state():
 
 def test_seed_mode_has_no_adaptive_state():
     seed, adaptive = make_judgment(), make_judgment(drift_mode="adaptive")
-    assert seed.drift_mode == "seed" and not hasattr(seed, "shadow_centroids")
+    assert seed.config.drift_mode == "seed"
     extra = {"shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
              "run_centroids", "run_counts", "tracking_centroids", "tracking_lead"}
-    assert set(adaptive.state_dict()) - set(seed.state_dict()) == extra
+    # one layout in every mode: the seed memory has the same buffers, those of the adaptive state empty
+    assert set(adaptive.state_dict()) == set(seed.state_dict())
+    assert {name for name, tensor in seed.state_dict().items()
+            if isinstance(tensor, torch.Tensor) and tensor.numel() != adaptive.state_dict()[name].numel()} == extra
+    assert all(seed.state_dict()[name].numel() == 0 for name in extra)
     inventory, base = adaptive.parameter_inventory(), seed.parameter_inventory()
-    c, a, k = seed.centroids.shape
+    c, a, p, k = seed.centroids.shape
+    assert p == 1
     assert inventory["shadow_centroids"] == inventory["run_centroids"] == inventory["tracking_centroids"] == c * a * k
     assert inventory["following"] == inventory["follow_weight"] == inventory["run_counts"] == c * a
     assert inventory["total"] == base["total"] + 3 * c * a * k + 3 * c * a + c + 2 * c + c
-    assert "drift_mode='adaptive'" in repr(adaptive) and "shadow_eta=0.5" in repr(adaptive)
+    # the config's repr names the options that differ from the seed rule's: shadow_eta is its default, 0.5
+    assert "drift_mode='adaptive'" in repr(adaptive) and adaptive.config.shadow_eta == 0.5
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -184,7 +190,7 @@ def test_a_promotion_takes_the_run_means_then_follows_as_a_running_mean():
         gated.append(bool(step.events.gated[0]))
         promoted.append(bool(step.events.promoted[0]))
         if promoted[-1] and promoted.count(True) == 1:
-            centroids = memory.centroids[0].clone()
+            centroids = memory.centroids[0, :, 0].clone()  # (A, K): the one prototype slot
     after = [i for i in range(200, len(x)) if promoted[i]]
     assert len(after) == 1, "one promotion follows the swap"
     at = after[0]
@@ -214,26 +220,44 @@ def test_a_mild_shift_is_followed_by_the_tracking_prototypes():
     x = shifted[action] + 0.03 * torch.randn(20, 2, generator=gen)
     learn(memory, x, action)
     assert len(memory.promotion_log.step) == promotions and float(memory.tracking_lead[0]) > 0
-    scoring, prototypes = memory.scoring_centroids()[0, :, 0], memory.centroids[0]
-    assert torch.equal(scoring, memory.tracking_centroids[0])
+    scoring, prototypes = memory.scoring_centroids()[0, :, 0], memory.centroids[0, :, 0]
+    assert torch.equal(scoring, memory.tracking_centroids[0, :, 0])
     assert (scoring - shifted).norm(dim=-1).max() < 0.04 < 0.06 < (prototypes - shifted).norm(dim=-1).min()
     output = memory(x[-10:], torch.zeros(10, dtype=torch.int64))
-    logits = -((x[-10:, None, :] - scoring) ** 2).sum(-1) / memory.tau  # scored against the tracking prototypes
+    logits = -((x[-10:, None, :] - scoring) ** 2).sum(-1) / memory.config.tau  # scored against the tracking prototypes
     torch.testing.assert_close(output.logits, logits)
     assert memory.score_one(x[-1].tolist(), 0)[0] == memory.action_names[int(output.action[-1])]
     explained = memory.explain(x[-1].tolist(), 0)
-    torch.testing.assert_close(explained.distance, -logits[-1:] * memory.tau)
+    torch.testing.assert_close(explained.distance, -logits[-1:] * memory.config.tau)
     torch.testing.assert_close(explained.displacement,  # the gate still measures against the prototype
                                (x[-1] - prototypes[int(output.action[-1])]).norm().view(1))
 
 
-def test_an_adaptive_state_of_the_earlier_format_is_refused_clearly():
+def test_an_adaptive_state_of_the_earlier_format_is_migrated():
+    """A state of the first adaptive format (gae before the tracking prototypes: no
+    ``adaptive_format``, one prototype's buffers without a slot dimension, no ``wins``) loads, its
+    tracking prototypes starting at the prototypes with no lead."""
     memory = settled()
-    state = memory.state_dict()
-    state["_extra_state"] = {**state["_extra_state"]}
-    del state["_extra_state"]["adaptive_format"]
-    with pytest.raises(ValueError, match="saved by an earlier drift_mode='adaptive'"):
-        JudgmentMemory(1, 2, 2, drift_mode="adaptive").load_state_dict(state)
+    assert not torch.equal(memory.tracking_centroids, memory.centroids)  # so the migration has something to set
+    tracking = ("tracking_centroids", "tracking_lead")
+
+    def earlier(buffers):
+        return {name: tensor.squeeze(2) if isinstance(tensor, torch.Tensor) and tensor.dim() >= 3 else tensor
+                for name, tensor in buffers.items() if name not in (*tracking, "wins")}
+
+    state = earlier(memory.state_dict())
+    extra = {key: value for key, value in memory.state_dict()["_extra_state"].items() if key != "config"}
+    extra.update(drift_mode="adaptive", prototypes=1)
+    extra["decision_log"] = {**extra["decision_log"], "base": earlier(extra["decision_log"]["base"])}
+    state["_extra_state"] = extra
+    assert "adaptive_format" not in extra and state["centroids"].dim() == 3
+    migrated = JudgmentMemory(1, 2, 2, drift_mode="adaptive")
+    migrated.load_state_dict(state)
+    assert torch.equal(migrated.tracking_centroids, migrated.centroids)
+    assert torch.equal(migrated.tracking_lead, torch.zeros(1))
+    for name, tensor in memory.state_dict().items():
+        if isinstance(tensor, torch.Tensor) and name not in tracking:
+            assert torch.equal(migrated.state_dict()[name], tensor), name
 
 
 @pytest.mark.parametrize("weight, gated", [(0.0, False), (3.0, True)])
@@ -241,10 +265,10 @@ def test_explain_and_the_engine_agree_on_a_restart_and_on_a_following_step(weigh
     """A promoted prototype with no weight yet (its run had none of its decisions) restarts: its
     next decision replaces it and the gate has nothing to damp; one with weight is gated."""
     memory = settled()
-    memory.following[0, 0], memory.follow_weight[0, 0] = True, weight
+    memory.following[0, 0, 0], memory.follow_weight[0, 0, 0] = True, weight
     far = [0.2, 0.75]  # recommended 0 (nearer to its prototype at LOW), but beyond the gate's threshold of it
     explained = memory.explain(far, 0)
-    assert int(explained.action[0]) == 0 and float(explained.displacement[0]) > memory.drift_threshold
+    assert int(explained.action[0]) == 0 and float(explained.displacement[0]) > memory.config.drift_threshold
     assert bool(explained.gated[0]) is gated
     step = learn(memory, torch.tensor([far]), torch.tensor([0]))
     assert bool(step.events.gated[0]) is gated

@@ -156,7 +156,7 @@ def test_trace_weights_match_a_slow_reference():
         assert sum(weights.values()) == pytest.approx(1.0)  # a prototype is a weighted mean of its decisions
         # and the weights rebuild the prototype from the decisions' factors
         rebuilt = sum(w * stream.x[s] for s, w in weights.items())
-        torch.testing.assert_close(rebuilt.float(), memory.centroids[c, a], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(rebuilt.float(), memory.centroids[c, a, 0], rtol=1e-4, atol=1e-4)
 
 
 def test_the_log_travels_in_the_state_dict(tmp_path):

@@ -23,9 +23,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory
-from gae.distributed import broadcast_gradients_hook, gather_batch, rank_and_world
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream
 from training.batch import DecisionBatch, gather_decisions
+from training.distributed import broadcast_gradients_hook, gather_batch, rank_and_world
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -186,7 +186,7 @@ def test_a_batch_out_of_stream_order_is_refused():
 # -- the Lightning loop: 2 DDP processes -----------------------------------------------------------
 
 DDP_RUN = ["--data.stream.init_args.n_decisions=3030", "--data.stream.init_args.drift_at=1500",
-           "--model.drift_mode=adaptive", "--model.prototypes=2", "--model.figure_every_n_steps=1000",
+           "--model.judgment.drift_mode=adaptive", "--model.judgment.prototypes=2", "--model.figure_every_n_steps=1000",
            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
@@ -205,7 +205,7 @@ def test_lightning_ddp_ranks_end_identical_and_equal_to_one_process(tmp_path):
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), "fit", f"--config={CONFIGS / 'default.yaml'}",
                f"--config={CONFIGS / 'ddp.yaml'}", *DDP_RUN, "--data.batch_size=50",
-               f"--trainer.logger.init_args.save_dir={ddp}", f"--trainer.default_root_dir={ddp}",
+               f"--trainer.default_root_dir={ddp}",
                "--trainer.callbacks+=tests.test_resume.SaveRankState", f"--trainer.callbacks.directory={tmp_path}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -220,7 +220,7 @@ def test_lightning_ddp_ranks_end_identical_and_equal_to_one_process(tmp_path):
         assert saved["loader"] == {"next_batch": 62, "batch_size": 50}
     # one process over the same global order: every step gathered 2 x 50 consecutive decisions
     cli = main(["fit", f"--config={CONFIGS / 'default.yaml'}", *DDP_RUN, "--data.batch_size=100",
-                f"--trainer.logger.init_args.save_dir={single}", f"--trainer.default_root_dir={single}"])
+                f"--trainer.default_root_dir={single}"])
     expected = cli.model.state_dict()
     memory = cli.model.memory
     assert int(cli.model.stream_position) == 3030 and int(memory.num_decisions) == 3030
@@ -234,4 +234,4 @@ def test_lightning_ddp_ranks_end_identical_and_equal_to_one_process(tmp_path):
     logged = [scalars(next(root.rglob("events.out.tfevents.*")).parent) for root in (ddp, single)]
     assert len(list(ddp.rglob("events.out.tfevents.*"))) == 1
     assert logged[0] == logged[1] and len(logged[0]["acc/rolling_jm"]) == 31
-    assert (ddp / "default" / "version_0" / "checkpoints" / "last.ckpt").exists()
+    assert (ddp / "lightning_logs" / "default" / "version_0" / "checkpoints" / "last.ckpt").exists()

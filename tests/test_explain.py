@@ -25,7 +25,7 @@ def test_explanation_agrees_with_scoring_and_learning(options):
     torch.testing.assert_close(why.probs, out.probs, rtol=1e-4, atol=1e-6)
     present = torch.isfinite(why.distance)
     torch.testing.assert_close(why.contributions.sum(-1)[present], why.distance[present], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(-why.distance[present] / memory.tau, out.logits[present], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(-why.distance[present] / memory.config.tau, out.logits[present], rtol=1e-4, atol=1e-4)
     assert torch.equal(why.nearest, memory.nearest_prototype(x, category))
     torch.testing.assert_close(why.attention, memory.criterion_attention()[category].detach())
     finite = torch.isfinite(why.margin)
@@ -39,7 +39,7 @@ def test_explanation_agrees_with_scoring_and_learning(options):
         events = probe.learn_(x[b:b + 1], category[b:b + 1], why.action[b:b + 1], torch.tensor([True]))
         assert bool(events.gated[0]) == bool(why.gated[b]) and bool(events.spawned[0]) == bool(why.spawns[b]), b
         torch.testing.assert_close(events.displacement[0], why.displacement[b])
-    if memory.prototypes > 1:
+    if memory.config.prototypes > 1:
         assert why.spawns.any() and why.gated.any()
 
 

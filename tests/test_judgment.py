@@ -31,16 +31,16 @@ def test_first_touch_then_confirmed_and_override_steps():
     memory = JudgmentMemory(1, 2, 2)
     events = memory.learn_(one([0.2, 0.2]), idx(0), idx(0))
     assert bool(events.initialized[0]) and float(events.eta[0]) == 1.0
-    assert torch.equal(memory.centroids[0, 0], torch.tensor([0.2, 0.2]))
+    assert torch.equal(memory.centroids[0, 0, 0], torch.tensor([0.2, 0.2]))
     # the only prototype recommends action 0: learning action 0 is a confirmation
     events = memory.learn_(one([0.4, 0.2]), idx(0), idx(0))
     assert float(events.eta[0]) == pytest.approx(0.05) and not bool(events.gated[0])
-    assert memory.centroids[0, 0].tolist() == pytest.approx([0.2 + 0.05 * 0.2, 0.2])
+    assert memory.centroids[0, 0, 0].tolist() == pytest.approx([0.2 + 0.05 * 0.2, 0.2])
     # verified action 1 while the memory recommends 0: an override (first touch of action 1)
     memory.learn_(one([0.9, 0.9]), idx(0), idx(1))
     events = memory.learn_(one([0.8, 0.9]), idx(0), idx(0))  # recommends 1 here -> override
     assert bool(events.gated[0]) and float(events.eta[0]) == pytest.approx(0.01 * 0.5)  # override, gated
-    assert memory.counts.tolist() == [[3, 1]]
+    assert memory.counts[..., 0].tolist() == [[3, 1]]  # (C, A, P): one prototype slot
 
 
 def test_gate_damps_and_logs_with_the_displacement():
@@ -49,7 +49,7 @@ def test_gate_damps_and_logs_with_the_displacement():
     events = memory.learn_(one([0.6, 0.8]), idx(0), idx(0))  # displacement exactly 1.0
     assert bool(events.gated[0]) and float(events.displacement[0]) == pytest.approx(1.0)
     assert float(events.eta[0]) == pytest.approx(0.025)
-    assert memory.centroids[0, 0].tolist() == pytest.approx([0.015, 0.02])
+    assert memory.centroids[0, 0, 0].tolist() == pytest.approx([0.015, 0.02])
     log = memory.gate_log
     assert log.step.tolist() == [1] and log.category.tolist() == [0] and log.action.tolist() == [0]
     assert memory.gate_records() == [{"step": 1, "event": "gated", "category": "only", "action": "a",
@@ -94,12 +94,12 @@ def test_attention_weighs_the_distance():
 def test_clip_keeps_prototypes_in_range():
     memory = JudgmentMemory(1, 1, 2, clip=(0.0, 1.0), eta_confirmed=1.0)
     memory.learn_(one([1.5, -0.5]), idx(0), idx(0))
-    assert memory.centroids[0, 0].tolist() == [1.0, 0.0]
+    assert memory.centroids[0, 0, 0].tolist() == [1.0, 0.0]
     memory.learn_(one([3.0, -2.0]), idx(0), idx(0), confirmed=torch.tensor([True]))
-    assert memory.centroids[0, 0].tolist() == [1.0, 0.0]
+    assert memory.centroids[0, 0, 0].tolist() == [1.0, 0.0]
     unclipped = JudgmentMemory(1, 1, 2)
     unclipped.learn_(one([1.5, -0.5]), idx(0), idx(0))
-    assert unclipped.centroids[0, 0].tolist() == [1.5, -0.5]
+    assert unclipped.centroids[0, 0, 0].tolist() == [1.5, -0.5]
 
 
 def test_push_rate_moves_the_wrong_prototype_away_on_override():
@@ -108,13 +108,13 @@ def test_push_rate_moves_the_wrong_prototype_away_on_override():
         memory.learn_(one([0.4]), idx(0), idx(0))
         memory.learn_(one([1.0]), idx(0), idx(1))  # recommends 0 (the only prototype), verifier says 1
         memory.learn_(one([0.5]), idx(0), idx(1))  # recommends 0 (closer), verifier says 1
-    assert plain.centroids[0, 0].item() == pytest.approx(0.4)
+    assert plain.centroids[0, 0, 0].item() == pytest.approx(0.4)
     first_push = 0.4 - 0.1 * (1.0 - 0.4)
-    assert pushed.centroids[0, 0].item() == pytest.approx(first_push - 0.1 * (0.5 - first_push))
-    torch.testing.assert_close(pushed.centroids[0, 1], plain.centroids[0, 1])
+    assert pushed.centroids[0, 0, 0].item() == pytest.approx(first_push - 0.1 * (0.5 - first_push))
+    torch.testing.assert_close(pushed.centroids[0, 1, 0], plain.centroids[0, 1, 0])
     confirmed = JudgmentMemory(1, 2, 1, push_rate=0.1)
     confirmed.learn_(torch.tensor([[0.4], [1.0]]), idx(0, 0), idx(0, 1), confirmed=torch.tensor([True, True]))
-    assert confirmed.centroids[0, 0].item() == pytest.approx(0.4)  # no override, no push
+    assert confirmed.centroids[0, 0, 0].item() == pytest.approx(0.4)  # no override, no push
 
 
 def test_min_confidence_abstains_below_the_threshold():
@@ -145,10 +145,16 @@ def test_default_category_name_must_exist():
 
 def test_parameter_inventory_counts_every_number():
     inventory = JudgmentMemory(4, 4, 8).parameter_inventory()
-    assert inventory == {"criterion_logits": 32, "centroids": 128, "initialized": 16, "counts": 16,
-                         "num_decisions": 1, "total": 193}
+    adaptive = ("shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
+                "run_centroids", "run_counts", "tracking_centroids", "tracking_lead")
+    # the buffers of the options that are off (wins with one prototype, the adaptive state) are empty
+    assert inventory == {"criterion_logits": 32, "centroids": 128, "initialized": 16, "counts": 16, "wins": 0,
+                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), "total": 193}
 
 
 def test_extra_repr_names_the_hyperparameters():
+    # the config's repr names the options that differ from the seed rule's (the others are its defaults)
     text = repr(JudgmentMemory(4, 4, 8, clip=(0.0, 1.0)))
-    assert "tau=0.1" in text and "eta_override=0.01" in text and "clip=(0.0, 1.0)" in text
+    assert "config=JudgmentConfig(clip=(0.0, 1.0))" in text
+    text = repr(JudgmentMemory(4, 4, 8, tau=0.2, eta_override=0.02, clip=(0.0, 1.0)))
+    assert "tau=0.2" in text and "eta_override=0.02" in text and "clip=(0.0, 1.0)" in text

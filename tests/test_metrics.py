@@ -172,10 +172,11 @@ def test_prototype_drift_matches_loops_on_a_real_stream():
     memory, stream, metric = make_judgment(), clustered_stream(1, 240, drift_at=120), M.PrototypeDrift()
     batches = []
     for part in split(240, [1, 7, 30]):
-        before = memory.centroids.clone()
+        before = memory.centroids.flatten(1, 2).clone()  # (C, A, P, K) -> (C, A * P, K): every slot a prototype
         memory.prequential_(stream.x[part], stream.category[part], stream.action[part], skip=stream.skip[part])
-        batches.append((before, memory.centroids.clone(), memory.initialized.clone()))
-        metric.update(before, memory.centroids, memory.initialized)
+        after, initialized = memory.centroids.flatten(1, 2), memory.initialized.flatten(1, 2)
+        batches.append((before, after.clone(), initialized.clone()))
+        metric.update(before, after, initialized)
         shift, from_start = ref_drift(batches)[-1]
         values = metric.compute()
         assert float(values["drift/shift"]) == pytest.approx(shift, abs=1e-6)
@@ -250,12 +251,12 @@ class Holder(nn.Module):
         self.jm, self.gate, self.drift = M.StreamMetrics("jm", window), M.GateRate(), M.PrototypeDrift()
 
     def feed(self, stream, memory, part):
-        before = memory.centroids.clone()
+        before = memory.centroids.flatten(1, 2).clone()
         step = memory.prequential_(stream.x[part], stream.category[part], stream.action[part],
                                    skip=stream.skip[part])
         self.jm.update(step.output.action, stream.action[part], step.output.confidence)
         self.gate.update(step.events.gated, step.events.applied)
-        self.drift.update(before, memory.centroids, memory.initialized)
+        self.drift.update(before, memory.centroids.flatten(1, 2), memory.initialized.flatten(1, 2))
 
     def values(self):
         return {**self.jm.compute(), **self.gate.compute(), **self.drift.compute()}

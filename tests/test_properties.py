@@ -145,7 +145,7 @@ def test_judgment_probs_sum_to_one(data, case):
     # forward on the final state, every category: compiled no-grad path and autograd path
     queries = data.draw(hnp.arrays(np.float32, (8, shape[2]), elements=UNIT32))
     cats = torch.arange(8) % shape[0]
-    known = memory.initialized.any(-1)[cats]
+    known = memory.initialized.flatten(1).any(-1)[cats]  # (C, A, P) -> (C,): the category has a prototype
     with torch.no_grad():
         fast = memory(as_tensor(queries), cats)
     slow = memory(as_tensor(queries), cats)  # criterion_logits requires grad: the torch path
@@ -222,8 +222,8 @@ def test_gated_step_is_damped_step(x0, x1, eta_confirmed, eta_override, gate_dam
     assert float(events[1].eta[0]) == eta * np.float32(gate_damping)
     assert float(events[0].displacement[0]) == float(events[1].displacement[0]) > 0
     start = torch.from_numpy(x0).double()
-    free_step = free.centroids[0, 1].double() - start
-    gated_step = gated.centroids[0, 1].double() - start
+    free_step = free.centroids[0, 1, 0].double() - start
+    gated_step = gated.centroids[0, 1, 0].double() - start
     torch.testing.assert_close(gated_step, gate_damping * free_step, rtol=0, atol=1e-6)
     assert len(gated.gate_log.step) == 1 and len(free.gate_log.step) == 0
     torch.testing.assert_close(gated.gate_log.eta, events[1].eta, rtol=0, atol=0)
@@ -309,8 +309,8 @@ def test_prototype_stays_in_bounding_box_of_its_inputs(data, case):
                 low[c, a] = torch.minimum(low[c, a], x[b].double())
                 high[c, a] = torch.maximum(high[c, a], x[b].double())
         seen = torch.isfinite(low[..., 0])
-        assert torch.equal(memory.initialized, seen)
-        centroids = memory.centroids.double()[seen]
+        assert torch.equal(memory.initialized[:, :, 0], seen)  # one prototype slot
+        centroids = memory.centroids[:, :, 0].double()[seen]
         # convex combinations in float32: allow a rounding of the last bit
         assert (centroids >= low[seen] - 1e-6).all() and (centroids <= high[seen] + 1e-6).all()
 

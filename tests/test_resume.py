@@ -66,7 +66,7 @@ class SaveRankState(Callback):
 
 
 def fit(root: Path, *extra: str):
-    return main(["fit", *RUN, f"--trainer.logger.init_args.save_dir={root}", f"--trainer.default_root_dir={root}",
+    return main(["fit", *RUN, f"--trainer.default_root_dir={root}",
                  *extra])
 
 
@@ -77,7 +77,7 @@ def checkpoints(root: Path) -> dict[str, Path]:
 def kill_mid_stream(root: Path, after: str) -> subprocess.Popen:
     """Start a run and SIGKILL it as soon as the checkpoint ``after`` exists."""
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), "fit", *RUN,
-               f"--trainer.logger.init_args.save_dir={root}", f"--trainer.default_root_dir={root}"]
+               f"--trainer.default_root_dir={root}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     log = root / "stderr.txt"  # a file, not a pipe: a full pipe would stall the run
     with log.open("wb") as stderr:
@@ -139,7 +139,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_end_of_an_uninterrupted_one(tm
     assert_identical(optimizer, expected, "optimizer")
 
 
-@pytest.mark.parametrize("mode", [["--model.drift_mode=adaptive"], ["--model.prototypes=3"]])
+@pytest.mark.parametrize("mode", [["--model.judgment.drift_mode=adaptive"], ["--model.judgment.prototypes=3"]])
 def test_resume_in_every_learning_mode_ends_where_an_uninterrupted_run_ends(tmp_path, mode):
     short = [f"--data.stream.init_args.n_decisions={N // 3}", "--data.stream.init_args.drift_at=500", *mode]
     whole = fit(tmp_path / "whole", *short)

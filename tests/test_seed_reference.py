@@ -133,9 +133,10 @@ def expected_counts(decisions) -> torch.Tensor:
 
 def assert_judgment_state(memory: JudgmentMemory, seed_memory, decisions) -> None:
     centroids, initialized = seed_centroids(seed_memory)
-    assert torch.equal(memory.initialized, initialized)
-    torch.testing.assert_close(memory.centroids.double(), centroids, rtol=0, atol=CENTROID_ATOL)
-    assert torch.equal(memory.counts, expected_counts(decisions))
+    assert memory.centroids.shape[2] == 1  # the seed design: one prototype slot per (category, action)
+    assert torch.equal(memory.initialized[:, :, 0], initialized)
+    torch.testing.assert_close(memory.centroids[:, :, 0].double(), centroids, rtol=0, atol=CENTROID_ATOL)
+    assert torch.equal(memory.counts[:, :, 0], expected_counts(decisions))
     assert int(memory.num_decisions) == len(decisions)
 
 
@@ -333,7 +334,7 @@ def test_hand_computed_confidences():
     # disp from (0.5, 0) is 0.375 <= 0.4, so no gate; reject moves to 0.5 - 0.01 * 0.375.
     assert step.events.eta.tolist() == pytest.approx([0.01])
     assert float(step.events.displacement[0]) == pytest.approx(0.375)
-    assert memory.centroids[0, 1].tolist() == pytest.approx([0.49625, 0.0], abs=1e-7)
+    assert memory.centroids[0, 1, 0].tolist() == pytest.approx([0.49625, 0.0], abs=1e-7)
     reference.learn([0.125, 0.0], "reject", "invoice", confirmed=False)
     assert reference.centroids["invoice"]["reject"] == pytest.approx([0.49625, 0.0], abs=1e-12)
 

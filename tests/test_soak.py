@@ -36,7 +36,7 @@ def test_record_has_every_memory_and_every_sample(record):
     out, _ = record
     data = json.loads((out / "soak.json").read_text())
     assert set(data["memories"]) == set(soak_script.MEMORIES)
-    assert data["formula"] == {"bytes_per_decision": 116, "bytes_per_call": 128}  # 52 + 8 K and 4 C K at K=8, C=4
+    assert data["formula"] == {"bytes_per_decision": 117, "bytes_per_call": 128}  # 53 + 8 K and 4 C K at K=8, C=4
     for name, entry in data["memories"].items():
         assert SUMMARY_KEYS == set(entry["summary"]), name
         assert SAMPLE_KEYS == set(entry["samples"]), name
@@ -59,7 +59,7 @@ def test_decision_log_bytes_match_the_documented_cost(record):
             continue
         batch = entry["batch"]
         assert log["calls"] == math.ceil(log["decisions"] / batch)
-        assert log["formula"] == 116 * log["decisions"] + 128 * log["calls"]
+        assert log["formula"] == 117 * log["decisions"] + 128 * log["calls"]
         assert log["ratio_range"][0] == pytest.approx(1.0) and log["ratio_range"][1] == pytest.approx(1.0), name
         assert log["gate_events"] > 0 and log["gate_log_bytes_per_event"] == 32  # the README's 5 numbers an event
     assert memories["jm"]["summary"]["log"]["decisions"] == 3000
@@ -78,7 +78,7 @@ def test_nonfinite_names_the_tensor():
     memory = JudgmentMemory(2, 2, 3)
     assert soak_script.nonfinite(memory) == []
     with torch.no_grad():
-        memory.centroids[1, 0, 2] = float("nan")
+        memory.centroids[1, 0, 0, 2] = float("nan")  # (C, A, P, K)
         memory.criterion_logits[0, 0] = float("inf")
     assert soak_script.nonfinite(memory) == ["criterion_logits", "centroids"]
 

@@ -9,6 +9,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
+from gae import JudgmentConfig
 from gae.replay import replay
 from scripts.train import main
 from training.data import DecisionStream, DecisionStreamDataModule
@@ -25,7 +26,7 @@ def fit(tmp_path: Path, *extra: str, config: str = "default.yaml"):
     if config != "default.yaml":
         args.append(f"--config={CONFIGS / config}")
     # default_root_dir too: under fast_dev_run the logger is a dummy and checkpoints would land in cwd
-    return main([*args, f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
+    return main([*args, f"--trainer.default_root_dir={tmp_path}",
                  *extra])
 
 
@@ -35,6 +36,47 @@ def test_every_config_runs_fast_dev_run(tmp_path, config):
     cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false", config=config)
     assert int(cli.model.stream_position) == cli.datamodule.batch_size
     assert int(cli.model.memory.num_decisions) == cli.datamodule.batch_size
+
+
+def test_default_root_dir_decides_where_logs_and_checkpoints_go(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a run started anywhere writes nothing there
+    cli = main(["fit", f"--config={CONFIGS / 'default.yaml'}", f"--trainer.default_root_dir={tmp_path / 'runs'}",
+                "--data.stream.init_args.n_decisions=100", "--data.stream.init_args.drift_at=50",
+                "--trainer.enable_progress_bar=false"])
+    log_dir = Path(cli.trainer.logger.log_dir)
+    assert log_dir == tmp_path / "runs" / "lightning_logs" / "default" / "version_0"
+    assert any(log_dir.glob("events.out.tfevents.*")) and any((log_dir / "checkpoints").glob("*.ckpt"))
+    assert not any(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize("overlay", sorted(path.name for path in CONFIGS.glob("*.yaml") if path.name != "default.yaml"))
+def test_an_overlay_alone_is_refused_by_name(overlay, tmp_path):
+    assert (CONFIGS / overlay).read_text().startswith("# extends: configs/default.yaml")
+    with pytest.raises(SystemExit, match=f"{overlay} is an overlay of configs/default.yaml"):
+        main(["fit", f"--config={CONFIGS / overlay}", f"--trainer.default_root_dir={tmp_path}"])
+
+
+def test_print_config_lists_every_judgment_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", f"--config={CONFIGS / 'default.yaml'}", "--print_config"])
+    printed = capsys.readouterr().out
+    judgment = printed[printed.index("  judgment:"):printed.index("  learn_attention:")]
+    assert [line.split(":")[0].strip() for line in judgment.splitlines()[1:]] == list(JudgmentConfig.options())
+
+
+def test_a_checkpoint_keeps_the_config_as_plain_values(tmp_path):
+    cli = fit(tmp_path, "--model.judgment.drift_mode=adaptive", "--model.judgment.tau=0.2",
+              "--data.stream.init_args.n_decisions=100", "--data.stream.init_args.drift_at=50",
+              "--trainer.enable_progress_bar=false")
+    assert cli.model.memory.config == JudgmentConfig(drift_mode="adaptive", tau=0.2)
+    path = next(Path(cli.trainer.logger.log_dir).glob("checkpoints/*.ckpt"))
+    saved = torch.load(path, weights_only=True)
+    assert saved["hyper_parameters"]["judgment"] == cli.model.memory.config.to_dict()
+    again = DecisionMemoryModule.load_from_checkpoint(path, weights_only=True)
+    assert again.memory.config == cli.model.memory.config
+    assert torch.equal(again.memory.centroids, cli.model.memory.centroids)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -82,7 +124,7 @@ def test_tensorboard_event_files_hold_every_tag(tmp_path):
 def test_promotions_reach_tensorboard(tmp_path):
     cli = fit(tmp_path, *SMALL, config="adaptive.yaml")
     promotions = cli.model.memory.promotion_log
-    assert cli.model.memory.drift_mode == "adaptive" and promotions.step.numel() > 0
+    assert cli.model.memory.config.drift_mode == "adaptive" and promotions.step.numel() > 0
     events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     assert events.Scalars("gate/promotions")[-1].value == promotions.step.numel()
@@ -106,7 +148,7 @@ def test_recycled_prototypes_reach_tensorboard(tmp_path):
     cli = fit(tmp_path, *SMALL, config="prototypes.yaml")
     memory = cli.model.memory
     recycled = memory.recycle_log
-    assert memory.prototypes == 4 and cli.datamodule.stream.modes == 3 and recycled.step.numel() > 0
+    assert memory.config.prototypes == 4 and cli.datamodule.stream.modes == 3 and recycled.step.numel() > 0
     events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     assert events.Scalars("gate/recycles")[-1].value == recycled.step.numel()

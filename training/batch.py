@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from gae.distributed import gather_batch, rank_and_world
+from training.distributed import gather_batch, rank_and_world
 
 
 class DecisionBatch(NamedTuple):
@@ -40,7 +40,7 @@ class DecisionBatch(NamedTuple):
 
 
 def gather_decisions(batch: DecisionBatch) -> DecisionBatch:
-    """The global batch of a step: every rank's decisions, in rank order (:func:`gae.distributed.gather_batch`).
+    """The global batch of a step: every rank's decisions, in rank order (:func:`training.distributed.gather_batch`).
 
     In one process it is ``batch`` itself. Under ``torch.distributed`` each rank serves its own
     consecutive part of the stream (rank r of W: the stream's batches r, r + W, ...; see

@@ -12,9 +12,9 @@ from typing import Any
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from gae import _validation as check
-from gae.distributed import rank_and_world
+from gae import validation as check
 from training.batch import DecisionBatch
+from training.distributed import rank_and_world
 from training.streams import BaseDecisionStream, DecisionStream
 from training.streams_file import FileDecisionStream
 

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from gae.trace import TraceWriter
 from training.metrics_functional import calibration_error, correctness, rolling_accuracy
 from training.streams import BaseDecisionStream, DecisionStream
@@ -32,7 +32,8 @@ class Contestant:
     Attributes:
         label: how tables and plots name it.
         kind: ``'judgment'``, ``'knn'`` or ``'retrieval'``.
-        options: keyword arguments of the memory's constructor.
+        options: keyword arguments of the memory's constructor; for a judgment memory, its whole
+            :class:`~gae.JudgmentConfig` as a dict (:func:`judgment`), so the report lists every option.
         learn_attention: train the criterion attention online (Adam on the prequential loss).
         skip_uncertain: pass the stream's uncertain-outcome flags on (False learns from them).
     """
@@ -44,11 +45,16 @@ class Contestant:
     skip_uncertain: bool = True
 
 
+def judgment(**overrides: Any) -> dict[str, Any]:
+    """The options of a judgment contestant: the seed config with ``overrides``, every option named."""
+    return JudgmentConfig.seed().replace(**overrides).to_dict()
+
+
 CONTESTANTS: dict[str, Contestant] = {
-    "jm": Contestant("JudgmentMemory (defaults)", "judgment"),
-    "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", learn_attention=True),
-    "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", {"drift_mode": "adaptive"}),
-    "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", {"prototypes": 4}),
+    "jm": Contestant("JudgmentMemory (defaults)", "judgment", judgment()),
+    "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", judgment(), learn_attention=True),
+    "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", judgment(drift_mode="adaptive")),
+    "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", judgment(prototypes=4)),
     "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
     "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
     "retrieval": Contestant("RetrievalMemory (recency-weighted score, cap 400, scoped)", "retrieval",
@@ -56,13 +62,13 @@ CONTESTANTS: dict[str, Contestant] = {
 }
 # variants of JudgmentMemory that exist only to be ablated against "jm"
 VARIANTS: dict[str, Contestant] = {
-    "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", {"gate_damping": 1.0}),
-    "jm_equal_eta": Contestant("JudgmentMemory, equal rates 0.05/0.05", "judgment", {"eta_override": 0.05}),
-    "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment",
+    "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", judgment(gate_damping=1.0)),
+    "jm_equal_eta": Contestant("JudgmentMemory, equal rates 0.05/0.05", "judgment", judgment(eta_override=0.05)),
+    "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment", judgment(),
                                      skip_uncertain=False),
     # the adaptive mode's shadow rule on its own: fast and ungated, with no change test in front of it
     "jm_fast": Contestant("JudgmentMemory, ungated fast rule (eta 0.3, gate off)", "judgment",
-                          {"eta_confirmed": 0.3, "eta_override": 0.3, "gate_damping": 1.0}),
+                          judgment(eta_confirmed=0.3, eta_override=0.3, gate_damping=1.0)),
 }
 # (name, with, without): each ablation is the paired difference with - without
 ABLATIONS: list[tuple[str, str, str]] = [
@@ -142,7 +148,7 @@ def ceiling(stream: BaseDecisionStream) -> dict[str, Any]:
 def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
     names = stream.category_names, stream.action_names, stream.factor_names
     if contestant.kind == "judgment":
-        return JudgmentMemory(*names, **contestant.options)
+        return JudgmentMemory(*names, JudgmentConfig.from_dict(contestant.options))
     if contestant.kind == "retrieval":
         return RetrievalMemory(names[2], names[1], categories=names[0], **contestant.options)
     return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)

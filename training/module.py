@@ -13,7 +13,7 @@ r + W, ...), and each step first gathers the parts of every rank in rank order
 that global batch, so the memories, the metrics and the attention loss are the same on every
 rank and equal those of one process reading the stream in batches W times larger. The
 attention gradient is therefore identical on every rank already: DDP is told to share rank
-0's instead of averaging (:func:`gae.distributed.broadcast_gradients_hook`), which keeps it
+0's instead of averaging (:func:`training.distributed.broadcast_gradients_hook`), which keeps it
 exact for any world size. Whether a process group exists is decided at each step, never at
 construction. docs/scaling.md has the commands, the costs and the limits.
 
@@ -28,7 +28,6 @@ checkpoint to the same end state as an uninterrupted run.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,14 +37,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from gae import JudgmentMemory, KNNMemory
-from gae._validation import Names
-from gae.distributed import broadcast_gradients_hook
-from gae.judgment import DriftMode
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from gae.trace import TraceWriter
 from gae.types import StreamStep
+from gae.validation import Names
 from training import metrics as M
 from training.batch import DecisionBatch, gather_decisions
+from training.distributed import broadcast_gradients_hook
 from training.plots import attention_heatmap
 
 GATE_LOG_ROWS = 100  # the gate log text shows the most recent events; the count says how many in all
@@ -56,13 +54,9 @@ class DecisionMemoryModule(L.LightningModule):
 
     Args:
         categories, actions, factors: counts or names (linked from the data module by the CLI).
-        tau, eta_confirmed, eta_override, drift_threshold, gate_damping: the memory's rule.
-        drift_mode, shadow_eta, promotion_threshold, tracking_eta: the drift-aware mode (see
-            :class:`~gae.JudgmentMemory`). Default: ``'seed'``, the original rule.
-        prototypes, spawn_threshold, spawn_support: several prototypes per category and action
-            (see :class:`~gae.JudgmentMemory`). Default: 1, the original design.
-        max_log_events: decisions the memory's decision log keeps for trace / undo / forget
-            (None: all; the log travels in every checkpoint, ``52 + 8 K`` bytes a decision).
+        judgment: the memory's :class:`~gae.JudgmentConfig` (every option of its rule, its modes
+            and its decision log; in YAML ``model.judgment.drift_mode: adaptive`` and so on).
+            Default: :meth:`JudgmentConfig.seed`, the original design.
         learn_attention: train ``criterion_logits`` by gradient; False keeps the original
             design's plain Euclidean distance (no optimizer at all). Default: True.
         lr: Adam learning rate of the attention. Default: 0.05.
@@ -79,23 +73,21 @@ class DecisionMemoryModule(L.LightningModule):
             ``scripts/replay_trace.py``. Rank 0 writes it. Default: None (no trace).
     """
 
-    def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *, tau: float = 0.1,
-                 eta_confirmed: float = 0.05, eta_override: float = 0.01, drift_threshold: float = 0.4,
-                 gate_damping: float = 0.5, drift_mode: DriftMode = "seed", shadow_eta: float = 0.5,
-                 promotion_threshold: float = math.log(20.0), tracking_eta: float = 0.2, prototypes: int = 1,
-                 spawn_threshold: float = 0.5, spawn_support: float = 1.5, max_log_events: int | None = None,
-                 learn_attention: bool = True, lr: float = 0.05, knn: bool = True,
-                 knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False, rolling_window: int = 50,
-                 curve_points_per_batch: int = 10, figure_every_n_steps: int = 20, trace: str | None = None) -> None:
+    def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *,
+                 judgment: JudgmentConfig | None = None, learn_attention: bool = True, lr: float = 0.05,
+                 knn: bool = True, knn_k: int = 5, knn_capacity: int = 400, knn_scoped: bool = False,
+                 rolling_window: int = 50, curve_points_per_batch: int = 10, figure_every_n_steps: int = 20,
+                 trace: str | None = None) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.memory = JudgmentMemory(categories, actions, factors, tau=tau, eta_confirmed=eta_confirmed,
-                                     eta_override=eta_override, drift_threshold=drift_threshold,
-                                     gate_damping=gate_damping, drift_mode=drift_mode, shadow_eta=shadow_eta,
-                                     promotion_threshold=promotion_threshold, tracking_eta=tracking_eta,
-                                     prototypes=prototypes,
-                                     spawn_threshold=spawn_threshold, spawn_support=spawn_support,
-                                     max_log_events=max_log_events)
+        if isinstance(judgment, Mapping):  # the hparams of a checkpoint keep the config as a plain dict
+            judgment = JudgmentConfig.from_dict(judgment)
+        config = JudgmentConfig.seed() if judgment is None else judgment
+        if not isinstance(config, JudgmentConfig):
+            raise TypeError(f"judgment must be a JudgmentConfig, a dict of its options or None, got {judgment!r}")
+        # plain values only, so that a checkpoint loads with torch.load(weights_only=True)
+        self.save_hyperparameters(ignore=["judgment"])
+        self.save_hyperparameters({**self.hparams, "judgment": config.to_dict()})
+        self.memory = JudgmentMemory(categories, actions, factors, config)
         self.memory.criterion_logits.requires_grad_(learn_attention)
         self.knn = KNNMemory(factors, actions, k=knn_k, capacity=knn_capacity, categories=categories,
                              scoped=knn_scoped) if knn else None
@@ -163,9 +155,8 @@ class DecisionMemoryModule(L.LightningModule):
         self._update_metrics(self.jm_metrics, step, batch)
         self.gate_rate.update(step.events.gated, step.events.applied, step.events.promoted, step.events.recycled)
         # every prototype slot is one prototype to the drift metric: (C, A, P, K) -> (C, A * P, K)
-        slots = self.memory._slots
-        self.drift.update(slots(before).flatten(1, 2), slots(self.memory.centroids).flatten(1, 2),
-                          slots(self.memory.initialized).flatten(1, 2))
+        self.drift.update(before.flatten(1, 2), self.memory.centroids.flatten(1, 2),
+                          self.memory.initialized.flatten(1, 2))
         if knn_step is not None and self.knn_metrics is not None:
             self._update_metrics(self.knn_metrics, knn_step, batch)
         self._log_step(batch, int(step.events.promoted.sum()), int(step.events.recycled.sum()))
@@ -228,7 +219,7 @@ class DecisionMemoryModule(L.LightningModule):
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), decision)
         self._log_rolling_curve(writer, batch)
-        if self.memory.drift_mode == "adaptive":  # how many categories score with their tracking prototypes, and
+        if self.memory.config.adaptive:  # how many categories score with their tracking prototypes, and
             lead = self.memory.tracking_lead.detach().cpu()  # each one's lead (its evidence: above 0, they score)
             writer.add_scalar("gate/tracking_categories", float((lead > 0).sum()), decision)
             for name, value in zip(self.memory.category_names, lead.tolist(), strict=True):

@@ -1,11 +1,31 @@
-"""Generated README sections: scripts write their measured tables between marker comments."""
+"""Generated README and doc sections: scripts write their measured tables between marker comments.
+
+A section named ``name`` is the text between ``<!-- name:start -->`` and ``<!-- name:end -->``.
+Every section is rendered by a pure function of a committed record (``docs/results/``), so
+``tests/test_generated_docs.py`` can render it again without measuring and compare.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+RESULTS = Path("docs") / "results"  # committed records, relative to the repository root
+SECTION = re.compile(r"<!-- ([a-z0-9-]+):start -->\n(.*?)\n?<!-- \1:end -->", flags=re.S)
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The start and end marker lines of the section ``name``."""
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def sections(text: str) -> dict[str, str]:
+    """Every generated section of a Markdown text, by name: the text between its markers."""
+    return {match.group(1): match.group(2) for match in SECTION.finditer(text)}
 
 
 def replace_section(path: Path, start: str, end: str, body: str) -> bool:
@@ -23,17 +43,51 @@ def replace_section(path: Path, start: str, end: str, body: str) -> bool:
     return True
 
 
-def publish(record: dict[str, Any], figure: Any, text: str, out: Path, stem: str, doc: Path | None = None,
-            markers: tuple[str, str] = ("", ""), figures: str = "docs/figures") -> None:
+def record_path(doc: Path, name: str) -> Path:
+    """Where the record behind ``doc``'s section ``name`` is committed: ``docs/results/<name>.json``
+    of the checkout ``doc`` belongs to (``doc`` is the README at its root or a page in ``docs/``)."""
+    root = doc.parent.parent if doc.parent.name == "docs" else doc.parent
+    return root / RESULTS / f"{name}.json"
+
+
+def as_saved(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as it reads back from its JSON file (tuples as lists, keys as strings): what a
+    section is rendered from, so the committed record renders the same text again."""
+    return json.loads(json.dumps(record))
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def publish_section(doc: Path, name: str, record: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> bool:
+    """Put ``render(record)`` in ``doc``'s section ``name`` and commit ``record`` beside it
+    (:func:`record_path`), so the two never disagree. False, writing nothing, when ``doc`` has no
+    such section."""
+    if not replace_section(doc, *markers(name), render(as_saved(record))):
+        return False
+    write_record(record_path(doc, name), record)
+    return True
+
+
+def with_figure(text: str, stem: str, figures: str) -> str:
+    """A section's table followed by its figure, ``figures/<stem>.png`` relative to the doc."""
+    return f"{text}\n\n![{stem}]({figures}/{stem}.png)"
+
+
+def publish(record: dict[str, Any], figure: Any, section: Callable[[dict[str, Any]], str], out: Path, stem: str,
+            doc: Path | None = None, figures: str = "docs/figures") -> None:
     """Write a measurement's ``<stem>.json`` and ``<stem>.png`` (a matplotlib figure) to ``out``,
-    print its table, and, given ``doc``, put the table and the figure between ``markers`` there
-    (the figure copied to ``doc``'s folder / ``figures``, linked from the section)."""
+    print its section, and, given ``doc``, put the section (``section(record)``, which links the
+    figure as ``figures/<stem>.png``) in ``doc``'s section ``stem``: the figure copied to ``doc``'s
+    folder / ``figures``, the record to ``docs/results/<stem>.json``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     figure.savefig(out / f"{stem}.png", dpi=100)
-    print(text)
+    print(section(as_saved(record)))
     print(f"\nwrote {out / f'{stem}.json'} and {out / f'{stem}.png'} in {record['seconds']:.0f} s")
-    if doc is not None and replace_section(doc, *markers, f"{text}\n\n![{stem}]({figures}/{stem}.png)"):
+    if doc is not None and publish_section(doc, stem, record, section):
         target = doc.parent / figures
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / f"{stem}.png", target / f"{stem}.png")

@@ -221,6 +221,25 @@ def _reported(bars: list[dict[str, Any]]) -> list[dict[str, Any]]:
 COST_CONTESTANTS = ("jm", "jm_prototypes", "knn", "knn_scoped")
 
 
+def summary_of(report: dict[str, Any]) -> dict[str, Any]:
+    """The parts of :func:`summarize` that a saved ``report.json`` keeps (all but the curves),
+    which is all the tables need."""
+    return {key: report[key] for key in ("metrics", "differences", "ablations")}
+
+
+def figures_table(summary: dict[str, Any], setting: str, names: tuple[str, ...], columns: dict[str, str]) -> str:
+    """Markdown: the named contestants that ran in ``setting``, one row each, with the figures
+    ``columns`` names (metric key: column label), mean [95% CI] over seeds."""
+    metrics = summary["metrics"].get(setting, {})
+    lines = ["| contestant | " + " | ".join(columns.values()) + " |", "|---" + "|---:" * len(columns) + "|"]
+    for name in names:
+        if name in metrics:
+            label = CONTESTANTS[name].label if name in CONTESTANTS else f"*{CEILING_LABEL}*"
+            lines.append(f"| {label} | " + " | ".join(_fmt(metrics[name][key], METRICS[key][1]) for key in columns)
+                         + " |")
+    return "\n".join(lines)
+
+
 def cost_table(summary: dict[str, Any], setting: str) -> str:
     """Latency per decision and state size next to k-NN's, from the same run."""
     metrics = summary["metrics"].get(setting, {})

@@ -7,8 +7,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from gae import _validation as check
-from gae._validation import Names
+from gae import validation as check
+from gae.validation import Names
 from training.batch import DecisionBatch
 
 DriftKind = Literal["permute", "redraw", "shift"]

@@ -8,8 +8,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from gae import _validation as check
-from gae._validation import Names
+from gae import validation as check
+from gae.validation import Names
 from training.batch import DecisionBatch
 from training.streams import BaseDecisionStream
 

@@ -1,4 +1,9 @@
-"""Checks at the public boundary. Each raises with the argument's name and its value."""
+"""Checks at the public boundary. Each raises with the argument's name and its value.
+
+Public, for code that builds on gae (its training loop and stream readers use them): the same
+messages for the same mistakes everywhere. ``Names`` is the type of a ``categories`` /
+``actions`` / ``factors`` argument: a count, or a list of distinct non-empty names.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The retrieval baselines the judgment memory is measured against."""

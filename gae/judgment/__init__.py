@@ -1,0 +1,15 @@
+"""The judgment memory: learned prototypes per (category, action), moved by verified decisions.
+
+``config.py`` holds every option, ``state.py`` the buffers, ``rule.py`` the rule as maths and
+as the torch reference, ``kernels.py`` its compiled mirror, ``engine.py`` the dispatch between
+them, ``memory.py`` the ``nn.Module``, ``history.py`` the decision log (trace, undo, forget)
+and ``explain.py`` the explanations.
+"""
+
+from gae.judgment.config import DriftMode, JudgmentConfig
+from gae.judgment.explain import Explanation
+from gae.judgment.history import DecisionLog, Trace
+from gae.judgment.memory import JudgmentMemory
+from gae.judgment.state import JudgmentState
+
+__all__ = ["DecisionLog", "DriftMode", "Explanation", "JudgmentConfig", "JudgmentMemory", "JudgmentState", "Trace"]

@@ -1,0 +1,134 @@
+"""JudgmentConfig: every option of the judgment memory, declared and validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gae import validation as check
+
+DriftMode = Literal["seed", "adaptive"]
+
+
+@dataclass(frozen=True, repr=False)
+class JudgmentConfig:
+    """The options of a :class:`~gae.JudgmentMemory`, one field each, validated on construction.
+
+    ``JudgmentConfig()`` (also :meth:`seed`) is the original design's rule, bit for bit. A
+    config is immutable: derive another with :meth:`replace`. Every field travels in
+    checkpoints and evaluation traces through :meth:`to_dict` / :meth:`from_dict`.
+
+    Examples::
+
+        >>> config = JudgmentConfig.seed().replace(drift_mode="adaptive")
+        >>> config.drift_mode, config.eta_confirmed
+        ('adaptive', 0.05)
+        >>> JudgmentConfig.from_dict(config.to_dict()) == config
+        True
+        >>> JudgmentConfig(tau=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: tau must be in (0.0, inf], got 0.0
+    """
+
+    # -- the seed rule
+    tau: float = 0.1  # softmax temperature of the scores: logits are -distance / tau
+    eta_confirmed: float = 0.05  # step size when the memory's own recommendation was confirmed
+    eta_override: float = 0.01  # step size when the verifier chose another action
+    drift_threshold: float = 0.4  # unweighted L2 displacement past which a step is damped (the gate)
+    gate_damping: float = 0.5  # factor applied to a gated step
+    # -- options the original package has and the seed leaves off
+    clip: tuple[float, float] | None = None  # (low, high) every prototype is clamped to after an update
+    push_rate: float = 0.0  # on an override, move the wrongly recommended prototype away from x at this rate
+    min_confidence: float = 0.0  # abstain (action -1) when the best probability is below this
+    # -- drift_mode='adaptive' (docs/drift.md)
+    drift_mode: DriftMode = "seed"  # 'seed': the original rule; 'adaptive': change test, run means, tracking
+    shadow_eta: float = 0.5  # step size of the shadow prototypes the change test compares against
+    promotion_threshold: float = math.log(20.0)  # CUSUM threshold in nats: about 4 decisions clearly closer
+    tracking_eta: float = 0.2  # step size of the tracking prototypes (halved past drift_threshold)
+    evidence_clip: float = 1.0  # nats: one decision moves the change test and the tracking lead by at most this
+    evidence_allowance: float = 0.25  # nats subtracted per decision: without a drift the statistic falls
+    lead_rate: float = 0.1  # rate of the tracking lead: about the category's last 10 verified decisions
+    # -- prototypes=P > 1 (docs/prototypes.md)
+    prototypes: int = 1  # prototype slots per category and action
+    spawn_threshold: float = 0.5  # unweighted L2 from every prototype of its action that starts a new one
+    spawn_support: float = 1.5  # recent wins a prototype needs before it scores: two wins close together
+    win_decay: float = 0.05  # per decision of the action: wins remember about the last 20
+    # -- the decision log (trace, undo_, forget_)
+    max_log_events: int | None = None  # decisions the log keeps (older ones folded into its base); 0: none
+
+    def __post_init__(self) -> None:
+        real = check.check_real
+        set_ = object.__setattr__  # frozen: the checked values (ints as floats) are set once, here
+        set_(self, "tau", real("tau", self.tau, low=0.0, low_open=True))
+        for name in ("eta_confirmed", "eta_override", "gate_damping", "shadow_eta", "tracking_eta", "lead_rate"):
+            set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0, low_open=True))
+        for name in ("push_rate", "min_confidence", "win_decay"):
+            set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0))
+        for name in ("drift_threshold", "spawn_threshold", "spawn_support", "evidence_clip", "evidence_allowance"):
+            set_(self, name, real(name, getattr(self, name), low=0.0))
+        set_(self, "promotion_threshold", real("promotion_threshold", self.promotion_threshold, low=0.0,
+                                               low_open=True))
+        if self.drift_mode not in ("seed", "adaptive"):
+            raise ValueError(f"drift_mode must be 'seed' or 'adaptive', got {self.drift_mode!r}")
+        set_(self, "prototypes", check.check_int("prototypes", self.prototypes, low=1))
+        if self.max_log_events is not None:
+            check.check_int("max_log_events", self.max_log_events, low=0)
+        set_(self, "clip", _checked_clip(self.clip))
+
+    def __repr__(self) -> str:
+        """The options that differ from the seed rule's; ``JudgmentConfig()`` is the seed rule."""
+        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                   if getattr(self, f.name) != f.default]
+        return f"JudgmentConfig({', '.join(changed)})"
+
+    @classmethod
+    def seed(cls) -> JudgmentConfig:
+        """The original design: one prototype per (category, action), the gated eta rule."""
+        return cls()
+
+    def replace(self, **changes: Any) -> JudgmentConfig:
+        """A copy with ``changes`` applied (and validated); TypeError names an unknown option."""
+        unknown = sorted(set(changes) - set(self.options()))
+        if unknown:
+            raise TypeError(f"unknown JudgmentConfig option(s) {unknown}; the options are {list(self.options())}")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def options(cls) -> tuple[str, ...]:
+        """The option names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option as plain JSON-able values (``clip`` as a list)."""
+        values = {name: getattr(self, name) for name in self.options()}
+        values["clip"] = None if self.clip is None else list(self.clip)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> JudgmentConfig:
+        """The config :meth:`to_dict` wrote; options missing from ``values`` (written before
+        they existed) take their defaults, unknown ones are refused (TypeError)."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"values must be a mapping of option names, got {type(values).__name__}")
+        return cls().replace(**values)
+
+    @property
+    def adaptive(self) -> bool:
+        """``drift_mode == 'adaptive'``."""
+        return self.drift_mode == "adaptive"
+
+
+def _checked_clip(clip: Any) -> tuple[float, float] | None:
+    if clip is None:
+        return None
+    if isinstance(clip, str) or not isinstance(clip, Sequence) or len(clip) != 2:
+        raise TypeError(f"clip must be None or a (low, high) pair, got {clip!r}")
+    low = check.check_real("clip[0]", clip[0], low=-math.inf)
+    high = check.check_real("clip[1]", clip[1], low=-math.inf)
+    if not low < high:
+        raise ValueError(f"clip must have low < high, got {clip!r}")
+    return (low, high)

@@ -1,0 +1,151 @@
+"""Explanations of the judgment memory's recommendations: every number behind them, with names.
+
+:func:`explain` computes an :class:`Explanation` with the rule's own scoring formula
+(:func:`gae.judgment.rule.distances`); ``print()`` it for a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gae.judgment import rule
+from gae.judgment.config import JudgmentConfig
+from gae.judgment.state import JudgmentState
+
+SHOWN_DECISIONS = 8  # __str__ prints the first few decisions of a batch, and says how many it left out
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a :class:`~gae.JudgmentMemory` recommends what it does, for a batch of B decisions.
+
+    Every action is represented by its nearest scoring prototype (the only one when
+    ``prototypes=1``), the one that set its logit; in ``drift_mode='adaptive'``, while the
+    category's tracking prototypes lead, the tracking prototype (the gate's view, ``displacement``
+    and ``gated``, still measures the prototype itself).
+
+    Attributes:
+        action: (B,) int64, the recommended action, -1 where the memory abstains.
+        confidence: (B,) float, its probability (0 on abstention).
+        probs: (B, A) float, the softmax over actions.
+        distance: (B, A) float, the attention-weighted squared distance to each action's nearest
+            prototype; ``inf`` where the action has none. ``logit = -distance / tau``.
+        contributions: (B, A, K) float, each criterion's share of that distance,
+            ``attention[k] * (x[k] - prototype[k]) ** 2``; sums to ``distance`` over K.
+        attention: (B, K) float, the criterion weights of each decision's category.
+        nearest: (B, A) int64, the prototype slot each action scored with, -1 where none.
+        margin: (B,) float, the distance of the second-best action's prototype minus the best's
+            (``inf`` when fewer than two actions have a prototype, ``nan`` when none does).
+        displacement: (B,) float, the unweighted L2 distance from the recommended action's
+            nearest prototype in use (the gate's distance; ``nan`` on abstention).
+        gated: (B,) bool, learning this decision as the recommended action would be damped by
+            the drift gate (``displacement > drift_threshold``; see ``spawns`` for P > 1).
+        spawns: (B,) bool, learning it would start a new prototype instead (``prototypes > 1``
+            and ``displacement > spawn_threshold``); always False with one prototype.
+        category: (B,) int64, the decisions' categories.
+        category_names, action_names, factor_names: the memory's names, for printing.
+    """
+
+    action: Tensor
+    confidence: Tensor
+    probs: Tensor
+    distance: Tensor
+    contributions: Tensor
+    attention: Tensor
+    nearest: Tensor
+    margin: Tensor
+    displacement: Tensor
+    gated: Tensor
+    spawns: Tensor
+    category: Tensor
+    category_names: tuple[str, ...]
+    action_names: tuple[str, ...]
+    factor_names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return self.action.shape[0]
+
+    def __str__(self) -> str:
+        blocks = [self._decision(b) for b in range(min(len(self), SHOWN_DECISIONS))]
+        if len(self) > SHOWN_DECISIONS:
+            blocks.append(f"... {len(self) - SHOWN_DECISIONS} more decisions not shown")
+        return "\n\n".join(blocks)
+
+    def _decision(self, b: int) -> str:
+        category = self.category_names[int(self.category[b])]
+        action = int(self.action[b])
+        if action < 0:
+            head = f"decision {b} ({category}): abstains"
+        else:
+            learning = ("would start a new prototype" if bool(self.spawns[b]) else
+                        "would be gated" if bool(self.gated[b]) else "would not be gated")
+            head = (f"decision {b} ({category}): recommends {self.action_names[action]} "
+                    f"(confidence {float(self.confidence[b]):.3f}, margin {float(self.margin[b]):.4f}); "
+                    f"learning it as {self.action_names[action]} {learning} "
+                    f"(displacement {float(self.displacement[b]):.3f})")
+        factors = list(self.factor_names)
+        rows = [["action", "prototype", "distance", "prob", *factors],
+                ["attention", "", "", "", *(f"{float(w):.3f}" for w in self.attention[b])]]
+        for a, name in enumerate(self.action_names):
+            if int(self.nearest[b, a]) < 0:
+                rows.append([name, "-", "inf", f"{float(self.probs[b, a]):.3f}", *("-" for _ in factors)])
+                continue
+            mark = " *" if a == action else ""
+            rows.append([name + mark, str(int(self.nearest[b, a])), f"{float(self.distance[b, a]):.4f}",
+                         f"{float(self.probs[b, a]):.3f}", *(f"{float(v):.4f}" for v in self.contributions[b, a])])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                           for i, (cell, width) in enumerate(zip(row, widths, strict=True))) for row in rows]
+        return "\n".join([head, *lines])
+
+
+def margins(distance: Tensor) -> Tensor:
+    """(B,) second-smallest minus smallest of each row of a (B, A) distance matrix (``inf`` for
+    absent actions): ``inf`` with one finite entry, ``nan`` with none."""
+    if distance.shape[1] < 2:
+        best = distance[:, 0]
+        return torch.where(torch.isfinite(best), float("inf"), float("nan"))
+    two = distance.topk(2, dim=1, largest=False).values
+    gap = two[:, 1] - two[:, 0]
+    return torch.where(torch.isfinite(two[:, 0]), gap, float("nan"))
+
+
+@torch.no_grad()
+def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: Tensor, category: Tensor,
+            names: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]) -> Explanation:
+    """The :class:`Explanation` of scoring ``x`` (B, K) in ``category`` (B,) against ``state``.
+
+    ``attention`` is the (C, K) criterion attention; ``names`` the memory's (category, action,
+    factor) names. The distances are the rule's (:func:`rule.distances`) to what scores; the
+    gate's view measures the prototypes themselves, unweighted, as learning would.
+    """
+    alpha = attention[category]  # (B, K)
+    estimates = rule.scoring_estimates(state, config)
+    sq_diff, distance = rule.distances(x, estimates[category], alpha)  # (B, A, P, K), (B, A, P)
+    scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)[category]
+    distance, nearest = distance.masked_fill(~scoring, float("inf")).min(-1)  # (B, A)
+    present = torch.isfinite(distance)
+    nearest = torch.where(present, nearest, -1)
+    rows = torch.arange(x.shape[0], device=x.device)[:, None]
+    actions = torch.arange(state.centroids.shape[1], device=x.device)
+    contributions = sq_diff[rows, actions, nearest.clamp(min=0)] * alpha[:, None, :]
+    contributions = contributions.masked_fill(~present[..., None], float("nan"))
+    out = rule.output((-distance / config.tau).masked_fill(~present, float("-inf")), config.min_confidence)
+    # learning the recommendation would move its nearest prototype in use (the prototypes themselves, also
+    # while tracking prototypes score in drift_mode='adaptive'), by the unweighted distance
+    length = rule.distances(x, state.centroids[category], torch.ones_like(alpha))[1].sqrt()
+    length = length.masked_fill(~state.initialized[category], float("inf"))  # (B, A, P)
+    recommended = out.action.clamp(min=0)
+    displacement, taught = length[rows.squeeze(1), recommended].min(-1)
+    displacement = torch.where(out.action >= 0, displacement, float("nan"))
+    spawns = (displacement > config.spawn_threshold) & (config.prototypes > 1)
+    gated = (displacement > config.drift_threshold) & ~spawns
+    if config.adaptive:  # a promoted prototype restarting (no weight yet) is not gated
+        cell = (category, recommended, taught)
+        gated &= ~(state.following[cell] & (state.follow_weight[cell] == 0))
+    return Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, nearest,
+                       margins(distance), displacement, gated, spawns, category, *names)
+

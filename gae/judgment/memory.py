@@ -1,0 +1,520 @@
+"""JudgmentMemory: learned prototypes per (category, action) and learned criterion attention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor, nn
+
+from gae import validation as check
+from gae._base import DecisionMemory
+from gae.judgment import engine, kernels, rule
+from gae.judgment import state as layout
+from gae.judgment.config import JudgmentConfig
+from gae.judgment.explain import Explanation
+from gae.judgment.explain import explain as explain_batch
+from gae.judgment.history import RELEARNED, DecisionLog, History, Trace
+from gae.types import GateLog, MemoryOutput, PromotionLog, RecycleLog, StreamStep
+from gae.validation import Names
+
+
+class JudgmentMemory(DecisionMemory):
+    r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
+
+    A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
+    memory keeps prototypes :math:`\mu_{c,a}` per category and action and scores
+
+    .. math::
+        \alpha_c = K\,\mathrm{softmax}(\ell_c), \qquad
+        d_a = \sum_k \alpha_{c,k}\,(x_k - \mu_{c,a,k})^2, \qquad
+        p = \mathrm{softmax}(-d / \tau)
+
+    over the actions that have a prototype. A category without any prototype abstains
+    (action -1, confidence 0, probabilities all zero). Learning a verified action :math:`a`
+    (in stream order, outside autograd) is the gated rule of the original design:
+
+    .. math::
+        \eta = \begin{cases} \eta_{confirmed} & \text{recommendation was } a \\
+                              \eta_{override} & \text{otherwise} \end{cases},\quad
+        \eta \leftarrow \eta \cdot \gamma \text{ if } \lVert x - \mu_{c,a} \rVert_2 > \theta,\quad
+        \mu_{c,a} \leftarrow \mu_{c,a} + \eta\,(x - \mu_{c,a})
+
+    The first verified decision of a cell initialises its prototype to :math:`x`; uncertain
+    outcomes (``skip``) change nothing; every gated step is appended to :attr:`gate_log`. The
+    whole rule, every mode, as maths and as the torch reference, is :mod:`gae.judgment.rule`.
+
+    ``drift_mode='adaptive'`` adds a per-category change test that tells a sustained drift from
+    outliers, promotes the prototypes to the means since the change point and follows them as
+    running means, and scores with tracking prototypes while they predict better
+    (``docs/drift.md``). ``prototypes=P`` keeps up to P prototypes per category and action,
+    spawned where a decision lies farther than ``spawn_threshold`` from all of them and recycled
+    by fewest recent wins (``docs/prototypes.md``). The default, :meth:`JudgmentConfig.seed`, is
+    the original rule, bit for bit. The attention logits :math:`\ell` are the only parameters;
+    they are trained by gradient (:meth:`attention_loss`), while the prototypes are buffers.
+
+    Args:
+        categories: number of categories, or their names.
+        actions: number of actions, or their names.
+        factors: number of criteria (factors), or their names.
+        config: the :class:`~gae.JudgmentConfig` (every option, documented there). Default:
+            :meth:`JudgmentConfig.seed`, the original design.
+        **overrides: options to change from ``config`` (``drift_mode='adaptive'``, ``tau=0.2``, ...).
+
+    Shape:
+        - x: (B, K) float factors; category, action: (B,) integer indices.
+        - Output: :class:`~gae.types.MemoryOutput` with (B, A) logits and probs, (B,) action
+          and confidence.
+
+    Attributes:
+        config: the :class:`~gae.JudgmentConfig` in force.
+        criterion_logits: Parameter (C, K), attention logits, zero at initialisation.
+        centroids: buffer (C, A, P, K) float32, the prototypes (P = ``config.prototypes``).
+        initialized: buffer (C, A, P) bool, the slot holds a prototype.
+        counts: buffer (C, A, P) int64, updates applied to each prototype since its slot was filled.
+        wins: buffer (C, A, P) float32, each prototype's recent wins (empty when P = 1).
+        num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
+        shadow_centroids, promotion_statistic, promotion_evidence, following, follow_weight,
+            run_centroids, run_counts, tracking_centroids, tracking_lead: the state of
+            ``drift_mode='adaptive'`` (empty otherwise); :mod:`gae.judgment.state` has the layout.
+
+    Examples::
+
+        >>> memory = JudgmentMemory(["invoice", "refund"], ["approve", "reject"], 3)
+        >>> memory.learn_one([0.9, 0.1, 0.5], "approve", "invoice")["initialized"]
+        True
+        >>> memory.learn_one([0.1, 0.9, 0.5], "reject", "invoice")["initialized"]
+        True
+        >>> memory.score_one([0.8, 0.2, 0.5], "invoice")[0]
+        'approve'
+        >>> memory.score_one([0.8, 0.2, 0.5], "refund")
+        (None, 0.0)
+        >>> JudgmentMemory(2, 2, 3, drift_mode="adaptive").config.drift_mode
+        'adaptive'
+    """
+
+    _version = layout.VERSION
+    category_names: tuple[str, ...]
+    criterion_logits: nn.Parameter
+    centroids: Tensor
+    initialized: Tensor
+    counts: Tensor
+    wins: Tensor
+    num_decisions: Tensor
+    shadow_centroids: Tensor
+    promotion_statistic: Tensor
+    promotion_evidence: Tensor
+    following: Tensor
+    follow_weight: Tensor
+    run_centroids: Tensor
+    run_counts: Tensor
+    tracking_centroids: Tensor
+    tracking_lead: Tensor
+
+    def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
+                 **overrides: Any) -> None:
+        super().__init__()
+        if config is not None and not isinstance(config, JudgmentConfig):
+            raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
+        config = JudgmentConfig.seed() if config is None else config
+        self._config = config.replace(**overrides) if overrides else config
+        self.category_names = check.resolve_names("categories", categories)
+        self.action_names = check.resolve_names("actions", actions)
+        self.factor_names = check.resolve_names("factors", factors)
+        self.n_factors = len(self.factor_names)
+        self._options = kernels.Options.of(self._config)
+        self.criterion_logits = nn.Parameter(torch.zeros(len(self.category_names), self.n_factors))
+        layout.register(self, len(self.category_names), len(self.action_names), self.n_factors, self._config)
+        self.history = History(self, self._config.max_log_events, self._relearn)
+        self._updates = 0  # the version counter: see ``version``
+        self._category_positions = {name: i for i, name in enumerate(self.category_names)}
+        self._score_cache: tuple | None = None
+
+    @property
+    def config(self) -> JudgmentConfig:
+        """The :class:`~gae.JudgmentConfig` in force (immutable; build a new memory to change it)."""
+        return self._config
+
+    def state(self) -> layout.JudgmentState:
+        """The learned buffers as a :class:`~gae.judgment.state.JudgmentState` (the tensors themselves)."""
+        return layout.JudgmentState(*(cast(Tensor, self._buffers[name]) for name in layout.JudgmentState._fields))
+
+    def scoring_mask(self) -> Tensor:
+        """(C, A, P) bool: the prototypes that take part in scoring (:func:`gae.judgment.rule.scoring_mask`)."""
+        return rule.scoring_mask(self.initialized, self.wins, self._config.spawn_support)
+
+    def scoring_centroids(self) -> Tensor:
+        """(C, A, P, K) what each category scores with: its prototypes, or, in ``drift_mode='adaptive'``,
+        its tracking prototypes while they lead (``tracking_lead > 0``)."""
+        return rule.scoring_estimates(self.state(), self._config)
+
+    def criterion_attention(self) -> Tensor:
+        """(C, K) attention weights ``K * softmax(criterion_logits)``; all ones at initialisation."""
+        return rule.attention(self.criterion_logits)
+
+    # -- scoring ----------------------------------------------------------------------
+    def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
+        """Score a batch against the current prototypes. No side effects.
+
+        Differentiable in ``x`` and ``criterion_logits``. When no gradient is needed
+        (``torch.no_grad()`` or frozen attention) on CPU, a compiled kernel computes the
+        same numbers without building the (B, A, P, K) intermediate.
+        """
+        if not torch.compiler.is_compiling():
+            x, category = self._check_query(x, category)
+        alpha = self.criterion_attention()  # (C, K)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
+        if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
+                and not torch.compiler.is_compiling()):
+            return self._score_compiled(x, category, alpha)
+        return rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0]
+
+    def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor) -> MemoryOutput:
+        n, n_actions = x.shape[0], len(self.action_names)
+        out = MemoryOutput(torch.empty(n, n_actions), torch.empty(n, n_actions), torch.empty(n, dtype=torch.int64),
+                           torch.empty(n))
+        kernels.score(x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
+                      self.scoring_centroids().contiguous().numpy(), self.initialized.numpy(), self.wins.numpy(),
+                      alpha.detach().float().contiguous().numpy(), self._options, tuple(t.numpy() for t in out))
+        return out
+
+    def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
+        """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
+        prototype), -1 where the action has none. Always 0 or -1 when P = 1."""
+        x, category = self._check_query(x, category)
+        with torch.no_grad():
+            logits = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(),
+                                self.criterion_attention(), self._config)[2]
+        return torch.where(torch.isfinite(logits).any(-1), logits.argmax(-1), -1)
+
+    def explain(self, factors: Tensor | Sequence[float] | np.ndarray,
+                category: Tensor | str | int = "general") -> Explanation:
+        """Every number behind the memory's recommendation for a batch of decisions, or one.
+
+        Args:
+            factors: (B, K) tensor with ``category`` a (B,) tensor of indices, or one decision's
+                K factors with ``category`` a name or index.
+            category: see ``factors``.
+
+        Returns:
+            an :class:`~gae.judgment.explain.Explanation`: probabilities, the distance to each
+            action's nearest prototype and each criterion's contribution to it, the attention,
+            the margin, and whether learning the decision would be gated (or start a
+            prototype). ``print()`` it for a table with the memory's names. Nothing is learned.
+
+        Examples::
+
+            >>> memory = JudgmentMemory(["invoice"], ["approve", "reject"], ["amount", "age"])
+            >>> _ = memory.learn_one([0.9, 0.1], "approve", "invoice")
+            >>> _ = memory.learn_one([0.1, 0.9], "reject", "invoice")
+            >>> why = memory.explain([0.8, 0.2], "invoice")
+            >>> why.action_names[int(why.action[0])], round(float(why.distance[0, 0]), 3)
+            ('approve', 0.02)
+            >>> bool(torch.allclose(why.contributions.sum(-1), why.distance))
+            True
+        """
+        if isinstance(factors, Tensor) and factors.dim() == 2:
+            if not isinstance(category, Tensor):
+                raise TypeError(f"category must be a (B,) tensor of indices with (B, K) factors, got {category!r}")
+            x, category_t = self._check_query(factors, category, name="factors")
+        else:
+            x = self._one_factor_row(factors)
+            if isinstance(category, Tensor):
+                raise TypeError("category must be a name or an index with one decision's factors, got a tensor")
+            category_t = torch.tensor([self._category_index(category)], device=x.device)
+        with torch.no_grad():
+            return explain_batch(self.state(), self._config, self.criterion_attention(), x, category_t,
+                                   (self.category_names, self.action_names, self.factor_names))
+
+    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``.
+
+        On a CPU module this takes a compiled path of a few microseconds with no tensor made;
+        anything unusual (bad input, another device or dtype) goes through :meth:`forward`.
+        """
+        views = self._score_views()
+        index = None
+        if type(category) is int and 0 <= category < len(self.category_names):
+            index = category
+        elif isinstance(category, str):
+            index = self._category_positions.get(category)
+        if views is None or index is None:
+            return super().score_one(factors, category)
+        try:
+            raw = np.asarray(factors)
+        except (TypeError, ValueError, RuntimeError):
+            return super().score_one(factors, category)  # raises the full error message
+        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":  # complex, object, bool: the checks
+            return super().score_one(factors, category)
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused by the checked path
+            row = raw.astype(np.float32)
+        centroids, initialized, wins, logits, tracking, lead = views
+        if self._options.adaptive and lead[index] > 0:  # the tracking prototypes lead
+            centroids = tracking
+        options = self._options
+        action, confidence = kernels.score_one(row, index, centroids, initialized, wins, logits, options.tau,
+                                               options.spawn_support, options.min_confidence)
+        if action == kernels.NOT_FINITE:
+            return super().score_one(factors, category)
+        return self._action_name(action), confidence
+
+    def _score_views(self) -> tuple[Any, ...] | None:
+        """NumPy views of the CPU state for :meth:`score_one`. Views follow in-place writes;
+        they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
+        # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
+        buffers = self._buffers
+        tensors = (buffers["centroids"], buffers["initialized"], buffers["wins"], buffers["tracking_centroids"],
+                   buffers["tracking_lead"], self._parameters["criterion_logits"])
+        key = tuple([t.data_ptr() for t in tensors])  # type: ignore[union-attr]
+        cache = self._score_cache
+        if cache is not None and cache[0] == key and cache[1] == tuple(map(id, tensors)):
+            return cache[2]
+        checked = cast(tuple[Tensor, ...], tensors)
+        if any(t.device.type != "cpu" or (t.is_floating_point() and t.dtype != torch.float32) or not t.is_contiguous()
+               for t in checked):
+            return None
+        centroids, initialized, wins, tracking, lead, logits = (t.detach().numpy() for t in checked)
+        views = (centroids, initialized, wins, logits, tracking, lead)
+        self._score_cache = (key, tuple(map(id, tensors)), views, tensors)  # the tensors: their ids stay theirs
+        return views
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_score_cache"] = None  # views of this instance's tensors; a copy must build its own
+        return state
+
+    def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
+        """Differentiable (B, A) logits of a prequential step under the current attention.
+
+        Uses the squared differences recorded at scoring time, so no decision is scored with
+        knowledge of itself; the cross-entropy of these logits trains ``criterion_logits``.
+        Actions that had no prototype at scoring time stay ``-inf``.
+        """
+        if step.sq_diff is None:
+            raise ValueError("step has no sq_diff: it was not made by a JudgmentMemory")
+        category = check.check_index(category, "category", len(self.category_names), step.sq_diff.shape[0],
+                                     step.sq_diff.device, self.category_names)
+        distance = rule.weighted(step.sq_diff, self.criterion_attention()[category])
+        return rule.slot_logits(distance, torch.isfinite(step.output.logits), self._config.tau)
+
+    def attention_loss(self, step: StreamStep, category: Tensor, action: Tensor,
+                       skip: Tensor | None = None) -> Tensor | None:
+        """Cross-entropy of :meth:`attention_logits` against the verified actions.
+
+        Only decisions whose verified action had a prototype at scoring time, and that are not
+        skipped, count. Returns None when no decision counts (nothing to learn from yet).
+        The gradient reaches ``criterion_logits`` only: prototypes are buffers.
+        """
+        logits = self.attention_logits(step, category)  # (B, A)
+        action = check.check_index(action, "action", len(self.action_names), logits.shape[0], logits.device,
+                                   self.action_names)
+        skip = check.check_flags(skip, "skip", logits.shape[0], logits.device)
+        usable = torch.isfinite(logits.gather(1, action.unsqueeze(1))).squeeze(1)
+        if skip is not None:
+            usable &= ~skip
+        if not bool(usable.any()):
+            return None
+        return nnf.cross_entropy(logits[usable], action[usable])
+
+    # -- learning ---------------------------------------------------------------------
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                     skip: Tensor, source_ids: Tensor | None = None, given: Tensor | None = None,
+                     alpha: Tensor | None = None) -> StreamStep:
+        if self.centroids.dtype != torch.float32:
+            raise TypeError(f"JudgmentMemory learns in float32 (the engine's precision), but its centroids are "
+                            f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
+        device = self.centroids.device
+        if alpha is None:  # a replay passes the attention that was in force when the decisions were learned
+            alpha = self.criterion_attention().detach()
+        learned = engine.private_copy(self.state())  # a failure in the loop leaves the memory as it was
+        category, action, skip = (t.to("cpu") for t in (category, action, skip))
+        x = x.detach().to("cpu", torch.float32)
+        step, promotions = engine.prequential(learned, self._config, alpha.to(torch.float32), x, category, action,
+                                              None if confirmed is None else confirmed.to("cpu"), skip,
+                                              None if given is None else given.to("cpu"), self.backend)
+        engine.write_back(self.state(), learned)  # the whole batch lands at once
+        first = int(self.num_decisions)
+        self.num_decisions += x.shape[0]
+        if not self.history.replaying:  # a replay is one mutation, counted by undo_ / forget_
+            self._updates += x.shape[0]
+        derived = step.output.action == action
+        if confirmed is None:
+            used, given = derived, torch.zeros_like(derived)
+        else:
+            given = torch.ones_like(derived) if given is None else given.to("cpu")
+            used = torch.where(given, confirmed.to("cpu"), derived)  # the flag the rule used
+        self.history.record(first, x, category, action, used, given, step, promotions, source_ids,
+                            self.criterion_logits)
+        return step if device.type == "cpu" else step.to(device)
+
+    def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:
+        """Learn logged decisions again (a replay), with the attention logits they had; a derived
+        confirmed flag is derived again from the replayed state's recommendation."""
+        device = self.centroids.device
+        x, category, action, confirmed, given, skipped, source_id = (columns[name].to(device) for name in RELEARNED)
+        self._prequential(x, category, action, confirmed, skipped, source_id, given=given,
+                          alpha=rule.attention(logits))
+
+    def undo_(self, n: int = 1) -> None:
+        """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
+        attention logits are bit for bit what they were before them (skipped decisions among
+        them go too; an optimizer's own state, such as Adam's moments, is the caller's to
+        restore). Raises ValueError, changing nothing, when the log holds fewer
+        (``max_log_events`` folds older decisions into its base)."""
+        n = check.check_int("n", n, low=1)
+        logits = self.history.undo(n)
+        with torch.no_grad():
+            self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
+        self._updates += 1
+
+    def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray) -> int:
+        """Remove every decision with these source ids, as if they had never been learned.
+
+        The state is rebuilt from the log's base by re-learning the other decisions in order
+        with the fast engine: gating, first touches, spawns and promotions are recomputed, and
+        so are the confirmed flags the memory derived from its own recommendation (a flag the
+        caller gave is a fact and is kept). The result equals a fresh memory fed the stream
+        without them (the attention, a parameter trained outside the memory, is not unlearned).
+        Sequence numbers after the first forgotten decision shift down. Returns how many
+        decisions were removed.
+
+        Raises:
+            ValueError: an id is not in the log (never learned, or folded into its base by
+                ``max_log_events``), or ``source_ids`` is not a list of integers.
+        """
+        try:
+            wanted = torch.as_tensor(np.asarray(source_ids) if isinstance(source_ids, np.ndarray) else source_ids)
+            wanted = wanted.reshape(-1).cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
+        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool or wanted.is_complex():
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
+        removed = self.history.forget(wanted)
+        self._updates += 1
+        return removed
+
+    def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> Trace:
+        """The decisions that moved prototype ``prototype`` of (``category``, ``action``) most,
+        with their current weight in it (heaviest first, at most ``top``).
+
+        A decision's weight is the eta of its update times ``1 - eta`` of every later update of
+        the same prototype; the weights of all its decisions sum to 1 once it exists. Only the
+        prototype's own updates count: a promotion (``drift_mode='adaptive'``) or a push
+        (``push_rate``) moves it without being one of them.
+        """
+        c = self._category_index(category)
+        a = check.lookup("action", action, self.action_names)
+        top = check.check_int("top", top, low=1)
+        prototype = check.check_int("prototype", prototype, low=0)
+        if prototype >= self._config.prototypes:
+            raise ValueError(f"prototype must be in [0, {self._config.prototypes}), got {prototype}")
+        return self.history.trace(c, a, prototype, top)
+
+    # -- the logs ---------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The update counter: +1 for every decision passed to ``prequential_`` / ``learn_``
+        (learned or skipped) and +1 for every ``undo_`` / ``forget_``: it only grows as the
+        memory learns and forgets, and with :func:`gae.trace.state_hash` (the content of the
+        buffers and the attention) it names the state an answer was computed on. It travels
+        in the ``state_dict``: loading a state brings back the counter that state had."""
+        return self._updates
+
+    @property
+    def decision_log(self) -> DecisionLog:
+        """The :class:`~gae.judgment.history.DecisionLog`: every decision learned since its base state."""
+        return self.history.log
+
+    @property
+    def gate_log(self) -> GateLog:
+        """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
+        return self.history.joined("gate")
+
+    @property
+    def promotion_log(self) -> PromotionLog:
+        """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
+        return self.history.joined("promotion")
+
+    @property
+    def recycle_log(self) -> RecycleLog:
+        """Every recycled prototype so far (``prototypes > 1``), in stream order."""
+        return self.history.joined("recycle")
+
+    def gate_records(self) -> list[dict[str, Any]]:
+        """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
+        (``event='gated'``: ``action``, ``disp``, ``eta``), in ``drift_mode='adaptive'`` the
+        promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
+        ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
+        (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
+        names, actions = self.category_names, self.action_names
+        records = [{"step": int(s), "event": "gated", "category": names[int(c)], "action": actions[int(a)],
+                    "disp": float(d), "eta": float(e)} for s, c, a, d, e in zip(*self.gate_log, strict=True)]
+        records += self.promotion_records()
+        records += [{"step": int(s), "event": "recycled", "category": names[int(c)], "action": actions[int(a)],
+                     "prototype": int(p), "disp": float(d)} for s, c, a, p, d in zip(*self.recycle_log, strict=True)]
+        return sorted(records, key=lambda record: (record["step"], record["event"]))
+
+    def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
+        """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
+        building the records of every gate event."""
+        promotions = self.promotion_log
+        if last is not None:
+            promotions = type(promotions)(*(field[len(field) - min(last, len(field)):] for field in promotions))
+        return [{"step": int(s), "event": "promoted", "category": self.category_names[int(c)],
+                 "statistic": float(t), "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
+                for s, c, t, w, m, d in zip(*promotions, strict=True)]
+
+    # -- state ------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return (f"categories={len(self.category_names)}, actions={len(self.action_names)}, "
+                f"factors={self.n_factors}, config={self._config!r}")
+
+    def get_extra_state(self) -> dict[str, Any]:
+        extra = self._names_state()
+        extra["config"] = self._config.to_dict()
+        extra["updates"] = self._updates
+        extra["decision_log"] = self.history.log.state()
+        for name in ("gate", "promotion", "recycle"):
+            extra[f"{name}_log"] = dict(self.history.joined(name)._asdict())
+        return extra
+
+    def set_extra_state(self, extra: dict[str, Any]) -> None:
+        self.history.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else []
+                               for name in ("gate", "promotion", "recycle")})
+        # a state saved before the counter existed: every decision it learned was one update
+        self._updates = int(extra.get("updates", int(self.num_decisions)))
+        max_events = self.history.log.max_events  # this memory's setting, not the saved one
+        if "decision_log" in extra and max_events != 0:
+            self.history.log = DecisionLog.from_state(extra["decision_log"])
+        else:  # a state saved before the log existed: the log starts from the loaded state
+            self.history.log = DecisionLog(max_events)
+            self.history.log.base = {name: b.detach().to("cpu", copy=True) for name, b in self.named_buffers()}
+        self.history.log.max_events = max_events
+
+    def _check_names_state(self, extra: dict[str, Any]) -> None:
+        super()._check_names_state(extra)
+        saved = extra.get("config", extra)  # a state saved before the config kept the mode at the top level
+        for option, default in (("drift_mode", "seed"), ("prototypes", 1)):
+            value, mine = saved.get(option, default), getattr(self._config, option)
+            if value != mine:
+                raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "
+                                 f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
+
+    def _upgrade_state(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """In place: a state an earlier gae saved, in this version's layout (:func:`gae.judgment.state.upgrade`),
+        its decision log's base state too."""
+        own = {name: state_dict[prefix + name] for name in layout.BUFFERS if prefix + name in state_dict}
+        extra = state_dict.get(prefix + "_extra_state")
+        log = extra.get("decision_log") if isinstance(extra, dict) else None
+        base = log.get("base") if isinstance(log, dict) else None
+        if layout.is_current(own) and (not base or layout.is_current(base)):
+            return
+        for name, tensor in layout.upgrade(own, self._config).items():
+            state_dict[prefix + name] = tensor
+        if base:
+            assert isinstance(extra, dict) and isinstance(log, dict)
+            state_dict[prefix + "_extra_state"] = {**extra, "decision_log": {**log, "base": layout.upgrade(
+                base, self._config)}}

@@ -1,0 +1,142 @@
+"""The judgment memory's buffers: one layout in every mode, and the migration of older checkpoints.
+
+Like ``torch.nn.BatchNorm``, the set of buffers, their ranks and dtypes never depend on the
+options: every per-prototype buffer has a slot dimension P (1 in the original design), and a
+feature that is off keeps its buffers empty (size 0), so nothing is stored for it and nothing
+changes shape between modes. ``VERSION`` is the layout's number (``JudgmentMemory._version``);
+:func:`upgrade` turns any state an earlier gae saved into this layout.
+
+Layout version 2 (C categories, A actions, P prototype slots, K factors):
+
+==========================  =========  ==============  ======================================
+buffer                      dtype      shape           when the feature is off
+==========================  =========  ==============  ======================================
+``centroids``               float32    (C, A, P, K)
+``initialized``             bool       (C, A, P)
+``counts``                  int64      (C, A, P)
+``wins``                    float32    (C, A, P)       (0, 0, 0) when P = 1
+``num_decisions``           int64      ()
+``shadow_centroids``        float32    (C, A, P, K)    (0, 0, 0, 0) unless drift_mode='adaptive'
+``promotion_statistic``     float32    (C,)            (0,)
+``promotion_evidence``      int64      (C, 2)          (0, 2)
+``following``               bool       (C, A, P)       (0, 0, 0)
+``follow_weight``           float32    (C, A, P)       (0, 0, 0)
+``run_centroids``           float32    (C, A, P, K)    (0, 0, 0, 0)
+``run_counts``              int64      (C, A, P)       (0, 0, 0)
+``tracking_centroids``      float32    (C, A, P, K)    (0, 0, 0, 0)
+``tracking_lead``           float32    (C,)            (0,)
+==========================  =========  ==============  ======================================
+
+Version 1 (gae before the layout was fixed) kept (C, A, K) / (C, A) buffers with one
+prototype, had no ``wins`` then, and registered the adaptive buffers only in that mode; its
+adaptive layout went through two formats (the first without the tracking prototypes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from gae.judgment.config import JudgmentConfig
+
+VERSION = 2
+
+
+class JudgmentState(NamedTuple):
+    """Every learned buffer but ``num_decisions``, in layout order (see the module's table).
+    The engine takes and updates them in place; each is (C, A, P, ...) or per category."""
+
+    centroids: Tensor
+    initialized: Tensor
+    counts: Tensor
+    wins: Tensor
+    shadow_centroids: Tensor
+    promotion_statistic: Tensor
+    promotion_evidence: Tensor
+    following: Tensor
+    follow_weight: Tensor
+    run_centroids: Tensor
+    run_counts: Tensor
+    tracking_centroids: Tensor
+    tracking_lead: Tensor
+
+
+_ADAPTIVE = JudgmentState._fields[4:]
+BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE)  # the order they are registered in
+
+
+def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentConfig) -> dict[str, tuple]:
+    """``name -> (shape, dtype)`` of every buffer of a memory of these sizes and options."""
+    cells = (n_categories, n_actions, config.prototypes)
+    on = config.adaptive
+
+    def per_prototype(*rest: int, used: bool = True) -> tuple[int, ...]:
+        return (*cells, *rest) if used else (0, 0, 0, *(0 for _ in rest))
+
+    f32, i64, boolean = torch.float32, torch.int64, torch.bool
+    return {
+        "centroids": (per_prototype(n_factors), f32),
+        "initialized": (per_prototype(), boolean),
+        "counts": (per_prototype(), i64),
+        "wins": (per_prototype(used=config.prototypes > 1), f32),
+        "num_decisions": ((), i64),
+        "shadow_centroids": (per_prototype(n_factors, used=on), f32),
+        "promotion_statistic": ((n_categories if on else 0,), f32),
+        "promotion_evidence": ((n_categories if on else 0, 2), i64),
+        "following": (per_prototype(used=on), boolean),
+        "follow_weight": (per_prototype(used=on), f32),
+        "run_centroids": (per_prototype(n_factors, used=on), f32),
+        "run_counts": (per_prototype(used=on), i64),
+        "tracking_centroids": (per_prototype(n_factors, used=on), f32),
+        "tracking_lead": ((n_categories if on else 0,), f32),
+    }
+
+
+def register(module: torch.nn.Module, n_categories: int, n_actions: int, n_factors: int,
+             config: JudgmentConfig) -> None:
+    """Register every buffer of :func:`layout` on ``module``, zero-filled."""
+    for name, (shape, dtype) in layout(n_categories, n_actions, n_factors, config).items():
+        module.register_buffer(name, torch.zeros(shape, dtype=dtype))
+
+
+def is_current(buffers: dict[str, Any]) -> bool:
+    """The saved buffers already have this layout (every name, per-prototype ranks)."""
+    centroids = buffers.get("centroids")
+    return all(name in buffers for name in BUFFERS) and isinstance(centroids, Tensor) and centroids.dim() == 4
+
+
+def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
+    """The buffers of a version-1 state (``name -> tensor``, no prefix) in this layout; a new dict.
+
+    One prototype's (C, A, K) / (C, A) buffers gain their slot dimension; the buffers a mode
+    did not have are added empty, as this layout keeps them. An adaptive state of an earlier
+    format gains what that format lacked at its neutral value: tracking prototypes equal to
+    the prototypes with no lead, and, before the run means, no run in progress (the change
+    test's statistic and evidence, which every format kept, carry on). Tensors of a layout
+    this does not know (a state of another memory) are left as they are, for the load's shape
+    check to refuse by name.
+    """
+    if is_current(buffers):
+        return dict(buffers)
+    out = dict(buffers)
+    centroids = out.get("centroids")
+    if not isinstance(centroids, Tensor) or centroids.dim() not in (3, 4):
+        return out
+    one_slot = centroids.dim() == 3  # version 1 with prototypes=1: no slot dimension
+    per_prototype = ("centroids", "initialized", "counts", "shadow_centroids", "following", "follow_weight",
+                     "run_centroids", "run_counts", "tracking_centroids")
+    if one_slot:
+        for name in per_prototype:
+            if isinstance(out.get(name), Tensor):
+                out[name] = out[name].unsqueeze(2)
+    n_categories, n_actions, n_slots, n_factors = out["centroids"].shape
+    saved_mode = "adaptive" if "shadow_centroids" in out else "seed"
+    sizes = layout(n_categories, n_actions, n_factors, config.replace(prototypes=n_slots, drift_mode=saved_mode))
+    neutral = {"tracking_centroids": out["centroids"].clone}  # a tracking prototype starts at its prototype
+    for name, (shape, dtype) in sizes.items():
+        if name not in out:
+            make = neutral.get(name) if saved_mode == "adaptive" else None
+            out[name] = make() if make is not None else torch.zeros(shape, dtype=dtype)
+    return out

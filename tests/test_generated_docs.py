@@ -1,0 +1,93 @@
+"""Every generated section of README.md and docs/*.md is what its script renders from the committed record.
+
+A section is the text between ``<!-- name:start -->`` and ``<!-- name:end -->``. Each name is
+rendered by a pure function of one file under docs/results/, the record the script committed
+when it last wrote the section, so a hand-edited figure, a stale section or a renderer changed
+without regenerating fails here. Nothing is measured.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from training.readme import RESULTS, sections
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def script(module: str, function: str) -> Callable[[Path], str]:
+    """A script's renderer applied to a JSON record. Importing a script may set thread
+    variables for its own run (scripts/bench.py does); they are put back."""
+    def render(path: Path) -> str:
+        environment = dict(os.environ)
+        try:
+            renderer = getattr(importlib.import_module(module), function)
+        finally:
+            os.environ.clear()
+            os.environ.update(environment)
+        return renderer(json.loads(path.read_text()))
+    return render
+
+
+def output(fence: str | None = None) -> Callable[[Path], str]:
+    """A record that is the script's own text output (written with ``--out`` or its stdout), shown
+    as it is or in a code block."""
+    def render(path: Path) -> str:
+        text = path.read_text().rstrip("\n")
+        return text if fence is None else f"```{fence}\n{text}\n```"
+    return render
+
+
+RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record in docs/results/, renderer)
+    "report": ("report.json", script("scripts.evaluate", "readme_section")),
+    "report-drift": ("report.json", script("scripts.evaluate", "drift_section")),
+    "report-prototypes": ("report.json", script("scripts.evaluate", "prototypes_section")),
+    "scaling": ("scaling.json", script("scripts.scaling", "section")),
+    "bench": ("bench.json", script("scripts.bench", "section")),
+    "bench-retrieval": ("bench-retrieval.json", script("scripts.bench_retrieval", "tables")),
+    "bench-store": ("bench-store.json", script("scripts.bench_store", "tables")),
+    "soak": ("soak.json", script("scripts.soak", "section")),
+    "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
+    "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
+}
+# Sections written before their script committed its record: checked once the record exists
+# (the script's next run with --readme writes it). Remove a name when its record is committed.
+NOT_YET_RECORDED = {"bench-retrieval", "bench-store"}
+
+FOUND = [(page, name, body) for page in PAGES for name, body in sections(page.read_text()).items()]
+
+
+def test_every_marker_opens_a_section():
+    for page in PAGES:
+        text = page.read_text()
+        opened = re.findall(r"<!-- ([\w-]+):(?:start|end) -->", text)
+        assert sorted(set(opened)) == sorted(sections(text)), f"{page.name}: a marker without its pair"
+
+
+def test_every_record_renders_a_section():
+    used = {RENDERERS[name][0] for _, name, _ in FOUND if name in RENDERERS}
+    committed = {path.name for path in (ROOT / RESULTS).iterdir()}
+    assert committed <= used, f"records no section is rendered from: {sorted(committed - used)}"
+
+
+@pytest.mark.parametrize(("page", "name", "body"), FOUND, ids=[f"{p.name}:{n}" for p, n, _ in FOUND])
+def test_section_is_rendered_from_its_record(page, name, body):
+    assert name in RENDERERS, f"{page.name}: section {name!r} has no renderer in {__name__}.RENDERERS"
+    record, render = RENDERERS[name]
+    path = ROOT / RESULTS / record
+    if not path.exists():
+        assert name in NOT_YET_RECORDED, f"{page.name}: section {name!r} has no record {RESULTS / record}"
+        pytest.skip(f"{RESULTS / record} is not committed yet")
+    expected = render(path)
+    diff = "\n".join(difflib.unified_diff(body.splitlines(), expected.splitlines(), f"{page.name} ({name})",
+                                          f"rendered from {RESULTS / record}", lineterm="", n=1))
+    assert body == expected, f"regenerate the section (its script's --readme / --doc):\n{diff[:4000]}"
