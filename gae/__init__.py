@@ -6,13 +6,13 @@ against. Both share one API: ``forward`` (batched scoring), ``prequential_`` (ex
 score-before-learn), ``learn_``, and the single-decision ``score_one`` / ``learn_one``.
 """
 
-from gae.admission import Admission, AdmissionPolicy
+from gae.baselines.knn import KNNMemory
+from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
+from gae.episodic.admission import Admission, AdmissionPolicy
+from gae.episodic.scorer import RetrievalScorer
 from gae.judgment import JudgmentConfig, JudgmentMemory
-from gae.knn import KNNMemory
 from gae.loading import safe_load
-from gae.retrieval import RetrievalScorer
-from gae.retrieval_memory import RetrievalMemory
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
 __all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentConfig",

@@ -62,9 +62,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import retrieval as gae_retrieval  # noqa: E402
 from gae.episodic import EpisodicMemory  # noqa: E402
-from gae.retrieval import RetrievalScorer  # noqa: E402
+from gae.episodic import scorer as gae_retrieval  # noqa: E402
+from gae.episodic.scorer import RetrievalScorer  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path  # noqa: E402
 
 try:

@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import EpisodicMemory, RetrievalScorer  # noqa: E402
-from gae.store import SQLiteStore  # noqa: E402
+from gae.episodic.store import SQLiteStore  # noqa: E402
 from training.readme import markers, publish_section, record_path  # noqa: E402
 
 START, END = markers("bench-store")
@@ -148,7 +148,7 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
     results["add_sqlite"] = fill(EpisodicMemory(dim, capacity=n, scorer=scorer, store=sqlite_store), data, batch,
                                  "SQLite")
     server = start_postgres(str(Path(folder) / "postgres"))
-    from gae.store import PostgresStore
+    from gae.episodic.store import PostgresStore
 
     postgres = PostgresStore(server.get_uri())
     results["add_postgres"] = fill(EpisodicMemory(dim, capacity=n, scorer=scorer, store=postgres), data, batch,

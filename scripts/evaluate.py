@@ -64,7 +64,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
         trace: write the evaluation trace of the first ``trace_seeds`` seeds here (JSONL, one line
-            per scored decision of every memory, see gae/trace.py), with each run's starting
+            per scored decision of every memory, see gae/traces/writer.py), with each run's starting
             checkpoint in ``<trace>.checkpoints/`` for ``scripts/replay_trace.py``.
         trace_seeds: how many seeds are traced (each adds about 60 MB of trace at the defaults).
     """

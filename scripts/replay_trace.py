@@ -3,7 +3,7 @@
     python scripts/replay_trace.py results/trace.jsonl results/trace.checkpoints/permute-jm.pt
     python scripts/replay_trace.py trace.jsonl start.pt --json replay.json
 
-The checkpoint is one :func:`gae.trace.save_checkpoint` wrote (``TraceWriter(...,
+The checkpoint is one :func:`gae.traces.writer.save_checkpoint` wrote (``TraceWriter(...,
 checkpoint=)``, ``scripts/evaluate.py --trace``, the Lightning loop's ``trace``); it is read
 with ``torch.load(weights_only=True)``. Every run of the trace that passes through its state
 is replayed. Exits with status 1 when a line is not reproduced exactly.
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae.replay import ReplayReport, replay  # noqa: E402
-from gae.trace import load_checkpoint  # noqa: E402
+from gae.traces.replay import ReplayReport, replay  # noqa: E402
+from gae.traces.writer import load_checkpoint  # noqa: E402
 
 SHOWN = 20  # rows of each listing printed (the JSON report has them all)
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gae.replay import replay
+from gae.traces.replay import replay
 from scripts.evaluate import END, START, evaluate
 from training import evaluation as E
 

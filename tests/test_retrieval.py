@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gae import RetrievalScorer
-from gae.retrieval import ScoreComponents, top_k
+from gae.episodic.scorer import ScoreComponents, top_k
 from tests.episodic_reference import cosine, score_matrix
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None)

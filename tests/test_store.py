@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gae import AdmissionPolicy, EpisodicMemory
-from gae.episodic import _COLUMNS
-from gae.store import Change, Rows, SQLiteStore
-from gae.store.base import SCHEMA_VERSION
+from gae.episodic.memory import _COLUMNS
+from gae.episodic.store import Change, Rows, SQLiteStore
+from gae.episodic.store.base import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 6
@@ -237,7 +237,7 @@ def test_a_store_of_this_schema_version_opens_and_a_newer_one_is_refused(tmp_pat
 WRITER = textwrap.dedent("""
     import sys, torch
     from gae import EpisodicMemory
-    from gae.store import SQLiteStore
+    from gae.episodic.store import SQLiteStore
     memory = EpisodicMemory({dim}, capacity=50, store=SQLiteStore(sys.argv[1], synchronous="NORMAL"))
     gen = torch.Generator().manual_seed(0)
     for step in range(100000):

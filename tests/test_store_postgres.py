@@ -23,8 +23,8 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
-from gae.store import PostgresStore, SQLiteStore  # noqa: E402
-from gae.store.base import SCHEMA_VERSION, AuditEntry, Change, Rows, Snapshot, StoreRetrieval  # noqa: E402
+from gae.episodic.store import PostgresStore, SQLiteStore  # noqa: E402
+from gae.episodic.store.base import SCHEMA_VERSION, AuditEntry, Change, Rows, Snapshot, StoreRetrieval  # noqa: E402
 
 DIM = 4
 SCOPES: list[Any] = ["alpha", 0, "beta,gamma", 7]  # names (one with a comma) and ints
@@ -553,7 +553,7 @@ def test_a_killed_writer_loses_nothing_on_postgres(dsn: str, tmp_path) -> None:
     script.write_text(
         "import sys, torch\n"
         "from gae import EpisodicMemory\n"
-        "from gae.store import PostgresStore\n"
+        "from gae.episodic.store import PostgresStore\n"
         "memory = EpisodicMemory(4, capacity=30, store=PostgresStore(sys.argv[1]))\n"
         "gen = torch.Generator().manual_seed(0)\n"
         "for step in range(100000):\n"

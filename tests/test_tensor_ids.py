@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gae import AdmissionPolicy, EpisodicMemory, RetrievalMemory
-from gae._columns import plain_ids, scope_column
-from gae.store import SQLiteStore
-from gae.store.base import scope_filters, scope_keys
+from gae.episodic.columns import plain_ids, scope_column
+from gae.episodic.store import SQLiteStore
+from gae.episodic.store.base import scope_filters, scope_keys
 
 DIM = 4
 GEN = torch.Generator().manual_seed(18)

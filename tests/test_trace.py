@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
-from gae._trace_lines import Decisions, encode, json_rows
-from gae.replay import replay
-from gae.trace import TraceWriter, load_checkpoint, memory_config, read_trace, save_checkpoint, state_hash
+from gae.traces.lines import Decisions, encode, json_rows
+from gae.traces.replay import replay
+from gae.traces.writer import TraceWriter, load_checkpoint, memory_config, read_trace, save_checkpoint, state_hash
 from gae.types import MemoryOutput
 from training.streams import DecisionStream
 

@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from gae import JudgmentConfig
-from gae.replay import replay
+from gae.traces.replay import replay
 from scripts.train import main
 from training.data import DecisionStream, DecisionStreamDataModule
 from training.module import DecisionMemoryModule

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
-from gae.trace import TraceWriter
+from gae.traces.writer import TraceWriter
 from training.metrics_functional import calibration_error, correctness, rolling_accuracy
 from training.streams import BaseDecisionStream, DecisionStream
 from training.streams_sklearn import SklearnDecisionStream
@@ -177,7 +177,7 @@ def state_bytes(memory: torch.nn.Module) -> int:
 
 
 class TraceSpec(NamedTuple):
-    """Where a run's evaluation trace goes (see :mod:`gae.trace`): the JSONL ``file`` (appended
+    """Where a run's evaluation trace goes (see :mod:`gae.traces.writer`): the JSONL ``file`` (appended
     to), the ``run`` name on its lines and the ``checkpoint`` of the memory it starts from."""
 
     file: str

@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory
-from gae.trace import TraceWriter
+from gae.traces.writer import TraceWriter
 from gae.types import StreamStep
 from gae.validation import Names
 from training import metrics as M
@@ -68,7 +68,7 @@ class DecisionMemoryModule(L.LightningModule):
         figure_every_n_steps: how often the attention heatmap, per-criterion scalars and
             prototype histograms are written. Default: 20.
         trace: write the evaluation trace of both memories to this JSONL file (see
-            ``gae/trace.py`` and docs/trace.md; runs ``jm`` and ``knn``), with the state each
+            ``gae/traces/writer.py`` and docs/trace.md; runs ``jm`` and ``knn``), with the state each
             writer started from in ``<trace>.<run>-<stream position>.pt`` for
             ``scripts/replay_trace.py``. Rank 0 writes it. Default: None (no trace).
     """

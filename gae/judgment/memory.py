@@ -418,7 +418,7 @@ class JudgmentMemory(DecisionMemory):
     def version(self) -> int:
         """The update counter: +1 for every decision passed to ``prequential_`` / ``learn_``
         (learned or skipped) and +1 for every ``undo_`` / ``forget_``: it only grows as the
-        memory learns and forgets, and with :func:`gae.trace.state_hash` (the content of the
+        memory learns and forgets, and with :func:`gae.traces.writer.state_hash` (the content of the
         buffers and the attention) it names the state an answer was computed on. It travels
         in the ``state_dict``: loading a state brings back the counter that state had."""
         return self._updates

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gae.store.base import (
+from gae.episodic.store.base import (
     SCHEMA_VERSION,
     SNAPSHOT_COLUMNS,
     AuditEntry,

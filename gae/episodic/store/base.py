@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gae._columns import plain_ids, scope_lists
+from gae.episodic.columns import plain_ids, scope_lists
 
 SCHEMA_VERSION = 1  # bump with a migration in each store's _migrate when the tables change
 MEMORY_TYPES = ("episode", "semantic")
@@ -224,8 +224,8 @@ class MemoryStore(abc.ABC):
     """Where an :class:`~gae.EpisodicMemory` keeps its memories durably.
 
     A store holds one memory of one embedding width (``dim``, fixed at the first
-    :meth:`open`). Implementations: :class:`~gae.store.SQLiteStore` (embedded, the default)
-    and :class:`~gae.store.PostgresStore` (a Postgres server with pgvector).
+    :meth:`open`). Implementations: :class:`~gae.episodic.store.SQLiteStore` (embedded, the default)
+    and :class:`~gae.episodic.store.PostgresStore` (a Postgres server with pgvector).
     """
 
     dim: int | None

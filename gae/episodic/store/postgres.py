@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gae.store.base import (
+from gae.episodic.store.base import (
     SCHEMA_VERSION,
     SNAPSHOT_COLUMNS,
     AuditEntry,
@@ -138,7 +138,7 @@ def _text_query(text: str) -> str | None:
 class PostgresStore(MemoryStore):
     """A memory store in a Postgres database with the pgvector extension.
 
-    The same tables as :class:`~gae.store.SQLiteStore` (the columns of the original design, a
+    The same tables as :class:`~gae.episodic.store.SQLiteStore` (the columns of the original design, a
     uuid ``id`` and the memory's integer id ``seq``; tombstones; an audit and a meta table),
     with the embedding as ``vector(dim)``. Indexes: a btree on (scope_type, scope_id,
     memory_type, valid_until), and over the live rows (``deleted_at IS NULL``, so tombstones

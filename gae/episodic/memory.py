@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from gae import validation as check
 from gae._base import check_state_dict, load_all_or_nothing
-from gae._columns import (
+from gae.episodic.admission import Admission, AdmissionPolicy
+from gae.episodic.columns import (
     MEMORY_TYPES,
     memory_type_column,
     per_memory,
@@ -26,9 +27,8 @@ from gae._columns import (
     scope_lists,
     source_rows,
 )
-from gae.admission import Admission, AdmissionPolicy
-from gae.retrieval import RetrievalScorer, top_k
-from gae.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot
+from gae.episodic.scorer import RetrievalScorer, top_k
+from gae.episodic.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
 _COLUMNS = {  # name: dtype of the per-memory columns, each a buffer of ``allocated`` rows
@@ -90,7 +90,7 @@ class EpisodicMemory(nn.Module):
     added (and evicted) one at a time (docs/soak.md measures it); :meth:`state_dict` carries
     it, and a ``store`` also writes it to its audit table.
 
-    With a ``store`` (:class:`~gae.store.SQLiteStore`, :class:`~gae.store.PostgresStore`) the
+    With a ``store`` (:class:`~gae.episodic.store.SQLiteStore`, :class:`~gae.episodic.store.PostgresStore`) the
     store is the source of truth: each call that mutates the memory (``add``, ``delete``,
     ``expire``, ``admit_and_add``, evictions included) writes all it did, rows, tombstones,
     audit records and counters, in one transaction before it returns. If that write fails,
@@ -104,7 +104,7 @@ class EpisodicMemory(nn.Module):
         scorer: the :class:`~gae.RetrievalScorer`; default weights 0.60/0.25/0.15, tau 15 s.
         eviction: one of ``'lowest_score'``, ``'fifo'``, ``'importance_recency'``.
         device: where the tensor index lives.
-        store: a :class:`~gae.store.MemoryStore` to write through to and restore from. Default:
+        store: a :class:`~gae.episodic.store.MemoryStore` to write through to and restore from. Default:
             None (in-process only).
 
     Examples::
@@ -143,7 +143,7 @@ class EpisodicMemory(nn.Module):
         if device is not None:
             self.scorer.to(device)
         if store is not None and not isinstance(store, MemoryStore):
-            raise TypeError(f"store must be a gae.store.MemoryStore or None, got {type(store).__name__}")
+            raise TypeError(f"store must be a gae.episodic.store.MemoryStore or None, got {type(store).__name__}")
         self.store = store
         self._pending: Change | None = None  # the mutations of the call under way, for the store
         self._depth = 0

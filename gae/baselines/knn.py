@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gae import engine
-from gae import functional as F
 from gae._base import DecisionMemory
+from gae.baselines import knn_engine
 from gae.types import MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -97,7 +96,8 @@ class KNNMemory(DecisionMemory):
         for start in range(0, x.shape[0], _QUERY_CHUNK):
             queries, cats = x[start:start + _QUERY_CHUNK], category[start:start + _QUERY_CHUNK]
             allowed = (cats.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
-            outputs.append(F.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names), allowed))
+            outputs.append(knn_engine.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names),
+                                               allowed))
         return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
 
     @torch.no_grad()
@@ -117,7 +117,7 @@ class KNNMemory(DecisionMemory):
         scores = torch.full((x.shape[0], self.k), float("inf"), dtype=torch.float64, device=x.device)
         if order.numel():
             allowed = (category.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
-            dist, index = F.knn_neighbours(x, self.store_factors[order], self.k, allowed)
+            dist, index = knn_engine.knn_neighbours(x, self.store_factors[order], self.k, allowed)
             found = torch.isfinite(dist)
             ids[:, :dist.shape[1]] = torch.where(found, self.store_steps[order][index], -1)
             scores[:, :dist.shape[1]] = dist
@@ -126,10 +126,10 @@ class KNNMemory(DecisionMemory):
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
-        state = engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
+        state = knn_engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         x = x.detach().to("cpu", self.store_factors.dtype).contiguous()  # the store's precision, as forward
-        output, events, retrieved = engine.knn_prequential(state, x, category, action, skip,
+        output, events, retrieved = knn_engine.knn_prequential(state, x, category, action, skip,
                                                            int(self.num_decisions), self.k, self.scoped,
                                                            self.respect_skip, len(self.action_names), self.backend)
         for target, source in zip(buffers, state, strict=True):

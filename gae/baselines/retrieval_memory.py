@@ -12,7 +12,7 @@ from torch import Tensor
 from gae import validation as check
 from gae._base import DecisionMemory
 from gae.episodic import EpisodicMemory
-from gae.retrieval import RetrievalScorer
+from gae.episodic.scorer import RetrievalScorer
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 

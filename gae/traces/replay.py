@@ -1,6 +1,6 @@
 """Replay an evaluation trace: rebuild every state it names and recompute every answer.
 
-:func:`replay` starts from a checkpoint (:func:`gae.trace.save_checkpoint`), finds the runs
+:func:`replay` starts from a checkpoint (:func:`gae.traces.writer.save_checkpoint`), finds the runs
 of the trace that start from that state, and walks them line by line: each ``decision`` is
 scored again on the rebuilt state (and learned again when it was), and its answer, its
 probabilities and what shaped it must equal the trace's exactly; at every call boundary the
@@ -21,10 +21,10 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import torch
 
-from gae._trace_lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
+from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.judgment import JudgmentConfig, JudgmentMemory
-from gae.retrieval_memory import RetrievalMemory
-from gae.trace import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
+from gae.traces.lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
+from gae.traces.writer import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
 
 class Mismatch(NamedTuple):

@@ -1,4 +1,4 @@
-"""The decision lines of an evaluation trace, encoded many calls at a time (see :mod:`gae.trace`).
+"""The decision lines of an evaluation trace, encoded many calls at a time (see :mod:`gae.traces.writer`).
 
 A line is a few dozen numbers; formatting them one by one in Python would cost several times
 what the memories spend deciding. A writer keeps each call's tensors (:class:`Decisions`) and
@@ -17,9 +17,9 @@ import orjson
 import torch
 from torch import Tensor
 
-from gae.judgment import JudgmentMemory
-from gae.knn import KNNMemory
-from gae.retrieval_memory import RetrievalMemory
+from gae.baselines.knn import KNNMemory
+from gae.baselines.retrieval_memory import RetrievalMemory
+from gae.judgment import JudgmentMemory, rule
 from gae.types import MemoryOutput, Retrieved, StreamStep
 
 Memory = JudgmentMemory | KNNMemory | RetrievalMemory
@@ -92,7 +92,7 @@ def learn_and_shape(memory: Memory, x: Tensor, category: Tensor, action: Tensor,
     if isinstance(memory, JudgmentMemory):
         assert step.nearest is not None and step.sq_diff is not None and attention is not None
         category = category.cpu()
-        distance = (step.sq_diff.cpu() * attention[category].unsqueeze(1)).sum(-1)
+        distance = rule.weighted(step.sq_diff.cpu(), attention[category])  # the scoring formula's sum
         return step, _judgment_shaped(category, step.nearest.cpu(), distance, attention)
     assert step.retrieved is not None
     applied = step.events.applied.cpu()

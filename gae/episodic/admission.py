@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from gae import validation as check
-from gae._columns import plain_ids
+from gae.episodic.columns import plain_ids
 
 OUTCOMES = ("success", "corrected", "useful_failure", "failure", "uncertain")
 

@@ -49,10 +49,10 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae._trace_lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
+from gae.baselines.knn import KNNMemory
+from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.judgment import JudgmentConfig, JudgmentMemory
-from gae.knn import KNNMemory
-from gae.retrieval_memory import RetrievalMemory
+from gae.traces.lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
 from gae.types import MemoryOutput, StreamStep
 
 FORMAT = 1
@@ -114,7 +114,7 @@ def memory_config(memory: Memory) -> dict[str, Any]:
 
 def build_memory(config: dict[str, Any]) -> Memory:
     """A fresh memory from :func:`memory_config`'s output."""
-    from gae.retrieval import RetrievalScorer
+    from gae.episodic.scorer import RetrievalScorer
 
     options = dict(config)
     kind = options.pop("kind", None)
@@ -163,7 +163,7 @@ class TraceWriter:
         file: a path (appended to) or an open file (binary, or text).
         memory: a :class:`~gae.JudgmentMemory`, :class:`~gae.KNNMemory` or :class:`~gae.RetrievalMemory`.
         run: a name for this run, on every line (several runs can share a file).
-        checkpoint: save the starting state here (see :func:`save_checkpoint`) for :func:`gae.replay.replay`.
+        checkpoint: save the starting state here (see :func:`save_checkpoint`) for :func:`gae.traces.replay.replay`.
 
     Every state change must go through the writer (``prequential_``, ``forget_``, ``delete``)
     or be a parameter change (an optimizer step), which it records on its next call. The

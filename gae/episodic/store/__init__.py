@@ -7,8 +7,8 @@ See ``docs/store.md``.
 
 from typing import Any
 
-from gae.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot, StoreRetrieval
-from gae.store.sqlite import SQLiteStore
+from gae.episodic.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot, StoreRetrieval
+from gae.episodic.store.sqlite import SQLiteStore
 
 __all__ = ["AuditEntry", "Change", "MemoryStore", "PostgresStore", "Rows", "SQLiteStore", "Snapshot",
            "StoreRetrieval"]
@@ -16,7 +16,7 @@ __all__ = ["AuditEntry", "Change", "MemoryStore", "PostgresStore", "Rows", "SQLi
 
 def __getattr__(name: str) -> Any:
     if name == "PostgresStore":  # imported on first use: it needs psycopg, which SQLite users may not have
-        from gae.store.postgres import PostgresStore
+        from gae.episodic.store.postgres import PostgresStore
 
         return PostgresStore
-    raise AttributeError(f"module 'gae.store' has no attribute {name!r}")
+    raise AttributeError(f"module 'gae.episodic.store' has no attribute {name!r}")
