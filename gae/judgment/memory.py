@@ -266,19 +266,23 @@ class JudgmentMemory(DecisionMemory):
         they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
         # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
         buffers = self._buffers
-        tensors = (buffers["centroids"], buffers["initialized"], buffers["wins"], buffers["tracking_centroids"],
-                   buffers["tracking_lead"], self._parameters["criterion_logits"])
-        key = tuple([t.data_ptr() for t in tensors])  # type: ignore[union-attr]
+        centroids, initialized, wins = buffers["centroids"], buffers["initialized"], buffers["wins"]
+        tracking, lead = buffers["tracking_centroids"], buffers["tracking_lead"]
+        logits = self._parameters["criterion_logits"]
+        assert (centroids is not None and initialized is not None and wins is not None and tracking is not None
+                and lead is not None and logits is not None)
+        key = (centroids.data_ptr(), initialized.data_ptr(), wins.data_ptr(), tracking.data_ptr(), lead.data_ptr(),
+               logits.data_ptr())
         cache = self._score_cache
-        if cache is not None and cache[0] == key and cache[1] == tuple(map(id, tensors)):
-            return cache[2]
-        checked = cast(tuple[Tensor, ...], tensors)
+        if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is wins
+                and cache[3] is tracking and cache[4] is lead and cache[5] is logits and cache[6] == key):
+            return cache[7]
+        tensors = (centroids, initialized, wins, tracking, lead, logits)
         if any(t.device.type != "cpu" or (t.is_floating_point() and t.dtype != torch.float32) or not t.is_contiguous()
-               for t in checked):
+               for t in tensors):
             return None
-        centroids, initialized, wins, tracking, lead, logits = (t.detach().numpy() for t in checked)
-        views = (centroids, initialized, wins, logits, tracking, lead)
-        self._score_cache = (key, tuple(map(id, tensors)), views, tensors)  # the tensors: their ids stay theirs
+        views = tuple(t.detach().numpy() for t in (centroids, initialized, wins, logits, tracking, lead))
+        self._score_cache = (*tensors, key, views)
         return views
 
     def __getstate__(self) -> dict[str, Any]:

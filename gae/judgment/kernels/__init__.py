@@ -1,0 +1,23 @@
+"""The compiled mirror (numba) of :mod:`gae.judgment.rule`, function for function.
+
+Each function has the same name as its torch counterpart in ``rule.py``, whose docstring has
+the maths; the tests hold the two equal on seeded random streams in every mode. ``scoring.py``
+holds the scoring (batched, one decision, and the online loop's), ``learning.py`` the online
+loop and its sub-rules. The kernels trust their inputs (the module validates) and run on
+private copies of the state, so a failure never leaves a half-updated memory.
+
+The entry points take their arguments packed: the state as one
+:class:`~gae.judgment.state.JudgmentState` of arrays, the options as one :class:`Options`
+record, the outputs as tuples of preallocated arrays; they unpack them once, and hand each
+sub-rule the arrays and numbers it needs (tuples handed on to the inlined sub-rules made the
+adaptive loop markedly slower).
+
+Floating point: the online loop keeps every stored quantity in float32 and evaluates the
+update ``c + eta * (x - c)`` in float32, like the reference, without fast-math, so that the
+two agree bit for bit.
+"""
+
+from gae.judgment.kernels.learning import prequential
+from gae.judgment.kernels.scoring import NOT_FINITE, Options, score, score_one
+
+__all__ = ["NOT_FINITE", "Options", "prequential", "score", "score_one"]

@@ -1,0 +1,308 @@
+"""The compiled online loop of the judgment memory: the mirror of :mod:`gae.judgment.rule`'s learning.
+
+See :mod:`gae.judgment.kernels` for the conventions; each function names its torch counterpart.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from gae.judgment.kernels.scoring import NEG_INF, logit, nearest_slot, output, score_decision
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def clipped(value, do_clip, low32, high32):  # pragma: no cover
+    """``value`` clamped to ``[low, high]`` when clipping is on (``rule.clipped``)."""
+    return min(max(value, low32), high32) if do_clip else value
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def taught_slot(x, b, c, a, centroids, initialized):  # pragma: no cover
+    """(slot, unweighted L2 distance) of action ``a``'s nearest prototype in use; (-1, 0) when
+    none is (``rule.taught_slot``)."""
+    target = -1
+    closest = np.float32(np.inf)
+    for p in range(centroids.shape[2]):
+        if initialized[c, a, p]:
+            total = np.float32(0.0)
+            for k in range(x.shape[1]):
+                diff = x[b, k] - centroids[c, a, p, k]
+                total += diff * diff
+            if total < closest:
+                closest = total
+                target = p
+    if target < 0:
+        return -1, np.float32(0.0)
+    return target, np.float32(math.sqrt(closest))
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def spawn_slot(c, a, initialized, wins):  # pragma: no cover
+    """(slot, recycled) for a new prototype of (c, a): the first free slot, else the one with
+    the fewest recent wins (``rule.spawn_slot``)."""
+    n_slots = initialized.shape[2]
+    for p in range(n_slots):
+        if not initialized[c, a, p]:
+            return p, False
+    free = 0
+    for p in range(1, n_slots):
+        if wins[c, a, p] < wins[c, a, free]:
+            free = p
+    return free, True
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def weigh_evidence(x, b, c, a, p, proto_logit, alpha, tau32, shadow, statistic, evidence, run_count, clip32,
+                   allowance32):  # pragma: no cover
+    """One verified decision's step of the category's change test (``rule.weigh_evidence``)."""
+    gap = logit(x, b, alpha, c, tau32, shadow, a, p) - proto_logit
+    statistic[c] = max(np.float32(0.0), statistic[c] + (min(max(gap, -clip32), clip32) - allowance32))
+    if statistic[c] == 0:  # the evidence and the run means are those of the current run of the test
+        evidence[c, 0] = 0
+        evidence[c, 1] = 0
+        for j in range(run_count.shape[1]):
+            for q in range(run_count.shape[2]):
+                run_count[c, j, q] = 0
+    elif gap > 0:
+        evidence[c, 0] += 1
+    else:
+        evidence[c, 1] += 1
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def lead_step(x, b, c, a, p, proto_logit, alpha, tau32, tracking, lead, clip32, lead_rate32):  # pragma: no cover
+    """The tracking lead of category ``c`` (``rule.lead_step``)."""
+    gap = logit(x, b, alpha, c, tau32, tracking, a, p) - proto_logit
+    lead[c] += lead_rate32 * (min(max(gap, -clip32), clip32) - lead[c])
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def follow_step(c, a, p, disp, following, follow_weight, drift_threshold, damping32, eta_c32):  # pragma: no cover
+    """(eta, gated) of a prototype that follows a change, as a running mean (``rule.follow_step``)."""
+    weight = np.float32(1.0)
+    gated = False
+    if disp > drift_threshold and follow_weight[c, a, p] > 0:  # (a restart has nothing to damp)
+        weight = damping32
+        gated = True
+    follow_weight[c, a, p] += weight
+    eta = weight / follow_weight[c, a, p]
+    if eta_c32 * (follow_weight[c, a, p] + np.float32(1.0)) >= np.float32(1.0):
+        following[c, a, p] = False  # the running mean's rate has come down to the seed rule's
+    return eta, gated
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def track(x, b, c, a, p, fresh, tracking, tracking_eta32, drift_threshold, damping32, do_clip, low32,
+          high32):  # pragma: no cover
+    """Move the taught prototype's tracking prototype (``rule.track``)."""
+    n_factors = x.shape[1]
+    eta = tracking_eta32
+    if not fresh:
+        total = np.float32(0.0)
+        for k in range(n_factors):
+            diff = x[b, k] - tracking[c, a, p, k]
+            total += diff * diff
+        if np.float32(math.sqrt(total)) > drift_threshold:
+            eta = eta * damping32
+    for k in range(n_factors):
+        value = x[b, k] if fresh else tracking[c, a, p, k] + eta * (x[b, k] - tracking[c, a, p, k])
+        tracking[c, a, p, k] = clipped(value, do_clip, low32, high32)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def shadow_and_promotion(x, b, c, a, target, fresh, centroids, initialized, shadow, statistic, evidence, following,
+                         follow_weight, run_mean, run_count, shadow_eta32, eta_c32, promotion_threshold, do_clip,
+                         low32, high32, promoted, promo_statistic, promo_evidence,
+                         promo_shift):  # pragma: no cover
+    """Move the taught prototype's shadow, add the decision to the test's run, and promote the
+    category when its statistic passes the threshold (``rule.shadow_and_promotion``; the caller
+    resets the tracking lead of a promoted category)."""
+    n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
+    if fresh:  # a new prototype: nothing it saw before belongs to it
+        following[c, a, target] = False
+        follow_weight[c, a, target] = 0.0
+        run_count[c, a, target] = 0
+    for k in range(n_factors):
+        value = x[b, k] if fresh else shadow[c, a, target, k] + shadow_eta32 * (x[b, k] - shadow[c, a, target, k])
+        shadow[c, a, target, k] = clipped(value, do_clip, low32, high32)
+    if statistic[c] > 0:
+        run_count[c, a, target] += 1
+        if run_count[c, a, target] == 1:
+            for k in range(n_factors):
+                run_mean[c, a, target, k] = x[b, k]
+        else:
+            inverse = np.float32(1.0) / np.float32(run_count[c, a, target])
+            for k in range(n_factors):
+                run_mean[c, a, target, k] += inverse * (x[b, k] - run_mean[c, a, target, k])
+    if statistic[c] > promotion_threshold:
+        moved = np.float32(0.0)
+        n_moved = 0
+        for j in range(n_actions):
+            for p in range(n_slots):
+                if initialized[c, j, p]:
+                    from_run = run_count[c, j, p] > 0
+                    total = np.float32(0.0)
+                    for k in range(n_factors):
+                        value = clipped(run_mean[c, j, p, k] if from_run else shadow[c, j, p, k], do_clip, low32,
+                                        high32)
+                        diff = value - centroids[c, j, p, k]
+                        total += diff * diff
+                        centroids[c, j, p, k] = value
+                    moved += np.float32(math.sqrt(total))
+                    n_moved += 1
+                    # a shadow carries no weight: the prototype restarts like a first touch, its next decision
+                    # replaces it; a long run may already be past the hand-over
+                    weight = np.float32(run_count[c, j, p]) if from_run else np.float32(0.0)
+                    follow_weight[c, j, p] = weight
+                    following[c, j, p] = eta_c32 * (weight + np.float32(1.0)) < np.float32(1.0)
+                    run_count[c, j, p] = 0
+        promoted[b] = True
+        promo_statistic[b] = statistic[c]
+        promo_evidence[b, 0] = evidence[c, 0]
+        promo_evidence[b, 1] = evidence[c, 1]
+        promo_shift[b] = moved / np.float32(n_moved)
+        statistic[c] = 0.0
+        evidence[c, 0] = 0
+        evidence[c, 1] = 0
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def prequential(state, options, alpha, x, category, action, confirmed, given, skip, out, events,
+                promotions):  # pragma: no cover
+    """Score-before-learn over a batch in stream order, updating ``state`` in place (``rule.prequential``).
+
+    ``out = (logits, probs, action, confidence, sq_diff, nearest, before)``, ``events`` the
+    :class:`~gae.types.LearnEvents` arrays and ``promotions = (statistic, evidence, shift)``
+    per decision, all preallocated. ``confirmed[b]`` is used where ``given[b]``; elsewhere a
+    decision is confirmed when the memory recommended its action.
+    """
+    (centroids, initialized, counts, wins, shadow, statistic, evidence, following, follow_weight, run_mean,
+     run_count, tracking, lead) = state
+    logits, probs, out_action, confidence, sq_diff, nearest, before = out
+    applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned, recycled = events
+    promo_statistic, promo_evidence, promo_shift = promotions
+    adaptive, support, min_confidence = options.adaptive, options.spawn_support, options.min_confidence
+    drift_threshold, spawn_threshold, push_rate = options.drift_threshold, options.spawn_threshold, options.push_rate
+    do_clip, low32, high32 = options.clip, np.float32(options.clip_low), np.float32(options.clip_high)
+    tau32, damping32 = np.float32(options.tau), np.float32(options.gate_damping)
+    eta_c32, eta_o32 = np.float32(options.eta_confirmed), np.float32(options.eta_override)
+    keep32 = np.float32(1.0) - np.float32(options.win_decay)
+    clip32, allowance32 = np.float32(options.evidence_clip), np.float32(options.evidence_allowance)
+    lead_rate32, tracking_eta32 = np.float32(options.lead_rate), np.float32(options.tracking_eta)
+    shadow_eta32, promotion_threshold = np.float32(options.shadow_eta), options.promotion_threshold
+    n_decisions, n_factors = x.shape
+    n_actions, n_slots = centroids.shape[1], centroids.shape[2]
+    for b in range(n_decisions):
+        c = category[b]
+        # -- score with the state left by decisions 0..b-1 (adaptive: the tracking prototypes while they lead)
+        tracked = adaptive and lead[c] > 0
+        if tracked:
+            best, best_logit = score_decision(x, b, c, tracking, initialized, wins, support, alpha, tau32, logits,
+                                              sq_diff, nearest)
+        else:  # score_decision, written out: called here too (or inlined twice), the seed engine runs markedly slower
+            best, best_logit = -1, NEG_INF
+            for j in range(n_actions):
+                if n_slots == 1:
+                    d = np.float32(0.0)
+                    for k in range(n_factors):
+                        diff = x[b, k] - centroids[c, j, 0, k]
+                        sq = diff * diff
+                        sq_diff[b, j, k] = sq
+                        d += alpha[c, k] * sq
+                    logit_j = -d / tau32 if initialized[c, j, 0] else NEG_INF
+                    nearest[b, j] = 0 if initialized[c, j, 0] else -1
+                else:
+                    logit_j, near = nearest_slot(x, b, c, j, centroids, initialized, wins, support, alpha, tau32)
+                    nearest[b, j] = near
+                    row = max(near, 0)
+                    for k in range(n_factors):
+                        diff = x[b, k] - centroids[c, j, row, k]
+                        sq_diff[b, j, k] = diff * diff
+                logits[b, j] = logit_j
+                if logit_j > best_logit:
+                    best_logit = logit_j
+                    best = j
+        output(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
+        recommended = out_action[b]
+        # -- learn
+        if skip[b]:
+            skipped[b] = True
+            continue
+        a = action[b]
+        is_confirmed = confirmed[b] if given[b] else recommended == a
+        eta = eta_c32 if is_confirmed else eta_o32
+        if n_slots == 1 and not tracked:  # the squared differences just scored are the prototype's
+            target, disp = -1, np.float32(0.0)
+            if initialized[c, a, 0]:
+                total = np.float32(0.0)
+                for k in range(n_factors):
+                    total += sq_diff[b, a, k]
+                target, disp = 0, np.float32(math.sqrt(total))
+        else:
+            target, disp = taught_slot(x, b, c, a, centroids, initialized)
+        spawn = target >= 0 and n_slots > 1 and disp > spawn_threshold
+        follow = False
+        if adaptive and target >= 0 and not spawn:
+            # the verified action's prototype logit: already scored unless tracking prototypes or slots scored
+            if n_slots == 1 and not tracked:
+                proto_logit = logits[b, a]
+            else:
+                proto_logit = logit(x, b, alpha, c, tau32, centroids, a, target)
+            weigh_evidence(x, b, c, a, target, proto_logit, alpha, tau32, shadow, statistic, evidence, run_count,
+                           clip32, allowance32)
+            lead_step(x, b, c, a, target, proto_logit, alpha, tau32, tracking, lead, clip32, lead_rate32)
+            follow = following[c, a, target]
+        fresh = target < 0 or spawn  # the decision starts a prototype: it is set to x
+        if target < 0:
+            target = 0
+            first_touch[b] = True
+        elif spawn:
+            displacement[b] = disp
+            spawned[b] = True
+            target, recycled[b] = spawn_slot(c, a, initialized, wins)
+            counts[c, a, target] = 0
+            wins[c, a, target] = 0.0
+        for k in range(n_factors):
+            before[b, k] = centroids[c, a, target, k]
+        if fresh:
+            for k in range(n_factors):
+                centroids[c, a, target, k] = clipped(x[b, k], do_clip, low32, high32)
+            initialized[c, a, target] = True
+            eta = np.float32(1.0)
+        else:
+            displacement[b] = disp
+            if follow:
+                eta, gated[b] = follow_step(c, a, target, disp, following, follow_weight, drift_threshold, damping32,
+                                            eta_c32)
+            elif disp > drift_threshold:  # the gate
+                eta = eta * damping32
+                gated[b] = True
+            for k in range(n_factors):
+                value = centroids[c, a, target, k] + eta * (x[b, k] - centroids[c, a, target, k])
+                centroids[c, a, target, k] = clipped(value, do_clip, low32, high32)
+        counts[c, a, target] += 1
+        if n_slots > 1:
+            for p in range(n_slots):
+                wins[c, a, p] *= keep32
+            wins[c, a, target] += np.float32(1.0)
+        applied[b] = True
+        eta_out[b] = eta
+        prototype[b] = target
+        if push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
+            r = nearest[b, recommended]
+            push32 = np.float32(push_rate)
+            for k in range(n_factors):
+                value = centroids[c, recommended, r, k] - push32 * (x[b, k] - centroids[c, recommended, r, k])
+                centroids[c, recommended, r, k] = clipped(value, do_clip, low32, high32)
+        if adaptive:
+            track(x, b, c, a, target, fresh, tracking, tracking_eta32, drift_threshold, damping32, do_clip, low32,
+                  high32)
+            shadow_and_promotion(x, b, c, a, target, fresh, centroids, initialized, shadow, statistic, evidence,
+                                 following, follow_weight, run_mean, run_count, shadow_eta32, eta_c32,
+                                 promotion_threshold, do_clip, low32, high32, promoted, promo_statistic,
+                                 promo_evidence, promo_shift)
+            if promoted[b]:
+                lead[c] = 0.0  # the promoted prototypes score
