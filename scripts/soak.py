@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
-from gae.judgment.history import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
+from gae.judgment.decision_log import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
 from training.batch import DecisionBatch  # noqa: E402
 from training.evaluation import STREAM, learn_batch  # noqa: E402
 from training.readme import markers, publish, with_figure  # noqa: E402

@@ -7,8 +7,8 @@ and ``explain.py`` the explanations.
 """
 
 from gae.judgment.config import DriftMode, JudgmentConfig
+from gae.judgment.decision_log import DecisionLog, Trace
 from gae.judgment.explain import Explanation
-from gae.judgment.history import DecisionLog, Trace
 from gae.judgment.memory import JudgmentMemory
 from gae.judgment.state import JudgmentState
 

@@ -1,143 +1,24 @@
 """The judgment memory's history: every decision it learned and every event of its rule.
 
-:class:`DecisionLog` keeps the decisions with the state before the first of them (its base);
-:class:`History` adds the gate, promotion and recycle logs and what is built from them: a
-prototype's :class:`Trace`, ``undo_`` and ``forget_`` by replaying the log. A replay learns
-through a function the memory hands in (``relearn``), so this module never imports the memory.
+:class:`~gae.judgment.decision_log.DecisionLog` keeps the decisions with the state before the
+first of them (its base); :class:`History` adds the gate, promotion and recycle logs and what
+is built from them: a prototype's trace, ``undo_`` and ``forget_`` by replaying the log. A
+replay learns through a function the memory hands in (``relearn``), so this module never
+imports the memory. :class:`HistoryMixin` is the memory's public face of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gae import validation as check
+from gae.judgment.decision_log import JOIN_CALLS, DecisionLog, Trace
 from gae.types import GateLog, LearnEvents, PromotionLog, RecycleLog, StreamStep
-
-# -- the decision log: what every learning call did, enough to trace, undo and forget ------------------
-EVENT_FIELDS = {  # name: dtype of the per-decision columns (x and before are (N, K))
-    "seq": torch.int64, "source_id": torch.int64, "category": torch.int64, "action": torch.int64,
-    "confirmed": torch.bool, "skipped": torch.bool, "eta": torch.float32, "displacement": torch.float32,
-    "gated": torch.bool, "initialized": torch.bool, "prototype": torch.int64, "x": torch.float32,
-    "before": torch.float32, "given": torch.bool,
-}
-EVENT_BYTES_PER_FACTOR = 8  # x and before: two float32 per criterion
-EVENT_BYTES_FIXED = 5 * 8 + 5 * 1 + 2 * 4  # five int64, five bools, eta and displacement
-JOIN_CALLS = 64  # learning calls whose logs are kept apart before they are joined (here and in the event logs)
-_JOIN_ROWS = 4096  # decisions a joined chunk holds at most (max_log_events folds whole chunks)
-
-
-class DecisionLog:
-    """Every decision a :class:`~gae.JudgmentMemory` was taught, in stream order, with the state
-    before the first of them (the *base*): the audit trail behind ``trace``, ``undo_`` and
-    ``forget_``.
-
-    Per decision it keeps the sequence number, the ``source_id``, category, action, the
-    confirmed flag the rule used and whether it was given (else the memory derived it from its
-    own recommendation, and a replay derives it again), whether it was skipped, eta,
-    displacement, whether it was gated or created its prototype, the prototype slot it taught,
-    the factors ``x`` and that prototype's row before the update: ``53 + 8 K`` bytes (117 at
-    K = 8). Per learning call it keeps the attention logits in force (C x K floats; in the
-    state_dict, once per run of calls with the same logits), so a replay scores exactly as the
-    call did. Every 64 calls, runs of calls with the same logits are joined (up to 4,096
-    decisions a chunk); calls whose attention changed in between (an optimizer step) stay apart
-    and each costs some kilobytes of Python objects in memory: learn in batches where you can.
-
-    Args:
-        max_events: keep at most this many decisions; older ones are folded into the base
-            (undo and forget cannot reach before it). None: unbounded.
-    """
-
-    def __init__(self, max_events: int | None = None) -> None:
-        self.max_events = max_events
-        self.chunks: list[dict[str, Tensor]] = []  # one per learning call, with its attention "logits"
-        self.base: dict[str, Tensor] = {}  # the memory's buffers before the first logged decision
-        self.base_logs: dict[str, Any] = {}  # the event logs (gate, promotion, recycle) of the folded decisions
-        self.next_source = 0  # the next default source id (never reused, even after a forget)
-        self._joined_upto = 0  # chunks before this index have been joined already
-
-    def __len__(self) -> int:
-        return sum(int(chunk["seq"].shape[0]) for chunk in self.chunks)
-
-    def append(self, chunk: dict[str, Tensor]) -> None:
-        self.chunks.append(chunk)
-        if len(self.chunks) - self._joined_upto >= JOIN_CALLS:
-            self._join_recent()
-
-    def _join_recent(self) -> None:
-        """Join runs of the recent calls that had the same attention, up to ``_JOIN_ROWS``
-        decisions each: a replay learns such a run in one engine call anyway, and one chunk
-        of 14 tensors costs some kilobytes of Python objects whatever its length."""
-        upto = min(self._joined_upto, len(self.chunks))  # the owner may have cut or reset the list
-        rows = _JOIN_ROWS if self.max_events is None else min(_JOIN_ROWS, self.max_events // 4)
-        joined = self.chunks[:upto]
-        for chunk in self.chunks[upto:]:
-            last = joined[-1] if len(joined) > upto else None
-            if (last is not None and torch.equal(last["logits"], chunk["logits"])
-                    and int(last["seq"].shape[0]) + int(chunk["seq"].shape[0]) <= rows):
-                joined[-1] = {**{name: torch.cat([last[name], chunk[name]]) for name in EVENT_FIELDS},
-                              "logits": last["logits"]}
-            else:
-                joined.append(chunk)
-        self.chunks = joined
-        self._joined_upto = len(joined)
-
-    def events(self) -> dict[str, Tensor]:
-        """Every logged decision as one column per field (empty columns when none)."""
-        if not self.chunks:
-            return {name: torch.zeros(0, dtype=dtype) for name, dtype in EVENT_FIELDS.items()}
-        return {name: torch.cat([chunk[name] for chunk in self.chunks]) for name in EVENT_FIELDS}
-
-    def state(self) -> dict[str, Any]:
-        """The log as plain tensors (it travels in the memory's extra state): one column per
-        field, the length of each call, and each distinct run of attention logits once."""
-        sizes = torch.tensor([int(chunk["seq"].shape[0]) for chunk in self.chunks], dtype=torch.int64)
-        runs: list[Tensor] = []
-        call_logits = []
-        for chunk in self.chunks:
-            if not runs or not torch.equal(runs[-1], chunk["logits"]):
-                runs.append(chunk["logits"])
-            call_logits.append(len(runs) - 1)
-        return {"max_events": self.max_events, "next_source": self.next_source, "columns": self.events(),
-                "call_sizes": sizes, "logits": torch.stack(runs) if runs else torch.zeros(0),
-                "call_logits": torch.tensor(call_logits, dtype=torch.int64), "base": dict(self.base),
-                "base_logs": self.base_logs}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> DecisionLog:
-        log = cls(state.get("max_events"))
-        log.next_source = int(state.get("next_source", 0))
-        columns, sizes = state.get("columns", {}), state.get("call_sizes", torch.zeros(0, dtype=torch.int64))
-        start = 0
-        if "given" not in columns and "seq" in columns:  # a log written before derived flags were told apart
-            columns = {**columns, "given": torch.ones_like(columns["seq"], dtype=torch.bool)}
-        for call, size in enumerate(sizes.tolist()):
-            chunk = {name: columns[name][start:start + size].cpu() for name in EVENT_FIELDS}
-            chunk["logits"] = state["logits"][int(state["call_logits"][call])].cpu()
-            log.chunks.append(chunk)
-            start += size
-        log.base = {k: v.cpu() for k, v in state.get("base", {}).items()}
-        log.base_logs = state.get("base_logs", {})
-        return log
-
-
-class Trace(NamedTuple):
-    """The decisions that shaped one prototype, heaviest first.
-
-    Attributes:
-        source_ids: (T,) int64, the decisions' source ids.
-        weights: (T,) float, each one's weight in the prototype now: the eta of its update
-            times ``1 - eta`` of every later update of the same prototype (a first touch or a
-            spawn has eta 1, so it erases the weight of everything before it).
-        seq: (T,) int64, their sequence numbers.
-    """
-
-    source_ids: Tensor
-    weights: Tensor
-    seq: Tensor
-
 
 EVENT_LOGS: dict[str, Any] = {"gate": GateLog, "promotion": PromotionLog, "recycle": RecycleLog}
 _FLOAT_FIELDS = {"gate": ("displacement", "eta"), "promotion": ("statistic", "shift"), "recycle": ("displacement",)}
@@ -193,6 +74,46 @@ class History:
     def set_logs(self, logs: dict[str, list[dict[str, Tensor]]]) -> None:
         self.chunks = {name: [log_type(**{k: v.cpu() for k, v in chunk.items()}) for chunk in logs.get(name, [])]
                        for name, log_type in EVENT_LOGS.items()}
+
+    def records(self, names: tuple[str, ...], actions: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Every gate, promotion and recycle event as a dict with names, in stream order
+        (:meth:`gae.JudgmentMemory.gate_records`)."""
+        records = [{"step": int(s), "event": "gated", "category": names[int(c)], "action": actions[int(a)],
+                    "disp": float(d), "eta": float(e)} for s, c, a, d, e in zip(*self.joined("gate"), strict=True)]
+        records += self.promotion_records(names)
+        records += [{"step": int(s), "event": "recycled", "category": names[int(c)], "action": actions[int(a)],
+                     "prototype": int(p), "disp": float(d)}
+                    for s, c, a, p, d in zip(*self.joined("recycle"), strict=True)]
+        return sorted(records, key=lambda record: (record["step"], record["event"]))
+
+    def promotion_records(self, names: tuple[str, ...], last: int | None = None) -> list[dict[str, Any]]:
+        """The promotions alone (the ``last`` ones, or all) as dicts with names."""
+        promotions = self.joined("promotion")
+        if last is not None:
+            promotions = type(promotions)(*(field[len(field) - min(last, len(field)):] for field in promotions))
+        return [{"step": int(s), "event": "promoted", "category": names[int(c)], "statistic": float(t),
+                 "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
+                for s, c, t, w, m, d in zip(*promotions, strict=True)]
+
+    # -- the state_dict ------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The decision log and the event logs, for the memory's extra state (plain tensors)."""
+        extra: dict[str, Any] = {"decision_log": self.log.state()}
+        for name in EVENT_LOGS:
+            extra[f"{name}_log"] = dict(self.joined(name)._asdict())
+        return extra
+
+    def load_state(self, extra: dict[str, Any]) -> None:
+        """The logs of :meth:`state`; a state saved before the decision log existed (or into a
+        memory that keeps none) starts the log from the loaded buffers."""
+        self.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else [] for name in EVENT_LOGS})
+        max_events = self.log.max_events  # this memory's setting, not the saved one
+        if "decision_log" in extra and max_events != 0:
+            self.log = DecisionLog.from_state(extra["decision_log"])
+        else:
+            self.log = DecisionLog(max_events)
+            self.log.base = buffer_state(self.module)
+        self.log.max_events = max_events
 
     # -- recording a learning call ----------------------------------------------------------
     def record(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor, given: Tensor,
@@ -346,3 +267,116 @@ class History:
 
 
 RELEARNED = ("x", "category", "action", "confirmed", "given", "skipped", "source_id")  # what a replay learns again
+
+
+class HistoryMixin:
+    """The public face of a :class:`History` on the memory that owns it (``history``): undo,
+    forget, trace and the logs, with the memory's names. Mixed into
+    :class:`~gae.JudgmentMemory`, which provides ``history``, ``_updates``, the names,
+    ``criterion_logits`` and ``config``."""
+
+    history: History
+    _updates: int
+    category_names: tuple[str, ...]
+    action_names: tuple[str, ...]
+    criterion_logits: Tensor
+    config: Any
+    _category_index: Callable[[str | int], int]
+
+    def undo_(self, n: int = 1) -> None:
+        """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
+        attention logits are bit for bit what they were before them (skipped decisions among
+        them go too; an optimizer's own state, such as Adam's moments, is the caller's to
+        restore). Raises ValueError, changing nothing, when the log holds fewer
+        (``max_log_events`` folds older decisions into its base)."""
+        n = check.check_int("n", n, low=1)
+        logits = self.history.undo(n)
+        with torch.no_grad():
+            self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
+        self._updates += 1
+
+    def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray) -> int:
+        """Remove every decision with these source ids, as if they had never been learned.
+
+        The state is rebuilt from the log's base by re-learning the other decisions in order
+        with the fast engine: gating, first touches, spawns and promotions are recomputed, and
+        so are the confirmed flags the memory derived from its own recommendation (a flag the
+        caller gave is a fact and is kept). The result equals a fresh memory fed the stream
+        without them (the attention, a parameter trained outside the memory, is not unlearned).
+        Sequence numbers after the first forgotten decision shift down. Returns how many
+        decisions were removed.
+
+        Raises:
+            ValueError: an id is not in the log (never learned, or folded into its base by
+                ``max_log_events``), or ``source_ids`` is not a list of integers.
+        """
+        try:
+            wanted = torch.as_tensor(np.asarray(source_ids) if isinstance(source_ids, np.ndarray) else source_ids)
+            wanted = wanted.reshape(-1).cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
+        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool or wanted.is_complex():
+            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
+        removed = self.history.forget(wanted)
+        self._updates += 1
+        return removed
+
+    def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> Trace:
+        """The decisions that moved prototype ``prototype`` of (``category``, ``action``) most,
+        with their current weight in it (heaviest first, at most ``top``).
+
+        A decision's weight is the eta of its update times ``1 - eta`` of every later update of
+        the same prototype; the weights of all its decisions sum to 1 once it exists. Only the
+        prototype's own updates count: a promotion (``drift_mode='adaptive'``) or a push
+        (``push_rate``) moves it without being one of them.
+        """
+        c = self._category_index(category)
+        a = check.lookup("action", action, self.action_names)
+        top = check.check_int("top", top, low=1)
+        prototype = check.check_int("prototype", prototype, low=0)
+        if prototype >= self.config.prototypes:
+            raise ValueError(f"prototype must be in [0, {self.config.prototypes}), got {prototype}")
+        return self.history.trace(c, a, prototype, top)
+
+    # -- the logs ---------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The update counter: +1 for every decision passed to ``prequential_`` / ``learn_``
+        (learned or skipped) and +1 for every ``undo_`` / ``forget_``: it only grows as the
+        memory learns and forgets, and with :func:`gae.traces.writer.state_hash` (the content of the
+        buffers and the attention) it names the state an answer was computed on. It travels
+        in the ``state_dict``: loading a state brings back the counter that state had."""
+        return self._updates
+
+    @property
+    def decision_log(self) -> DecisionLog:
+        """The :class:`~gae.judgment.history.DecisionLog`: every decision learned since its base state."""
+        return self.history.log
+
+    @property
+    def gate_log(self) -> GateLog:
+        """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
+        return self.history.joined("gate")
+
+    @property
+    def promotion_log(self) -> PromotionLog:
+        """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
+        return self.history.joined("promotion")
+
+    @property
+    def recycle_log(self) -> RecycleLog:
+        """Every recycled prototype so far (``prototypes > 1``), in stream order."""
+        return self.history.joined("recycle")
+
+    def gate_records(self) -> list[dict[str, Any]]:
+        """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
+        (``event='gated'``: ``action``, ``disp``, ``eta``), in ``drift_mode='adaptive'`` the
+        promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
+        ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
+        (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
+        return self.history.records(self.category_names, self.action_names)
+
+    def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
+        """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
+        building the records of every gate event."""
+        return self.history.promotion_records(self.category_names, last)

@@ -17,12 +17,12 @@ from gae.judgment import state as layout
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
-from gae.judgment.history import RELEARNED, DecisionLog, History, Trace
-from gae.types import GateLog, MemoryOutput, PromotionLog, RecycleLog, StreamStep
+from gae.judgment.history import RELEARNED, History, HistoryMixin
+from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
 
-class JudgmentMemory(DecisionMemory):
+class JudgmentMemory(HistoryMixin, DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
     A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
@@ -131,7 +131,7 @@ class JudgmentMemory(DecisionMemory):
         self.history = History(self, self._config.max_log_events, self._relearn)
         self._updates = 0  # the version counter: see ``version``
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
-        self._score_cache: tuple | None = None
+        self._views = engine.HostViews()  # the persistent host view score_one reads
 
     @property
     def config(self) -> JudgmentConfig:
@@ -235,7 +235,7 @@ class JudgmentMemory(DecisionMemory):
         On a CPU module this takes a compiled path of a few microseconds with no tensor made;
         anything unusual (bad input, another device or dtype) goes through :meth:`forward`.
         """
-        views = self._score_views()
+        views = self._views.get(self._buffers, self._parameters)
         index = None
         if type(category) is int and 0 <= category < len(self.category_names):
             index = category
@@ -261,33 +261,9 @@ class JudgmentMemory(DecisionMemory):
             return super().score_one(factors, category)
         return self._action_name(action), confidence
 
-    def _score_views(self) -> tuple[Any, ...] | None:
-        """NumPy views of the CPU state for :meth:`score_one`. Views follow in-place writes;
-        they are rebuilt when a tensor or its storage is replaced (``.to()``, assignment)."""
-        # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
-        buffers = self._buffers
-        centroids, initialized, wins = buffers["centroids"], buffers["initialized"], buffers["wins"]
-        tracking, lead = buffers["tracking_centroids"], buffers["tracking_lead"]
-        logits = self._parameters["criterion_logits"]
-        assert (centroids is not None and initialized is not None and wins is not None and tracking is not None
-                and lead is not None and logits is not None)
-        key = (centroids.data_ptr(), initialized.data_ptr(), wins.data_ptr(), tracking.data_ptr(), lead.data_ptr(),
-               logits.data_ptr())
-        cache = self._score_cache
-        if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is wins
-                and cache[3] is tracking and cache[4] is lead and cache[5] is logits and cache[6] == key):
-            return cache[7]
-        tensors = (centroids, initialized, wins, tracking, lead, logits)
-        if any(t.device.type != "cpu" or (t.is_floating_point() and t.dtype != torch.float32) or not t.is_contiguous()
-               for t in tensors):
-            return None
-        views = tuple(t.detach().numpy() for t in (centroids, initialized, wins, logits, tracking, lead))
-        self._score_cache = (*tensors, key, views)
-        return views
-
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_score_cache"] = None  # views of this instance's tensors; a copy must build its own
+        state["_views"] = engine.HostViews()  # views of this instance's tensors; a copy must build its own
         return state
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
@@ -362,141 +338,19 @@ class JudgmentMemory(DecisionMemory):
         self._prequential(x, category, action, confirmed, skipped, source_id, given=given,
                           alpha=rule.attention(logits))
 
-    def undo_(self, n: int = 1) -> None:
-        """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
-        attention logits are bit for bit what they were before them (skipped decisions among
-        them go too; an optimizer's own state, such as Adam's moments, is the caller's to
-        restore). Raises ValueError, changing nothing, when the log holds fewer
-        (``max_log_events`` folds older decisions into its base)."""
-        n = check.check_int("n", n, low=1)
-        logits = self.history.undo(n)
-        with torch.no_grad():
-            self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
-        self._updates += 1
-
-    def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray) -> int:
-        """Remove every decision with these source ids, as if they had never been learned.
-
-        The state is rebuilt from the log's base by re-learning the other decisions in order
-        with the fast engine: gating, first touches, spawns and promotions are recomputed, and
-        so are the confirmed flags the memory derived from its own recommendation (a flag the
-        caller gave is a fact and is kept). The result equals a fresh memory fed the stream
-        without them (the attention, a parameter trained outside the memory, is not unlearned).
-        Sequence numbers after the first forgotten decision shift down. Returns how many
-        decisions were removed.
-
-        Raises:
-            ValueError: an id is not in the log (never learned, or folded into its base by
-                ``max_log_events``), or ``source_ids`` is not a list of integers.
-        """
-        try:
-            wanted = torch.as_tensor(np.asarray(source_ids) if isinstance(source_ids, np.ndarray) else source_ids)
-            wanted = wanted.reshape(-1).cpu()
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
-        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool or wanted.is_complex():
-            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
-        removed = self.history.forget(wanted)
-        self._updates += 1
-        return removed
-
-    def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> Trace:
-        """The decisions that moved prototype ``prototype`` of (``category``, ``action``) most,
-        with their current weight in it (heaviest first, at most ``top``).
-
-        A decision's weight is the eta of its update times ``1 - eta`` of every later update of
-        the same prototype; the weights of all its decisions sum to 1 once it exists. Only the
-        prototype's own updates count: a promotion (``drift_mode='adaptive'``) or a push
-        (``push_rate``) moves it without being one of them.
-        """
-        c = self._category_index(category)
-        a = check.lookup("action", action, self.action_names)
-        top = check.check_int("top", top, low=1)
-        prototype = check.check_int("prototype", prototype, low=0)
-        if prototype >= self._config.prototypes:
-            raise ValueError(f"prototype must be in [0, {self._config.prototypes}), got {prototype}")
-        return self.history.trace(c, a, prototype, top)
-
-    # -- the logs ---------------------------------------------------------------------
-    @property
-    def version(self) -> int:
-        """The update counter: +1 for every decision passed to ``prequential_`` / ``learn_``
-        (learned or skipped) and +1 for every ``undo_`` / ``forget_``: it only grows as the
-        memory learns and forgets, and with :func:`gae.traces.writer.state_hash` (the content of the
-        buffers and the attention) it names the state an answer was computed on. It travels
-        in the ``state_dict``: loading a state brings back the counter that state had."""
-        return self._updates
-
-    @property
-    def decision_log(self) -> DecisionLog:
-        """The :class:`~gae.judgment.history.DecisionLog`: every decision learned since its base state."""
-        return self.history.log
-
-    @property
-    def gate_log(self) -> GateLog:
-        """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
-        return self.history.joined("gate")
-
-    @property
-    def promotion_log(self) -> PromotionLog:
-        """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
-        return self.history.joined("promotion")
-
-    @property
-    def recycle_log(self) -> RecycleLog:
-        """Every recycled prototype so far (``prototypes > 1``), in stream order."""
-        return self.history.joined("recycle")
-
-    def gate_records(self) -> list[dict[str, Any]]:
-        """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
-        (``event='gated'``: ``action``, ``disp``, ``eta``), in ``drift_mode='adaptive'`` the
-        promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
-        ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
-        (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
-        names, actions = self.category_names, self.action_names
-        records = [{"step": int(s), "event": "gated", "category": names[int(c)], "action": actions[int(a)],
-                    "disp": float(d), "eta": float(e)} for s, c, a, d, e in zip(*self.gate_log, strict=True)]
-        records += self.promotion_records()
-        records += [{"step": int(s), "event": "recycled", "category": names[int(c)], "action": actions[int(a)],
-                     "prototype": int(p), "disp": float(d)} for s, c, a, p, d in zip(*self.recycle_log, strict=True)]
-        return sorted(records, key=lambda record: (record["step"], record["event"]))
-
-    def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
-        """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
-        building the records of every gate event."""
-        promotions = self.promotion_log
-        if last is not None:
-            promotions = type(promotions)(*(field[len(field) - min(last, len(field)):] for field in promotions))
-        return [{"step": int(s), "event": "promoted", "category": self.category_names[int(c)],
-                 "statistic": float(t), "shadow_right": int(w), "main_right": int(m), "shift": float(d)}
-                for s, c, t, w, m, d in zip(*promotions, strict=True)]
-
     # -- state ------------------------------------------------------------------------
     def extra_repr(self) -> str:
         return (f"categories={len(self.category_names)}, actions={len(self.action_names)}, "
                 f"factors={self.n_factors}, config={self._config!r}")
 
     def get_extra_state(self) -> dict[str, Any]:
-        extra = self._names_state()
-        extra["config"] = self._config.to_dict()
-        extra["updates"] = self._updates
-        extra["decision_log"] = self.history.log.state()
-        for name in ("gate", "promotion", "recycle"):
-            extra[f"{name}_log"] = dict(self.history.joined(name)._asdict())
-        return extra
+        return {**self._names_state(), "config": self._config.to_dict(), "updates": self._updates,
+                **self.history.state()}
 
     def set_extra_state(self, extra: dict[str, Any]) -> None:
-        self.history.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else []
-                               for name in ("gate", "promotion", "recycle")})
         # a state saved before the counter existed: every decision it learned was one update
         self._updates = int(extra.get("updates", int(self.num_decisions)))
-        max_events = self.history.log.max_events  # this memory's setting, not the saved one
-        if "decision_log" in extra and max_events != 0:
-            self.history.log = DecisionLog.from_state(extra["decision_log"])
-        else:  # a state saved before the log existed: the log starts from the loaded state
-            self.history.log = DecisionLog(max_events)
-            self.history.log.base = {name: b.detach().to("cpu", copy=True) for name, b in self.named_buffers()}
-        self.history.log.max_events = max_events
+        self.history.load_state(extra)
 
     def _check_names_state(self, extra: dict[str, Any]) -> None:
         super()._check_names_state(extra)
@@ -508,17 +362,5 @@ class JudgmentMemory(DecisionMemory):
                                  f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
 
     def _upgrade_state(self, state_dict: dict[str, Any], prefix: str) -> None:
-        """In place: a state an earlier gae saved, in this version's layout (:func:`gae.judgment.state.upgrade`),
-        its decision log's base state too."""
-        own = {name: state_dict[prefix + name] for name in layout.BUFFERS if prefix + name in state_dict}
-        extra = state_dict.get(prefix + "_extra_state")
-        log = extra.get("decision_log") if isinstance(extra, dict) else None
-        base = log.get("base") if isinstance(log, dict) else None
-        if layout.is_current(own) and (not base or layout.is_current(base)):
-            return
-        for name, tensor in layout.upgrade(own, self._config).items():
-            state_dict[prefix + name] = tensor
-        if base:
-            assert isinstance(extra, dict) and isinstance(log, dict)
-            state_dict[prefix + "_extra_state"] = {**extra, "decision_log": {**log, "base": layout.upgrade(
-                base, self._config)}}
+        """In place: a state an earlier gae saved, in this version's layout (see gae/judgment/state.py)."""
+        layout.upgrade_state_dict(state_dict, prefix, self._config)

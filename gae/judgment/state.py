@@ -140,3 +140,18 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
             make = neutral.get(name) if saved_mode == "adaptive" else None
             out[name] = make() if make is not None else torch.zeros(shape, dtype=dtype)
     return out
+
+
+def upgrade_state_dict(state_dict: dict[str, Any], prefix: str, config: JudgmentConfig) -> None:
+    """In place: the memory's entries of ``state_dict`` (under ``prefix``) in this layout
+    (:func:`upgrade`), its decision log's base state too; nothing when they already are."""
+    own = {name: state_dict[prefix + name] for name in BUFFERS if prefix + name in state_dict}
+    extra = state_dict.get(prefix + "_extra_state")
+    log = extra.get("decision_log") if isinstance(extra, dict) else None
+    base = log.get("base") if isinstance(log, dict) else None
+    if is_current(own) and (not base or is_current(base)):
+        return
+    for name, tensor in upgrade(own, config).items():
+        state_dict[prefix + name] = tensor
+    if base and isinstance(extra, dict) and isinstance(log, dict):
+        state_dict[prefix + "_extra_state"] = {**extra, "decision_log": {**log, "base": upgrade(base, config)}}

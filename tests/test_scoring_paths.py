@@ -1,0 +1,93 @@
+"""One scoring formula, every path that scores held equal to it, in every mode.
+
+``gae.judgment.rule.distances`` is the formula; the paths are the batched compiled kernel
+(``forward`` under ``no_grad``), ``forward`` with autograd (torch), ``score_one`` (the
+single-decision kernel), ``explain``, ``nearest_prototype``, ``attention_logits`` and the
+online engine's pre-learning outputs (compiled and reference). Each memory has learned a
+seeded stream with a drift (so adaptive memories have promoted; half their categories are then
+set to score with their tracking prototypes) and has non-uniform attention.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gae.judgment import rule
+from tests.conftest import MEMORY_FACTORIES, clustered_stream
+
+JUDGMENT = sorted(name for name in MEMORY_FACTORIES if name.startswith("judgment"))
+
+
+def trained(name: str, seed: int):
+    memory = MEMORY_FACTORIES[name]()
+    with torch.no_grad():
+        memory.criterion_logits.copy_(0.5 * torch.randn(memory.criterion_logits.shape,
+                                                        generator=torch.Generator().manual_seed(seed)))
+    stream = clustered_stream(seed, 900, drift_at=450)
+    memory.learn_(stream.x, stream.category, stream.action, skip=stream.skip)
+    if memory.config.adaptive:  # half the categories score with their tracking prototypes, as after a mild change
+        with torch.no_grad():
+            memory.tracking_lead.copy_(torch.tensor([0.3, -0.2, 0.1, -0.4]))
+    return memory
+
+
+def slow_logits(memory, x, category):
+    """The formula written out for one decision at a time: (B, A) logits, -inf where none scores."""
+    config, state = memory.config, memory.state()
+    estimates = rule.scoring_estimates(state, config)
+    scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)
+    alpha = rule.attention(memory.criterion_logits.detach())
+    out = torch.full((x.shape[0], len(memory.action_names)), float("-inf"))
+    for b in range(x.shape[0]):
+        c = int(category[b])
+        for a in range(len(memory.action_names)):
+            for p in range(config.prototypes):
+                if scoring[c, a, p]:
+                    d = sum(float(alpha[c, k]) * (float(x[b, k]) - float(estimates[c, a, p, k])) ** 2
+                            for k in range(x.shape[1]))
+                    out[b, a] = max(float(out[b, a]), -d / config.tau)
+    return out
+
+
+@pytest.mark.parametrize("name", JUDGMENT)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_scoring_path_agrees(name, seed):
+    memory = trained(name, seed)
+    if memory.config.adaptive:  # the streams are built to exercise the tracking prototypes too
+        assert memory.promotion_log.step.numel() > 0
+    probe = clustered_stream(seed + 10, 64)
+    x, category = probe.x, probe.category
+    expected = slow_logits(memory, x, category)
+    with torch.no_grad():
+        compiled = memory(x, category)
+    torch.testing.assert_close(compiled.logits, expected, rtol=1e-4, atol=1e-4)
+    logits = memory.criterion_logits
+    differentiable = memory(x.clone().requires_grad_(), category)  # the torch path
+    assert logits.requires_grad and differentiable.logits.requires_grad
+    torch.testing.assert_close(differentiable.logits.detach(), expected, rtol=1e-4, atol=1e-4)
+    assert torch.equal(differentiable.action, compiled.action)
+    for b in range(0, 64, 7):
+        name_, confidence = memory.score_one(x[b].tolist(), int(category[b]))
+        action = int(compiled.action[b])
+        assert name_ == (None if action < 0 else memory.action_names[action])
+        assert confidence == pytest.approx(float(compiled.confidence[b]), rel=1e-5, abs=1e-6)
+    why = memory.explain(x, category)
+    torch.testing.assert_close(-why.distance / memory.config.tau, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(why.contributions.sum(-1).nan_to_num(float("inf")), why.distance, rtol=1e-5,
+                               atol=1e-6)
+    assert torch.equal(why.action, compiled.action)
+    assert torch.equal(memory.nearest_prototype(x, category), why.nearest)
+
+
+@pytest.mark.parametrize("name", JUDGMENT)
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_the_engine_scores_with_the_same_formula(name, backend):
+    memory = trained(name, 3)
+    memory.backend = backend
+    probe = clustered_stream(13, 40)
+    expected = slow_logits(memory, probe.x[:1], probe.category[:1])
+    step = memory.prequential_(probe.x[:1], probe.category[:1], probe.action[:1])  # scored before it learns
+    torch.testing.assert_close(step.output.logits, expected, rtol=1e-4, atol=1e-4)
+    attention = memory.attention_logits(step, probe.category[:1])  # from the step's squared differences
+    torch.testing.assert_close(attention.detach(), expected, rtol=1e-4, atol=1e-4)
