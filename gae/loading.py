@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from gae import types
-from gae.episodic import admission, memory, scorer
-from gae.judgment import history, state
+from gae.episodic import admission, records, scorer
+from gae.judgment import decision_log, history, state
 
 
 def _result_types() -> list[Any]:
     """gae's result NamedTuples: plain tuples of tensors, safe to rebuild from a file (a list of
     classes is what torch.serialization.safe_globals takes)."""
-    return [value for module in (types, memory, scorer, admission, history, state)
+    return [value for module in (types, records, scorer, admission, history, decision_log, state)
             for value in vars(module).values()
             if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
             and value.__module__ == module.__name__]

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gae import AdmissionPolicy, EpisodicMemory
-from gae.episodic.memory import _COLUMNS
+from gae.episodic.records import COLUMNS as _COLUMNS
 from gae.episodic.store import Change, Rows, SQLiteStore
 from gae.episodic.store.base import SCHEMA_VERSION
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
 
 from gae import validation as check
 from gae.episodic.columns import plain_ids
@@ -69,3 +76,55 @@ def _scopes(allowed_scopes: Any) -> tuple[Any, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"allowed_scopes must be None or a list of scopes, got {allowed_scopes!r}")
     return tuple(plain_ids("allowed_scopes", s, (0,), names=True) for s in values)
+
+
+def add_arguments(accepted: Sequence[Mapping[str, Any]], now: float, device: torch.device) -> dict[str, Any]:
+    """The :meth:`~gae.EpisodicMemory.add` arguments of the accepted traces, one batch: what each
+    trace gives, the defaults for what it does not (``created_at`` = ``now``)."""
+    def numbers(name: str, default: float | None = None) -> Tensor:
+        return torch.tensor([_trace_number(t, name, default) for t in accepted], dtype=torch.float64)
+
+    return {"embeddings": _trace_embeddings(accepted, device), "importance": numbers("importance"),
+            "scope": [t.get("scope", 0) for t in accepted], "confidence": numbers("confidence", 1.0),
+            "source_ids": [t.get("source_ids", ()) for t in accepted],
+            "memory_type": [t.get("memory_type", "episode") for t in accepted],
+            "created_at": numbers("created_at", now), "valid_from": numbers("valid_from", -math.inf),
+            "valid_until": numbers("valid_until", math.inf), "content": [t.get("content") for t in accepted]}
+
+def _trace_number(trace: Mapping[str, Any], name: str, default: float | None) -> float:
+    if name not in trace and default is not None:
+        return default
+    if name not in trace:
+        raise ValueError(f"an accepted trace has no {name!r}: {_brief(trace)}")
+    value = trace[name]
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} of a trace must be a number, got {value!r}")
+    return float(value)
+
+
+def _trace_embeddings(traces: Sequence[Mapping[str, Any]], device: torch.device) -> Tensor:
+    """The accepted traces' embeddings as one (B, D) batch; ``add`` checks its width and values."""
+    rows = []
+    for trace in traces:
+        if "embedding" not in trace:
+            raise ValueError(f"an accepted trace has no 'embedding': {_brief(trace)}")
+        value = trace["embedding"]
+        try:
+            row = value.detach().to(device) if isinstance(value, Tensor) else \
+                torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
+        except (TypeError, ValueError, RuntimeError) as error:  # text, ragged lists, a meta tensor
+            raise TypeError(f"embedding of a trace must be a vector of numbers, got {value!r}") from error
+        if not row.is_floating_point():
+            row = row.double()
+        rows.append(row)
+    shapes = {tuple(row.shape) for row in rows}
+    if len(shapes) > 1:
+        raise ValueError(f"embeddings of the accepted traces must share one shape, got {sorted(shapes)}")
+    dtype = functools.reduce(torch.promote_types, (row.dtype for row in rows))
+    return torch.stack([row.to(dtype) for row in rows])
+
+
+def _brief(trace: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{key!r}: ..." for key in list(trace)[:6]) + "}"

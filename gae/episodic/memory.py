@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import functools
-import math
-import numbers
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, NamedTuple, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as nnf
-from torch import Tensor, nn
+from torch import Tensor
 
 from gae import validation as check
-from gae._base import check_state_dict, load_all_or_nothing
-from gae.episodic.admission import Admission, AdmissionPolicy
+from gae.episodic.admission import Admission, AdmissionPolicy, add_arguments
 from gae.episodic.columns import (
-    MEMORY_TYPES,
     memory_type_column,
     per_memory,
     plain_ids,
@@ -27,45 +21,13 @@ from gae.episodic.columns import (
     scope_lists,
     source_rows,
 )
+from gae.episodic.persistence import Persistence
+from gae.episodic.records import COLUMNS, AuditRecord, Retrieval
 from gae.episodic.scorer import RetrievalScorer, top_k
-from gae.episodic.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot
+from gae.episodic.store.base import AuditEntry, Change, MemoryStore
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
-_COLUMNS = {  # name: dtype of the per-memory columns, each a buffer of ``allocated`` rows
-    "ids": torch.int64, "created_at": torch.float64, "importance": torch.float32, "scope": torch.int64,
-    "memory_type": torch.int64, "confidence": torch.float32, "valid_from": torch.float64,
-    "valid_until": torch.float64, "inserted": torch.int64,
-}
-
-
-class Retrieval(NamedTuple):
-    """The ``k`` best memories of each query (padded with id -1 and score ``-inf``).
-
-    Attributes:
-        ids: (Q, k) int64 stable memory ids. scores: (Q, k) full scores.
-        similarity, recency, importance: (Q, k) the three unweighted terms (0 where padded).
-        version: the store version the answer was computed on.
-    """
-
-    ids: Tensor
-    scores: Tensor
-    similarity: Tensor
-    recency: Tensor
-    importance: Tensor
-    version: int
-
-
-class AuditRecord(NamedTuple):
-    """One mutation (add, evict, delete, expire) or admission refusal (reject)."""
-
-    action: str
-    time: float
-    ids: tuple[int, ...]
-    reason: str
-    version: int
-
-
-class EpisodicMemory(nn.Module):
+class EpisodicMemory(Persistence):
     r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
 
     Every memory has a unit-norm embedding, ``created_at`` and validity window (seconds), an
@@ -132,7 +94,7 @@ class EpisodicMemory(nn.Module):
         self.eviction = eviction
         self.scorer = scorer if scorer is not None else RetrievalScorer()
         self.register_buffer("embeddings", torch.zeros(0, dim, device=device))
-        for name, dtype in _COLUMNS.items():
+        for name, dtype in COLUMNS.items():
             self.register_buffer(name, torch.zeros(0, dtype=dtype, device=device))
         self.register_buffer("size", torch.zeros((), dtype=torch.int64, device=device))
         self.register_buffer("version_counter", torch.zeros((), dtype=torch.int64, device=device))
@@ -249,7 +211,7 @@ class EpisodicMemory(nn.Module):
         needed = start + n
         if needed > self.embeddings.shape[0]:  # grow by doubling: amortised O(1) per memory
             rows = max(needed, 2 * self.embeddings.shape[0], 16)
-            for name in ("embeddings", *_COLUMNS):
+            for name in ("embeddings", *COLUMNS):
                 old = getattr(self, name)
                 grown = old.new_zeros((rows, *old.shape[1:]))
                 grown[:start] = old[:start]
@@ -282,7 +244,7 @@ class EpisodicMemory(nn.Module):
         keep[rows] = False
         survivors = keep.nonzero().squeeze(1)  # in row order: insertion order is kept
         kept = survivors.numel()
-        for name in ("embeddings", *_COLUMNS):
+        for name in ("embeddings", *COLUMNS):
             column = self._buffers[name]
             assert column is not None
             column[:kept] = column.index_select(0, survivors)  # a new tensor: no overlap with the target
@@ -422,16 +384,7 @@ class EpisodicMemory(nn.Module):
     def _admit(self, accepted: list[dict[str, Any]], refusals: list[str], ids: Tensor, now: float,
                query: Tensor | None) -> Tensor:
         if accepted:  # a bad accepted trace raises here, before any refusal is logged
-            def numbers(name: str, default: float | None = None) -> Tensor:
-                return torch.tensor([_trace_number(t, name, default) for t in accepted], dtype=torch.float64)
-
-            ids = self.add(_trace_embeddings(accepted, self.embeddings.device), numbers("importance"),
-                           scope=[t.get("scope", 0) for t in accepted], confidence=numbers("confidence", 1.0),
-                           source_ids=[t.get("source_ids", ()) for t in accepted],
-                           memory_type=[t.get("memory_type", "episode") for t in accepted],
-                           created_at=numbers("created_at", now), valid_from=numbers("valid_from", -math.inf),
-                           valid_until=numbers("valid_until", math.inf),
-                           query=query, now=now, content=[t.get("content") for t in accepted])
+            ids = self.add(**add_arguments(accepted, now, self.embeddings.device), query=query, now=now)
         for reason in refusals:
             self._record("reject", now, (), reason)
         return ids
@@ -446,189 +399,3 @@ class EpisodicMemory(nn.Module):
             self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, self.version))
             if action in ("evict", "delete", "expire"):
                 self._pending.removed.append((action, float(now), id_tuple))
-
-    # -- the store -------------------------------------------------------------------------------
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """Collect the mutations of one public call and write them to the store in one commit
-        (the outermost call does; nested ones add to it). Without a store: nothing to do."""
-        if self.store is None:
-            yield
-            return
-        if self._depth == 0:
-            self._fresh()
-            self._pending = Change()
-        self._depth += 1
-        try:
-            yield
-        except BaseException:
-            if self._depth == 1:  # the call failed half-way: the store still holds the truth
-                self._pending = None
-                self._reload()
-            raise
-        finally:
-            self._depth -= 1
-        if self._depth == 0:
-            change, self._pending = self._pending, None
-            assert change is not None
-            change.version, change.next_id, change.scope_names = self.version, int(self.next_id), self.scope_names
-            try:
-                self.store.commit(change)
-            except BaseException:
-                self._reload()
-                raise
-
-    def _rows(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]],
-              content: list[str | None]) -> Rows:
-        """New memories as the store holds them."""
-
-        def numpy(name: str) -> np.ndarray:
-            return columns[name].detach().cpu().double().numpy()
-
-        keys = [f"#{code}" if code >= 0 else self.scope_names[-1 - code] for code in columns["scope"].tolist()]
-        return Rows(seq=columns["ids"].cpu().numpy().astype(np.int64), embedding=unit.detach().float().cpu().numpy(),
-                    scope=keys, memory_type=[MEMORY_TYPES[t] for t in columns["memory_type"].tolist()],
-                    importance=numpy("importance"), confidence=numpy("confidence"), created_at=numpy("created_at"),
-                    valid_from=numpy("valid_from"), valid_until=numpy("valid_until"), source_ids=list(sources),
-                    content=content)
-
-    def _reload(self) -> None:
-        """Rebuild the index from the store (after a failed call). If the store cannot be read
-        either, the memory is marked stale and every later call retries this first, so the
-        index never serves or builds on changes the store did not accept."""
-        assert self.store is not None
-        self._stale = True
-        snapshot = self.store.open(self.dim)
-        self._clear()
-        if snapshot is not None:
-            self._restore(snapshot)
-        self._stale = False
-
-    def _fresh(self) -> None:
-        """Reload from the store first if a failed write left the index stale."""
-        if self.store is not None and self._stale:
-            self._reload()
-
-    def _clear(self) -> None:
-        device = self.embeddings.device
-        self.embeddings = self.embeddings.new_zeros((0, self.dim))
-        for name, dtype in _COLUMNS.items():
-            setattr(self, name, torch.zeros(0, dtype=dtype, device=device))
-        self.size.zero_()
-        self.version_counter.zero_()
-        self.next_id.zero_()
-        self.scope_names, self.source_ids, self.audit_log = [], [], []
-
-    def _restore(self, snapshot: Snapshot) -> None:
-        """The index of a store's live rows, exactly as the memory that wrote them had it."""
-        rows = snapshot.rows
-        if len(rows) > self.capacity:
-            raise ValueError(f"the store holds {len(rows)} live memories but this memory has "
-                             f"capacity={self.capacity}")
-        device = self.embeddings.device
-        self.scope_names = list(snapshot.scope_names)
-        if len(rows):
-            unknown = sorted({key for key in rows.scope if not key.startswith("#") and key not in self.scope_names})
-            if unknown:
-                raise ValueError(f"the store holds rows of scopes it has no name for: {unknown[:5]}")
-            codes = [int(key[1:]) if key.startswith("#") else -1 - self.scope_names.index(key) for key in rows.scope]
-            seq = torch.as_tensor(rows.seq, dtype=torch.int64, device=device)
-            columns = {
-                "ids": seq, "inserted": seq, "scope": torch.tensor(codes, dtype=torch.int64, device=device),
-                "memory_type": torch.tensor([MEMORY_TYPES.index(t) for t in rows.memory_type], device=device),
-                **{name: torch.as_tensor(getattr(rows, name), device=device).to(_COLUMNS[name])
-                   for name in ("importance", "confidence", "created_at", "valid_from", "valid_until")}}
-            unit = torch.as_tensor(rows.embedding, device=device).to(self.embeddings.dtype)
-            self._append(unit, columns, [tuple(s) for s in rows.source_ids])
-        self.version_counter.fill_(snapshot.version)
-        self.next_id.fill_(snapshot.next_id)
-        self.audit_log = [AuditRecord(e.action, e.time, tuple(e.ids), e.reason, e.version) for e in snapshot.audit]
-
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],
-                "audit_log": [[r.action, r.time, list(r.ids), r.reason, r.version] for r in self.audit_log]}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.scope_names = list(state["scope_names"])
-        self.source_ids = [tuple(s) for s in state["source_ids"]]
-        self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
-
-    _resizable_rows = ("embeddings", *_COLUMNS)  # allocated rows: the checkpoint's, not ours
-
-    def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:
-        """Refuse, before anything is copied, a state of another width, more memories than
-        ``capacity``, or columns that disagree with each other (a tampered file)."""
-        if self.store is not None:
-            raise RuntimeError("this EpisodicMemory is backed by a store, its source of truth: loading a state_dict "
-                               "would replace the index without the store; open a new memory on the store instead")
-        incoming_embeddings, incoming_size = state_dict.get(prefix + "embeddings"), state_dict.get(prefix + "size")
-        if isinstance(incoming_embeddings, Tensor) and tuple(incoming_embeddings.shape[1:]) != (self.dim,):
-            raise ValueError(f"state_dict holds embeddings of width {tuple(incoming_embeddings.shape[1:])} "
-                             f"but this memory has dim={self.dim}")
-        if not isinstance(incoming_size, Tensor) or incoming_size.numel() != 1:
-            return  # missing or misshapen: the generic check names it
-        size = int(incoming_size)
-        if size > self.capacity:
-            raise ValueError(f"state_dict holds {size} memories but this memory has capacity={self.capacity}")
-        rows = {name: state_dict[prefix + name].shape[0] for name in self._resizable_rows
-                if isinstance(state_dict.get(prefix + name), Tensor) and state_dict[prefix + name].dim() > 0}
-        short = {name: n for name, n in rows.items() if n < size}
-        extra = state_dict.get(prefix + "_extra_state")
-        sources = extra.get("source_ids") if isinstance(extra, dict) else None
-        if size < 0 or short or len(set(rows.values())) > 1 or (sources is not None and len(sources) != size):
-            raise ValueError(f"state_dict is inconsistent: size={size} but the columns hold rows {rows}"
-                             + ("" if sources is None else f" and source_ids {len(sources)} entries"))
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
-        check_state_dict(self, state_dict, prefix, strict)
-        for name in ("embeddings", *_COLUMNS):  # the store's size is the checkpoint's, not ours
-            incoming = state_dict.get(prefix + name)
-            if incoming is not None and incoming.shape != getattr(self, name).shape:
-                setattr(self, name, getattr(self, name).new_zeros(incoming.shape))
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
-        """:meth:`torch.nn.Module.load_state_dict`, all or nothing (see
-        :meth:`gae.JudgmentMemory.load_state_dict`); refused on a store-backed memory."""
-        if self.store is not None:
-            self._check_state(state_dict, "")  # raises: the store is the source of truth
-        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
-
-
-def _trace_number(trace: Mapping[str, Any], name: str, default: float | None) -> float:
-    if name not in trace and default is not None:
-        return default
-    if name not in trace:
-        raise ValueError(f"an accepted trace has no {name!r}: {_brief(trace)}")
-    value = trace[name]
-    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} of a trace must be a number, got {value!r}")
-    return float(value)
-
-
-def _trace_embeddings(traces: Sequence[Mapping[str, Any]], device: torch.device) -> Tensor:
-    """The accepted traces' embeddings as one (B, D) batch; ``add`` checks its width and values."""
-    rows = []
-    for trace in traces:
-        if "embedding" not in trace:
-            raise ValueError(f"an accepted trace has no 'embedding': {_brief(trace)}")
-        value = trace["embedding"]
-        try:
-            row = value.detach().to(device) if isinstance(value, Tensor) else \
-                torch.as_tensor(np.asarray(value, dtype=np.float64), device=device)
-        except (TypeError, ValueError, RuntimeError) as error:  # text, ragged lists, a meta tensor
-            raise TypeError(f"embedding of a trace must be a vector of numbers, got {value!r}") from error
-        if not row.is_floating_point():
-            row = row.double()
-        rows.append(row)
-    shapes = {tuple(row.shape) for row in rows}
-    if len(shapes) > 1:
-        raise ValueError(f"embeddings of the accepted traces must share one shape, got {sorted(shapes)}")
-    dtype = functools.reduce(torch.promote_types, (row.dtype for row in rows))
-    return torch.stack([row.to(dtype) for row in rows])
-
-
-def _brief(trace: Mapping[str, Any]) -> str:
-    return "{" + ", ".join(f"{key!r}: ..." for key in list(trace)[:6]) + "}"
