@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gae.episodic.store import postgres_schema as schema
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
     SNAPSHOT_COLUMNS,
@@ -32,61 +32,6 @@ from gae.episodic.store.base import (
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
-
-_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")  # leaves room in Postgres' 63 bytes for the suffixes
-_TSV = "to_tsvector('simple', coalesce(content, ''))"  # the GIN index's expression, spelled the same
-_TSQ = "to_tsquery('simple', %(tsq)s)"
-_COLUMNS = ("seq", "scope_type", "scope_id", "memory_type", "content", "embedding", "confidence", "sensitivity",
-            "source_ids", "valid_from", "valid_until", "importance", "created_at")
-
-_SCHEMA = """
-CREATE EXTENSION IF NOT EXISTS vector;
-CREATE TABLE {version} (version integer NOT NULL);
-CREATE TABLE {meta} (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE {t} (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    seq bigint UNIQUE NOT NULL,
-    scope_type text NOT NULL,
-    scope_id text NOT NULL,
-    memory_type text NOT NULL CHECK (memory_type IN ('episode', 'semantic')),
-    content text,
-    embedding vector({dim}),
-    confidence double precision NOT NULL,
-    sensitivity text NOT NULL,
-    source_ids jsonb NOT NULL,
-    valid_from double precision NOT NULL,
-    valid_until double precision NOT NULL,
-    importance double precision NOT NULL,
-    created_at double precision NOT NULL,
-    deleted_at double precision,
-    deleted_reason text
-);
-CREATE INDEX {filter_index} ON {t} (scope_type, scope_id, memory_type, valid_until);
-CREATE INDEX {hnsw_index} ON {t} USING hnsw (embedding vector_cosine_ops) WHERE deleted_at IS NULL;
-CREATE INDEX {text_index} ON {t} USING gin (to_tsvector('simple', coalesce(content, ''))) WHERE deleted_at IS NULL;
-CREATE INDEX {created_index} ON {t} (created_at) WHERE deleted_at IS NULL;
-CREATE INDEX {importance_index} ON {t} (importance) WHERE deleted_at IS NULL;
-CREATE TABLE {audit} (
-    n bigserial PRIMARY KEY,
-    action text NOT NULL CHECK (action IN ('add', 'evict', 'delete', 'expire', 'reject')),
-    time double precision NOT NULL,
-    ids jsonb NOT NULL,
-    reason text NOT NULL,
-    version bigint NOT NULL,
-    actor text NOT NULL
-)
-"""
-
-# A scope list in gae.scopes (JSON) restricts every statement of the session; unset or '': all scopes.
-_RLS = """
-ALTER TABLE {t} ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {t} FORCE ROW LEVEL SECURITY;
-CREATE POLICY {policy} ON {t} USING (
-    coalesce(current_setting('gae.scopes', true), '') = ''
-    OR (CASE WHEN scope_type = 'int' THEN '#' || scope_id ELSE scope_id END)
-       = ANY (ARRAY(SELECT jsonb_array_elements_text(current_setting('gae.scopes', true)::jsonb))))
-"""
-
 
 class _Vector:
     """A float32 vector to send as pgvector's ``vector`` (a query parameter)."""
@@ -185,7 +130,7 @@ class PostgresStore(MemoryStore):
                  ef_search: int | None = None, candidates: int | None = None) -> None:
         if not isinstance(dsn, str) or not dsn:
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
-        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
+        if not isinstance(table, str) or not schema.TABLE_NAME.fullmatch(table):
             raise ValueError(f"table must be a lowercase SQL identifier of at most 40 characters, got {table!r}")
         if not isinstance(actor, str) or not actor:
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
@@ -237,7 +182,7 @@ class PostgresStore(MemoryStore):
             with conn.transaction():  # Postgres' DDL is transactional: every table or none
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))
                 if not self._exists():  # another process may have created it while we waited
-                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                    for statement in filter(str.strip, schema.SCHEMA.split(";")):
                         conn.execute(self._q(statement, dim=self._sql.Literal(dim)))
                     conn.execute(self._q("INSERT INTO {version} VALUES (%s)"), (SCHEMA_VERSION,))
                     with conn.cursor() as cur:
@@ -275,7 +220,7 @@ class PostgresStore(MemoryStore):
         return found == (True,)
 
     def _enable_row_level_security(self) -> None:
-        for statement in filter(str.strip, _RLS.split(";")):
+        for statement in filter(str.strip, schema.RLS.split(";")):
             self._conn.execute(self._q(statement))
 
     def set_scopes(self, scopes: Sequence[Any] | np.ndarray | None) -> None:
@@ -337,7 +282,7 @@ class PostgresStore(MemoryStore):
 
         scopes = [split_scope(key) for key in rows.scope]
         contents, sensitivities = rows.contents(), rows.sensitivities()
-        cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(_COLUMNS)}) VALUES ({', '.join(['%s'] * 13)})"), [
+        cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(schema.COLUMNS)}) VALUES ({', '.join(['%s'] * 13)})"), [
             (int(rows.seq[i]), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
              _Vector(rows.embedding[i]), float(rows.confidence[i]), sensitivities[i],
              Jsonb([int(s) for s in rows.source_ids[i]]), float(rows.valid_from[i]), float(rows.valid_until[i]),
@@ -373,8 +318,8 @@ class PostgresStore(MemoryStore):
         recency = f"CASE WHEN {age} < -700 THEN 0 WHEN {age} > 709 THEN 'Infinity'::float8 ELSE exp({age}) END"
         ctes, joins, text, bound = [], "", "0::float8", "NULL::float8"
         if texted:  # every match the query may see (GIN index), scaled by the best of them, as SQLiteStore does
-            ctes += [f"matches AS MATERIALIZED (SELECT m.seq, ts_rank_cd({_TSV}, {_TSQ})::float8 AS rank "
-                     f"FROM {{t}} m WHERE {where} AND {_TSV} @@ {_TSQ})",
+            ctes += [f"matches AS MATERIALIZED (SELECT m.seq, ts_rank_cd({schema.TSV}, {schema.TSQ})::float8 AS rank "
+                     f"FROM {{t}} m WHERE {where} AND {schema.TSV} @@ {schema.TSQ})",
                      "best AS (SELECT max(rank) AS v FROM matches)"]
             joins = " LEFT JOIN matches x ON x.seq = m.seq CROSS JOIN best"
             text = "CASE WHEN x.rank IS NULL THEN 0 WHEN best.v > 0 THEN x.rank / best.v ELSE 1 END"
