@@ -103,9 +103,9 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
 
 def index_similarity(index: EpisodicMemory, queries: np.ndarray, k: int) -> np.ndarray:
     """The exact top-k ids by cosine alone (the tensor index's embeddings, ties to the older)."""
-    similarity = torch.from_numpy(queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ index._column(
+    similarity = torch.from_numpy(queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ index.column(
         "embeddings").T
-    return index._column("ids")[similarity.topk(k, dim=1).indices].numpy()
+    return index.column("ids")[similarity.topk(k, dim=1).indices].numpy()
 
 
 def start_postgres(folder: str) -> Any:

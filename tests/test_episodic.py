@@ -269,3 +269,13 @@ def test_state_dict_round_trip(scenario, ops, more):
         new_ids = [i for record in memory.audit_log[scenario.mark:] if record.action == "add" for i in record.ids]
         assert not set(new_ids) & used
         used.update(new_ids)
+
+
+def test_column_is_the_public_read_of_live_rows():
+    memory = EpisodicMemory(4, capacity=3)
+    gen = torch.Generator().manual_seed(1)
+    memory.add(torch.randn(5, 4, generator=gen), torch.rand(5, generator=gen), now=1.0)
+    assert memory.column("ids").tolist() == memory._column("ids").tolist() and len(memory.column("ids")) == 3
+    assert memory.column("embeddings").shape == (3, 4)
+    with pytest.raises(ValueError, match="name must be 'embeddings' or one of .* got 'size'"):
+        memory.column("size")

@@ -122,6 +122,19 @@ class EpisodicMemory(Persistence):
     def version(self) -> int:
         return int(self.version_counter)
 
+    def column(self, name: str) -> Tensor:
+        """The live rows of one column, oldest first: ``'embeddings'`` (N, D, unit norm) or a
+        per-memory column (``ids``, ``created_at``, ``importance``, ``scope``, ``memory_type``,
+        ``confidence``, ``valid_from``, ``valid_until``, ``inserted``), each (N,). A view of the
+        memory's buffer: read it, do not write it (writes go through ``add`` / ``delete``).
+
+        Raises:
+            ValueError: an unknown column name.
+        """
+        if name != "embeddings" and name not in COLUMNS:
+            raise ValueError(f"name must be 'embeddings' or one of {list(COLUMNS)}, got {name!r}")
+        return self._column(name)
+
     def _column(self, name: str) -> Tensor:
         """The live rows of a column (the module's dict directly: ``getattr`` costs a microsecond)."""
         buffers = self._buffers
