@@ -211,7 +211,7 @@ class DecisionMemory(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
         upgrade = getattr(self, "_upgrade_state", None)
         if upgrade is not None:  # in place, as torch.nn.BatchNorm does: torch passes its own copy of the dict
-            upgrade(state_dict, prefix)
+            upgrade(state_dict, prefix, local_metadata.get("version"))
         check_state_dict(self, state_dict, prefix)  # the whole memory, before any tensor is copied
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
 
@@ -263,11 +263,13 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], prefix: s
         ValueError: naming every misfit, e.g. ``centroids: saved (4, 3, 8), this memory (4, 4, 8)``.
     """
     problems, missing, expected = [], [], set()
+    metadata = getattr(state_dict, "_metadata", None) or {}  # torch's record of each module's _version
     state_dict = dict(state_dict)  # a memory's upgrade of an older layout replaces entries of this copy only
     for name, sub in module.named_modules():
         upgrade = getattr(sub, "_upgrade_state", None)
         if upgrade is not None:
-            upgrade(state_dict, prefix + (name + "." if name else ""))
+            sub_prefix = prefix + (name + "." if name else "")
+            upgrade(state_dict, sub_prefix, metadata.get(sub_prefix[:-1], {}).get("version"))
     for name, sub in module.named_modules():
         sub_prefix = prefix + (name + "." if name else "")
         own_check = getattr(sub, "_check_state", None)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
+import pkgutil
 import re
 import zipfile
 import zlib
@@ -11,18 +13,26 @@ from typing import Any
 
 import torch
 
-from gae import types
-from gae.episodic import admission, records, scorer
-from gae.judgment import decision_log, history, state
+_RESULT_TYPES: list[Any] = []
 
 
 def _result_types() -> list[Any]:
-    """gae's result NamedTuples: plain tuples of tensors, safe to rebuild from a file (a list of
-    classes is what torch.serialization.safe_globals takes)."""
-    return [value for module in (types, records, scorer, admission, history, decision_log, state)
-            for value in vars(module).values()
-            if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
-            and value.__module__ == module.__name__]
+    """Every NamedTuple class gae defines, found by walking the package once: plain tuples of
+    tensors and numbers, safe to rebuild from a file (a list of classes is what
+    ``torch.serialization.safe_globals`` takes). A module whose optional dependency is missing
+    is skipped: nothing saved from it can exist without it."""
+    if not _RESULT_TYPES:
+        import gae
+
+        for info in pkgutil.walk_packages(gae.__path__, "gae."):
+            try:
+                module = importlib.import_module(info.name)
+            except ImportError:
+                continue
+            _RESULT_TYPES.extend(value for value in vars(module).values()
+                                 if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+                                 and value.__module__ == module.__name__)
+    return _RESULT_TYPES
 
 
 def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:

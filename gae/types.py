@@ -63,6 +63,15 @@ class LearnEvents(NamedTuple):
     spawned: Tensor
     recycled: Tensor
 
+    @classmethod
+    def empty(cls, n: int) -> LearnEvents:
+        """The events of ``n`` decisions before learning: nothing happened (``prototype`` -1)."""
+        def flags() -> Tensor:
+            return torch.zeros(n, dtype=torch.bool)
+
+        return cls(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags(),
+                   torch.full((n,), -1, dtype=torch.int64), flags(), flags())
+
 
 class Retrieved(NamedTuple):
     """What a retrieval memory's answers were built from: the stored traces that voted.

@@ -24,20 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
-
-
-def saved_config(extra: dict[str, Any], hparams: dict[str, Any]) -> JudgmentConfig:
-    """The config a memory was saved with: its own record, the Lightning hparams', or (written
-    before the config existed) the options the hparams and the state named one by one."""
-    if isinstance(extra.get("config"), dict):
-        return JudgmentConfig.from_dict(extra["config"])
-    if isinstance(hparams.get("judgment"), dict):
-        return JudgmentConfig.from_dict(hparams["judgment"])
-    options = {key: hparams[key] for key in JudgmentConfig.options() if key in hparams}
-    options.setdefault("drift_mode", extra.get("drift_mode", "seed"))
-    options.setdefault("prototypes", extra.get("prototypes", 1))
-    return JudgmentConfig.from_dict(options)
+from gae import JudgmentMemory  # noqa: E402
+from training.module import saved_config  # noqa: E402
 
 
 def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:

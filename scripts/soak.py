@@ -3,7 +3,7 @@
 Each memory learns the same stream online, in its own process (so its peak RSS is its own). The
 stream is drawn ``--chunk`` decisions at a time, never held whole; each chunk is a fresh world
 with a drift at its middle. Every ``--sample_every`` decisions: the RSS, the bytes of every
-parameter and buffer and of every log (the decision log against its documented ``52 + 8 K``
+parameter and buffer and of every log (the decision log against its documented ``53 + 8 K``
 bytes a decision plus ``4 C K`` a call); after every batch: NaN and Inf in the state.
 docs/soak.md says what is measured and what it found.
 

@@ -76,7 +76,11 @@ class DecisionMemoryCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         if args is None or isinstance(args, (list, tuple)):  # (a dict of arguments names no files)
-            check_overlays(config_paths(list(sys.argv[1:] if args is None else args)))
+            given = list(sys.argv[1:] if args is None else args)
+            if any(arg.split("=", 1)[0] == "--trainer.logger.init_args.save_dir" for arg in given):
+                raise SystemExit("--trainer.logger.init_args.save_dir is set from --trainer.default_root_dir "
+                                 "(<dir>/lightning_logs): give --trainer.default_root_dir instead")
+            check_overlays(config_paths(given))
         super().parse_arguments(parser, args)
 
 

@@ -318,3 +318,20 @@ def test_a_load_that_fails_half_way_leaves_the_memory_as_it_was(kind):
     with pytest.raises((TypeError, KeyError, ValueError)):
         nn.Module.load_state_dict(memory, state)
     assert frozen(memory.state_dict()) != before
+
+
+def test_safe_load_allows_every_named_result_gae_defines(tmp_path):
+    from gae.loading import _result_types
+    from gae.types import LearnEvents, StreamStep
+
+    allowed = {cls.__qualname__ for cls in _result_types()}
+    for name in ("StreamStep", "MemoryOutput", "LearnEvents", "Retrieved", "GateLog", "PromotionLog", "RecycleLog",
+                 "Retrieval", "AuditRecord", "Trace", "JudgmentState",
+                 "ScoreComponents", "Admission", "ReplayReport", "Mismatch"):
+        assert name in allowed, name
+    memory = JudgmentMemory(2, 2, 2)
+    step = memory.prequential_(torch.rand(4, 2), torch.tensor([0, 1, 0, 1]), torch.tensor([0, 1, 1, 0]))
+    torch.save({"step": step, "trace": memory.trace(0, 0), "state": memory.state()}, tmp_path / "results.pt")
+    loaded = gae.safe_load(tmp_path / "results.pt")
+    assert isinstance(loaded["step"], StreamStep) and isinstance(loaded["step"].events, LearnEvents)
+    assert torch.equal(loaded["state"].centroids, memory.centroids)

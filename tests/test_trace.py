@@ -374,3 +374,18 @@ def test_a_header_written_before_an_option_existed_still_replays(tmp_path):
     old.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match="no run of the trace"):
         replay(old, checkpoint)
+
+
+def test_a_judgment_trace_checkpoint_of_format_1_is_refused_by_name(tmp_path):
+    # format 1 hashed the judgment memory's state in its earlier layout: its trace cannot be replayed bit for bit
+    memory = JudgmentMemory(2, 2, 2)
+    save_checkpoint(memory, tmp_path / "new.pt")
+    saved = torch.load(tmp_path / "new.pt", weights_only=True)
+    torch.save({**saved, "format": 1}, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="before the judgment memory's state layout 2"):
+        load_checkpoint(tmp_path / "old.pt")
+    knn = KNNMemory(2, 2)  # the k-NN memory's layout did not change: its format-1 checkpoints still load
+    save_checkpoint(knn, tmp_path / "knn.pt")
+    saved = torch.load(tmp_path / "knn.pt", weights_only=True)
+    torch.save({**saved, "format": 1}, tmp_path / "knn_old.pt")
+    assert load_checkpoint(tmp_path / "knn_old.pt")[1] == state_hash(knn)

@@ -79,6 +79,23 @@ def test_a_checkpoint_keeps_the_config_as_plain_values(tmp_path):
     assert torch.equal(again.memory.centroids, cli.model.memory.centroids)
 
 
+def test_a_checkpoint_of_the_flat_options_loads_with_its_config(tmp_path):
+    cli = fit(tmp_path, "--model.judgment.tau=0.2", "--model.judgment.eta_confirmed=0.1",
+              "--data.stream.init_args.n_decisions=100", "--data.stream.init_args.drift_at=50",
+              "--trainer.enable_progress_bar=false")
+    path = next(Path(cli.trainer.logger.log_dir).glob("checkpoints/*.ckpt"))
+    saved = torch.load(path, weights_only=True)
+    options = saved["hyper_parameters"].pop("judgment")  # as gae wrote it before JudgmentConfig: flat options
+    saved["hyper_parameters"].update({key: options[key] for key in ("tau", "eta_confirmed", "drift_threshold")})
+    extra = saved["state_dict"]["memory._extra_state"]
+    del extra["config"]
+    extra.update(drift_mode="seed", prototypes=1)
+    torch.save(saved, tmp_path / "old.ckpt")
+    again = DecisionMemoryModule.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert again.memory.config == JudgmentConfig(tau=0.2, eta_confirmed=0.1)
+    assert torch.equal(again.memory.centroids, cli.model.memory.centroids)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_overlay_runs(tmp_path):
     cli = fit(tmp_path, "--trainer.fast_dev_run=true", *SMALL, config="gpu.yaml")

@@ -360,8 +360,9 @@ class PrototypeDrift(_StreamMetric):
     first update; ``reset()`` before following another memory.
 
     Shape:
-        - before, after: (C, A, K) float, ``JudgmentMemory.centroids``.
-        - initialized: (C, A) bool, ``JudgmentMemory.initialized`` after the batch.
+        - before, after: (C, A, K) float, one prototype per (category, action): a
+          ``JudgmentMemory``'s (C, A, P, K) ``centroids`` with the slots flattened into A.
+        - initialized: (C, A) bool, ``JudgmentMemory.initialized`` after the batch (flattened alike).
 
     Attributes:
         start: (C, A, K), each tracked prototype as first seen (empty before the first update).

@@ -49,6 +49,20 @@ from training.plots import attention_heatmap
 GATE_LOG_ROWS = 100  # the gate log text shows the most recent events; the count says how many in all
 
 
+def saved_config(extra: Mapping[str, Any], hparams: Mapping[str, Any]) -> JudgmentConfig:
+    """The config a saved memory was built with: its own record (``extra``, the memory's extra
+    state), the module's hparams (``judgment``), or, in a checkpoint written before the config
+    existed, the options the hparams and the memory's state named one by one."""
+    if isinstance(extra.get("config"), Mapping):
+        return JudgmentConfig.from_dict(extra["config"])
+    if isinstance(hparams.get("judgment"), Mapping):
+        return JudgmentConfig.from_dict(hparams["judgment"])
+    options = {key: hparams[key] for key in JudgmentConfig.options() if key in hparams}
+    options.setdefault("drift_mode", extra.get("drift_mode", "seed"))
+    options.setdefault("prototypes", extra.get("prototypes", 1))
+    return JudgmentConfig.from_dict(options)
+
+
 class DecisionMemoryModule(L.LightningModule):
     """A :class:`~gae.JudgmentMemory` (and optionally a :class:`~gae.KNNMemory`) on a decision stream.
 
@@ -115,6 +129,22 @@ class DecisionMemoryModule(L.LightningModule):
         except BaseException:
             super().load_state_dict(before, strict=False)
             raise
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint written before the config existed keeps its options flat in its hparams,
+        which ``load_from_checkpoint`` does not pass on: the memory is rebuilt with them (before
+        its state is loaded), so it learns on with the rule it was trained with."""
+        hparams = checkpoint.get("hyper_parameters", {})
+        if "judgment" in hparams:
+            return
+        extra = checkpoint.get("state_dict", {}).get("memory._extra_state", {})
+        config = saved_config(extra if isinstance(extra, Mapping) else {}, hparams)
+        if config != self.memory.config:
+            trainable = self.memory.criterion_logits.requires_grad
+            self.memory = JudgmentMemory(self.memory.category_names, self.memory.action_names,
+                                         self.memory.factor_names, config).to(self.memory.centroids.device)
+            self.memory.criterion_logits.requires_grad_(trainable)
+            self.save_hyperparameters({**self.hparams, "judgment": config.to_dict()})
 
     def configure_optimizers(self) -> Any:
         if not self.hparams["learn_attention"]:

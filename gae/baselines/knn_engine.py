@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from gae.baselines import knn_kernels
-from gae.judgment.rule import empty_events
 from gae.types import LearnEvents, MemoryOutput, Retrieved
 
 BACKENDS = ("compiled", "reference")
@@ -101,7 +100,7 @@ def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor
     probs = torch.empty(n, n_actions)
     out_action = torch.empty(n, dtype=torch.int64)
     confidence = torch.empty(n)
-    events = empty_events(n)
+    events = LearnEvents.empty(n)
     near_ids = torch.empty(n, k, dtype=torch.int64)
     near_dist = torch.empty(n, k, dtype=torch.float64)
     knn_kernels.knn_loop(state.factors.numpy(), state.actions.numpy(), state.categories.numpy(), state.steps.numpy(),
@@ -121,7 +120,7 @@ def knn_prequential_reference(state: KNNState, x, category, action, skip, first_
     probs = torch.zeros(n, n_actions)
     out_action = torch.full((n,), -1, dtype=torch.int64)
     confidence = torch.zeros(n)
-    events = empty_events(n)
+    events = LearnEvents.empty(n)
     near_ids = torch.full((n, k), -1, dtype=torch.int64)
     near_dist = torch.full((n, k), float("inf"), dtype=torch.float64)
     for b in range(n):

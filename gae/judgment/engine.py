@@ -18,7 +18,7 @@ from torch import Tensor
 from gae.judgment import kernels, rule
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.state import JudgmentState
-from gae.types import MemoryOutput, PromotionLog, StreamStep
+from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
 BACKENDS = ("compiled", "reference")
 
@@ -35,7 +35,7 @@ def write_back(state: JudgmentState, learned: JudgmentState) -> None:
 
 
 def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: Tensor, category: Tensor,
-                action: Tensor, confirmed: Tensor | None, skip: Tensor, given: Tensor | None = None,
+                action: Tensor, confirmed: Tensor | None, skip: Tensor, *, given: Tensor | None = None,
                 backend: str = "compiled") -> tuple[StreamStep, PromotionLog]:
     """Score-before-learn over a batch, in stream order, updating the CPU ``state`` in place.
 
@@ -63,7 +63,7 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
     out = MemoryOutput(torch.empty(n, n_actions), torch.empty(n, n_actions), torch.empty(n, dtype=torch.int64),
                        torch.empty(n))
     sq_diff, nearest = torch.empty(n, n_actions, n_factors), torch.empty(n, n_actions, dtype=torch.int64)
-    before, events = torch.zeros(n, n_factors), rule.empty_events(n)
+    before, events = torch.zeros(n, n_factors), LearnEvents.empty(n)
     promotions = (torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n))
     arrays: Any = JudgmentState  # the same records, holding the tensors' numpy views
     kernels.prequential(

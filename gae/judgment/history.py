@@ -311,12 +311,16 @@ class HistoryMixin:
                 ``max_log_events``), or ``source_ids`` is not a list of integers.
         """
         try:
-            wanted = torch.as_tensor(np.asarray(source_ids) if isinstance(source_ids, np.ndarray) else source_ids)
-            wanted = wanted.reshape(-1).cpu()
-        except (TypeError, ValueError, RuntimeError):
+            if isinstance(source_ids, np.ndarray) and source_ids.dtype.kind == "u":  # torch has no uint64 ops
+                source_ids = source_ids.astype(np.int64, casting="same_kind") if source_ids.max(initial=0) < 2**63 \
+                    else source_ids.astype(np.float64)
+            wanted = torch.as_tensor(source_ids).cpu()
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
-        if wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool or wanted.is_complex():
+        if (wanted.dim() > 1 or wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool
+                or wanted.is_complex()):
             raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
+        wanted = wanted.reshape(-1)
         removed = self.history.forget(wanted)
         self._updates += 1
         return removed

@@ -312,20 +312,21 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         learned = engine.private_copy(self.state())  # a failure in the loop leaves the memory as it was
         category, action, skip = (t.to("cpu") for t in (category, action, skip))
         x = x.detach().to("cpu", torch.float32)
+        if confirmed is not None:  # the flags the caller gave: all of them, or (a replay) those it records
+            confirmed = confirmed.to("cpu")
+            given = torch.ones_like(confirmed) if given is None else given.to("cpu")
         step, promotions = engine.prequential(learned, self._config, alpha.to(torch.float32), x, category, action,
-                                              None if confirmed is None else confirmed.to("cpu"), skip,
-                                              None if given is None else given.to("cpu"), self.backend)
+                                              confirmed, skip, given=given, backend=self.backend)
         engine.write_back(self.state(), learned)  # the whole batch lands at once
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         if not self.history.replaying:  # a replay is one mutation, counted by undo_ / forget_
             self._updates += x.shape[0]
-        derived = step.output.action == action
-        if confirmed is None:
+        derived = step.output.action == action  # the memory's own recommendation was the verified action
+        if confirmed is None or given is None:
             used, given = derived, torch.zeros_like(derived)
         else:
-            given = torch.ones_like(derived) if given is None else given.to("cpu")
-            used = torch.where(given, confirmed.to("cpu"), derived)  # the flag the rule used
+            used = torch.where(given, confirmed, derived)  # the flag the rule used
         self.history.record(first, x, category, action, used, given, step, promotions, source_ids,
                             self.criterion_logits)
         return step if device.type == "cpu" else step.to(device)
@@ -361,6 +362,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                 raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "
                                  f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
 
-    def _upgrade_state(self, state_dict: dict[str, Any], prefix: str) -> None:
-        """In place: a state an earlier gae saved, in this version's layout (see gae/judgment/state.py)."""
-        layout.upgrade_state_dict(state_dict, prefix, self._config)
+    def _upgrade_state(self, state_dict: dict[str, Any], prefix: str, version: int | None) -> None:
+        """In place: a state an earlier gae saved (``version`` < 2, or unrecorded and of an older
+        layout), in this version's layout (see gae/judgment/state.py)."""
+        layout.upgrade_state_dict(state_dict, prefix, self._config, version)

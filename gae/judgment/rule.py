@@ -272,15 +272,6 @@ def shadow_and_promotion(x: Tensor, c: int, a: int, p: int, fresh: bool, state: 
     return evidence
 
 
-def empty_events(n: int) -> LearnEvents:
-    """Per-decision learn events of a batch of ``n``, all off (``prototype`` -1)."""
-    def flags() -> Tensor:
-        return torch.zeros(n, dtype=torch.bool)
-
-    return LearnEvents(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags(),
-                       torch.full((n,), -1, dtype=torch.int64), flags(), flags())
-
-
 def promotions_of(events: LearnEvents, category: Tensor, statistic: Tensor, evidence: Tensor,
                   shift: Tensor) -> PromotionLog:
     """The rows of the per-decision promotion outputs where a promotion happened (step = batch position)."""
@@ -308,7 +299,7 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
     logits, probs = torch.empty(n, n_actions), torch.empty(n, n_actions)
     out_action, confidence = torch.empty(n, dtype=torch.int64), torch.empty(n)
     sq_diff, nearest = torch.empty(n, n_actions, n_factors), torch.empty(n, n_actions, dtype=torch.int64)
-    before, events = torch.zeros(n, n_factors), empty_events(n)
+    before, events = torch.zeros(n, n_factors), LearnEvents.empty(n)
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
     tau = _f32(config.tau)
     multi = state.centroids.shape[2] > 1

@@ -101,6 +101,9 @@ def register(module: torch.nn.Module, n_categories: int, n_actions: int, n_facto
         module.register_buffer(name, torch.zeros(shape, dtype=dtype))
 
 
+_RETIRED = ("category_accuracy",)  # a buffer of the first following design (f4d9d81..2e861dc), nothing reads it
+
+
 def is_current(buffers: dict[str, Any]) -> bool:
     """The saved buffers already have this layout (every name, per-prototype ranks)."""
     centroids = buffers.get("centroids")
@@ -110,48 +113,65 @@ def is_current(buffers: dict[str, Any]) -> bool:
 def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
     """The buffers of a version-1 state (``name -> tensor``, no prefix) in this layout; a new dict.
 
-    One prototype's (C, A, K) / (C, A) buffers gain their slot dimension; the buffers a mode
-    did not have are added empty, as this layout keeps them. An adaptive state of an earlier
-    format gains what that format lacked at its neutral value: tracking prototypes equal to
-    the prototypes with no lead, and, before the run means, no run in progress (the change
-    test's statistic and evidence, which every format kept, carry on). Tensors of a layout
-    this does not know (a state of another memory) are left as they are, for the load's shape
-    check to refuse by name.
+    One prototype's (C, A, K) / (C, A) buffers gain their slot dimension, and ``wins``, which
+    one prototype did not have, is added empty. The adaptive buffers are added empty to the
+    state of a seed memory, as this layout keeps them. An adaptive state of an earlier format
+    gains what that format lacked at its neutral value: tracking prototypes equal to the
+    prototypes with no lead, no run in progress, no prototype following a change (the first
+    following design's per-category flag and accuracies are dropped: a follow-up in progress
+    ends, the seed rule goes on); the change test's statistic and evidence, which every format
+    kept, carry on. The core buffers (``centroids``, ``initialized``, ``counts``,
+    ``num_decisions``) are never made up, and a state of a layout this does not know is left
+    as it is, for the load to refuse by name.
     """
-    if is_current(buffers):
-        return dict(buffers)
     out = dict(buffers)
     centroids = out.get("centroids")
-    if not isinstance(centroids, Tensor) or centroids.dim() not in (3, 4):
+    if not isinstance(centroids, Tensor) or centroids.dim() not in (3, 4) or is_current(out):
         return out
-    one_slot = centroids.dim() == 3  # version 1 with prototypes=1: no slot dimension
-    per_prototype = ("centroids", "initialized", "counts", "shadow_centroids", "following", "follow_weight",
-                     "run_centroids", "run_counts", "tracking_centroids")
-    if one_slot:
-        for name in per_prototype:
+    for name in _RETIRED:
+        out.pop(name, None)
+    following = out.get("following")
+    if isinstance(following, Tensor) and following.dim() == 1:  # per category: the first following design
+        del out["following"]
+    if centroids.dim() == 3:  # version 1 with prototypes=1: no slot dimension
+        for name in ("centroids", "initialized", "counts", "shadow_centroids", "following", "follow_weight",
+                     "run_centroids", "run_counts", "tracking_centroids"):
             if isinstance(out.get(name), Tensor):
                 out[name] = out[name].unsqueeze(2)
     n_categories, n_actions, n_slots, n_factors = out["centroids"].shape
-    saved_mode = "adaptive" if "shadow_centroids" in out else "seed"
-    sizes = layout(n_categories, n_actions, n_factors, config.replace(prototypes=n_slots, drift_mode=saved_mode))
-    neutral = {"tracking_centroids": out["centroids"].clone}  # a tracking prototype starts at its prototype
-    for name, (shape, dtype) in sizes.items():
-        if name not in out:
-            make = neutral.get(name) if saved_mode == "adaptive" else None
-            out[name] = make() if make is not None else torch.zeros(shape, dtype=dtype)
+    saved_adaptive = "shadow_centroids" in out
+    sizes = layout(n_categories, n_actions, n_factors, config.replace(
+        prototypes=n_slots, drift_mode="adaptive" if saved_adaptive else "seed"))
+    if "wins" not in out and n_slots == 1:
+        out["wins"] = torch.zeros(sizes["wins"][0])
+    if saved_adaptive or not config.adaptive:  # (a seed state into an adaptive memory: the mode check names it)
+        for name in _ADAPTIVE:
+            if name not in out:
+                shape, dtype = sizes[name]
+                out[name] = out["centroids"].clone() if name == "tracking_centroids" and saved_adaptive \
+                    else torch.zeros(shape, dtype=dtype)
     return out
 
 
-def upgrade_state_dict(state_dict: dict[str, Any], prefix: str, config: JudgmentConfig) -> None:
+def upgrade_state_dict(state_dict: dict[str, Any], prefix: str, config: JudgmentConfig,
+                       version: int | None = None) -> None:
     """In place: the memory's entries of ``state_dict`` (under ``prefix``) in this layout
-    (:func:`upgrade`), its decision log's base state too; nothing when they already are."""
-    own = {name: state_dict[prefix + name] for name in BUFFERS if prefix + name in state_dict}
+    (:func:`upgrade`), its decision log's base state too. Nothing happens to a state saved in
+    this layout (``version``, torch's ``_metadata`` record of ``JudgmentMemory._version``, is
+    ``VERSION``; without it, by the state's own layout), so a partial ``strict=False`` load
+    of a current state keeps what it does not name."""
+    if version is not None and version >= VERSION:
+        return
+    own = {name: state_dict[prefix + name] for name in (*BUFFERS, *_RETIRED) if prefix + name in state_dict}
     extra = state_dict.get(prefix + "_extra_state")
     log = extra.get("decision_log") if isinstance(extra, dict) else None
     base = log.get("base") if isinstance(log, dict) else None
     if is_current(own) and (not base or is_current(base)):
         return
-    for name, tensor in upgrade(own, config).items():
+    upgraded = upgrade(own, config)
+    for name in own.keys() - upgraded.keys():
+        del state_dict[prefix + name]
+    for name, tensor in upgraded.items():
         state_dict[prefix + name] = tensor
     if base and isinstance(extra, dict) and isinstance(log, dict):
         state_dict[prefix + "_extra_state"] = {**extra, "decision_log": {**log, "base": upgrade(base, config)}}

@@ -55,7 +55,7 @@ from gae.judgment import JudgmentConfig, JudgmentMemory
 from gae.traces.lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
 from gae.types import MemoryOutput, StreamStep
 
-FORMAT = 1
+FORMAT = 2  # 2: a judgment memory's state in layout 2 (gae/judgment/state.py), which its hashes name
 FLUSH_DECISIONS = 4096  # decisions a writer keeps before it encodes and writes them
 _KINDS: dict[str, type] = {"judgment": JudgmentMemory, "knn": KNNMemory, "retrieval": RetrievalMemory}
 def memory_kind(memory: nn.Module) -> str:
@@ -147,8 +147,12 @@ def load_checkpoint(path: str | Path) -> tuple[Memory, str]:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         raise ValueError(f"{path} is not a readable gae checkpoint: {error}") from error
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+    if not isinstance(saved, dict) or saved.get("format") not in (1, FORMAT):
         raise ValueError(f"{path} is not a gae trace checkpoint of format {FORMAT}")
+    if saved["format"] == 1 and isinstance(saved.get("config"), dict) and saved["config"].get("kind") == "judgment":
+        raise ValueError(f"{path} was written by a gae before the judgment memory's state layout 2: its hashes, and "
+                         "those of its trace, name the old layout, so its trace cannot be replayed bit for bit here; "
+                         "replay it with the gae that wrote it (the state itself loads: JudgmentMemory migrates it)")
     memory = build_memory(saved["config"])
     memory.load_state_dict(saved["state_dict"])
     if state_hash(memory) != saved["hash"]:

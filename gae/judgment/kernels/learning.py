@@ -31,7 +31,7 @@ def taught_slot(x, b, c, a, centroids, initialized):  # pragma: no cover
             for k in range(x.shape[1]):
                 diff = x[b, k] - centroids[c, a, p, k]
                 total += diff * diff
-            if total < closest:
+            if target < 0 or total < closest:  # the first in use, even at an infinite distance
                 closest = total
                 target = p
     if target < 0:
