@@ -24,14 +24,17 @@ BACKENDS = ("compiled", "reference")
 
 
 def private_copy(state: JudgmentState) -> JudgmentState:
-    """CPU copies of every state tensor (float32 prototypes), contiguous."""
-    return JudgmentState(*(t.detach().to("cpu", copy=True).contiguous() for t in state))
+    """CPU copies of every state tensor, contiguous (the empty buffers of a feature that is off
+    are shared: nothing writes them)."""
+    return JudgmentState(*(t if t.numel() == 0 and t.device.type == "cpu" else t.detach().to("cpu", copy=True)
+                           .contiguous() for t in state))
 
 
 def write_back(state: JudgmentState, learned: JudgmentState) -> None:
     """Copy the learned CPU state into the module's buffers, wherever they live."""
     for mine, new in zip(state, learned, strict=True):
-        mine.copy_(new)
+        if mine is not new:
+            mine.copy_(new)
 
 
 def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: Tensor, category: Tensor,

@@ -6,6 +6,7 @@ reassociate sums (it is checked against torch with a tolerance and never used to
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ class Options(NamedTuple):
     win_decay: float
 
     @classmethod
+    @functools.lru_cache(maxsize=64)  # once per config: a config is immutable, and this runs every call
     def of(cls, config: JudgmentConfig) -> Options:
         low, high = config.clip if config.clip is not None else (0.0, 0.0)
         values = {name: float(getattr(config, name)) for name in cls._fields if hasattr(config, name)
