@@ -7,8 +7,6 @@ out of range, is refused with the argument and the values in the message, and ch
 
 from __future__ import annotations
 
-import sqlite3
-
 import numpy as np
 import pytest
 import torch
@@ -19,6 +17,7 @@ from gae import AdmissionPolicy, EpisodicMemory, RetrievalMemory
 from gae.episodic.columns import plain_ids, scope_column
 from gae.episodic.store import SQLiteStore
 from gae.episodic.store.base import scope_filters, scope_keys
+from tests.test_bad_input import dump
 
 DIM = 4
 GEN = torch.Generator().manual_seed(18)
@@ -61,14 +60,6 @@ def image(value):
     if isinstance(value, tuple):
         return tuple(image(v) for v in value)
     return value
-
-
-def dump(path) -> list[str]:
-    connection = sqlite3.connect(path)
-    try:
-        return list(connection.iterdump())
-    finally:
-        connection.close()
 
 
 def admit(scope, source_ids, allowed):
