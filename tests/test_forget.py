@@ -67,3 +67,25 @@ def test_a_derived_flag_can_change_in_the_replay(mode):
     kept = torch.ones(600, dtype=torch.bool)
     kept[dropped] = False
     assert not torch.equal(memory.decision_log.events()["confirmed"], before[kept])  # some flag did change
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_memory_no_longer_used_is_freed_at_once_with_its_log(mode):
+    # no reference cycle through the history: refcounting frees the memory and its decision log, without
+    # waiting for the cyclic garbage collector (a sweep that makes memories would otherwise pile them up)
+    import gc
+    import weakref
+
+    stream = clustered_stream(4, 400, drift_at=200)
+    memory = feed(make_judgment(**MODES[mode]), stream, torch.zeros(400, dtype=torch.bool))
+    memory.forget_([5])
+    memory.score_one(stream.x[0].tolist(), 0)
+    gone = weakref.ref(memory)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del memory
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -10,7 +10,7 @@ imports the memory. :class:`HistoryMixin` is the memory's public face of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -40,18 +40,19 @@ def load_buffers(module: nn.Module, buffers: dict[str, Tensor]) -> None:
 class History:
     """The decision log and the event logs of one memory, and the replays built on them.
 
+    The memory hands itself (``module``, whose buffers a replay rebuilds) and ``relearn`` (how it
+    learns logged decisions again: one engine call over the columns of :data:`RELEARNED`, under
+    the attention logits they had) to each call that needs them; the history keeps no reference
+    to the memory, so a memory no longer used is freed at once, with its log.
+
     Args:
-        module: the memory whose buffers a replay rebuilds.
         max_events: see :class:`DecisionLog`.
-        relearn: how the memory learns logged decisions again (``relearn(columns, logits)``: one
-            engine call over the columns of :data:`RELEARNED`, under those attention logits).
+        base: the memory's buffers before its first decision (:func:`buffer_state`).
     """
 
-    def __init__(self, module: nn.Module, max_events: int | None, relearn: Relearn) -> None:
-        self.module = module
-        self.relearn = relearn
+    def __init__(self, max_events: int | None, base: dict[str, Tensor]) -> None:
         self.log = DecisionLog(max_events)
-        self.log.base = buffer_state(module)
+        self.log.base = base
         self.chunks: dict[str, list[Any]] = {name: [] for name in EVENT_LOGS}
         self.replaying = False  # a replay relearns logged decisions: they are logged again, never folded
         self.replay_logits: Tensor | None = None  # the attention logits of the call being replayed
@@ -103,7 +104,7 @@ class History:
             extra[f"{name}_log"] = dict(self.joined(name)._asdict())
         return extra
 
-    def load_state(self, extra: dict[str, Any]) -> None:
+    def load_state(self, module: nn.Module, extra: dict[str, Any]) -> None:
         """The logs of :meth:`state`; a state saved before the decision log existed (or into a
         memory that keeps none) starts the log from the loaded buffers."""
         self.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else [] for name in EVENT_LOGS})
@@ -112,12 +113,13 @@ class History:
             self.log = DecisionLog.from_state(extra["decision_log"])
         else:
             self.log = DecisionLog(max_events)
-            self.log.base = buffer_state(self.module)
+            self.log.base = buffer_state(module)
         self.log.max_events = max_events
 
     # -- recording a learning call ----------------------------------------------------------
-    def record(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor, given: Tensor,
-               step: StreamStep, promotions: PromotionLog, source_ids: Tensor | None, logits: Tensor) -> None:
+    def record(self, module: nn.Module, relearn: Relearn, first: int, x: Tensor, category: Tensor, action: Tensor,
+               confirmed: Tensor, given: Tensor, step: StreamStep, promotions: PromotionLog,
+               source_ids: Tensor | None, logits: Tensor) -> None:
         """Log one learning call of decisions ``first, first + 1, ...`` (CPU tensors)."""
         events = step.events
         self._append_events(first, category, action, events)
@@ -142,7 +144,7 @@ class History:
             "prototype": events.prototype.clone(), "x": x.detach().to("cpu", torch.float32, copy=True),
             "before": step.before.clone(), "logits": logits.detach().to("cpu", copy=True)})
         if log.max_events is not None and len(log) > log.max_events and not self.replaying:
-            self._fold(len(log) - log.max_events // 2)
+            self._fold(module, relearn, len(log) - log.max_events // 2)
 
     def _append_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)
@@ -165,16 +167,16 @@ class History:
                              f"{learned} decisions but the memory has learned {num_decisions} (a state loaded "
                              "without its log, or learned with max_log_events=0); it cannot undo or forget")
 
-    def replay(self, keep: Tensor | None = None, stop: int | None = None) -> None:
+    def replay(self, module: nn.Module, relearn: Relearn, keep: Tensor | None = None, stop: int | None = None) -> None:
         """Rebuild the state from the log's base by re-learning its decisions (the first ``stop``,
         those in ``keep``) call by call, each with the attention it had; given confirmed flags are
         kept, derived ones derived again. All of it or nothing: a failure restores the state."""
-        self.check_covers(int(self.module.get_buffer("num_decisions")))
-        saved = (buffer_state(self.module), self.logs_state(), list(self.log.chunks))
+        self.check_covers(int(module.get_buffer("num_decisions")))
+        saved = (buffer_state(module), self.logs_state(), list(self.log.chunks))
         chunks, self.log.chunks = self.log.chunks, []
         self.replaying = True
         try:
-            load_buffers(self.module, self.log.base)
+            load_buffers(module, self.log.base)
             self.set_logs(self.log.base_logs)
             position = 0
             batch: list[dict[str, Tensor]] = []  # consecutive calls with the same attention: one engine call
@@ -188,43 +190,43 @@ class History:
                 if not bool(chosen.any()):
                     continue
                 if batch and not torch.equal(batch[-1]["logits"], chunk["logits"]):
-                    self._relearn(batch)
+                    self._relearn(relearn, batch)
                     batch = []
                 batch.append({**{name: chunk[name][chosen] for name in RELEARNED}, "logits": chunk["logits"]})
             if batch:
-                self._relearn(batch)
+                self._relearn(relearn, batch)
         except BaseException:
             buffers, logs, self.log.chunks = saved
-            load_buffers(self.module, buffers)
+            load_buffers(module, buffers)
             self.set_logs(logs)
             raise
         finally:
             self.replaying = False
 
-    def _relearn(self, calls: list[dict[str, Tensor]]) -> None:
+    def _relearn(self, relearn: Relearn, calls: list[dict[str, Tensor]]) -> None:
         columns = {name: torch.cat([call[name] for call in calls]) for name in RELEARNED}
         self.replay_logits = calls[0]["logits"]
         try:
-            self.relearn(columns, calls[0]["logits"])
+            relearn(columns, calls[0]["logits"])
         finally:
             self.replay_logits = None
 
-    def _fold(self, count: int) -> None:
+    def _fold(self, module: nn.Module, relearn: Relearn, count: int) -> None:
         """Fold the oldest whole calls holding at least ``count`` decisions into the base."""
         sizes = [int(chunk["seq"].shape[0]) for chunk in self.log.chunks]
         folded, calls = 0, 0
         while calls < len(sizes) and folded < count:
             folded += sizes[calls]
             calls += 1
-        current = (buffer_state(self.module), self.logs_state(), list(self.log.chunks))
-        self.replay(stop=folded)  # the state right after the folded decisions
-        self.log.base, self.log.base_logs = buffer_state(self.module), self.logs_state()
+        current = (buffer_state(module), self.logs_state(), list(self.log.chunks))
+        self.replay(module, relearn, stop=folded)  # the state right after the folded decisions
+        self.log.base, self.log.base_logs = buffer_state(module), self.logs_state()
         buffers, logs, chunks = current
-        load_buffers(self.module, buffers)
+        load_buffers(module, buffers)
         self.set_logs(logs)
         self.log.chunks = chunks[calls:]
 
-    def undo(self, n: int) -> Tensor:
+    def undo(self, module: nn.Module, relearn: Relearn, n: int) -> Tensor:
         """Replay all but the last ``n`` applied decisions; returns the attention logits in force
         when the first undone decision came (the caller restores them)."""
         applied = (~self.log.events()["skipped"]).nonzero().squeeze(-1)
@@ -237,10 +239,10 @@ class History:
         sizes = torch.tensor([int(chunk["seq"].shape[0]) for chunk in self.log.chunks])
         call = int(torch.searchsorted(torch.cumsum(sizes, 0), stop, right=True))
         logits = self.log.chunks[call]["logits"]
-        self.replay(stop=stop)
+        self.replay(module, relearn, stop=stop)
         return logits
 
-    def forget(self, wanted: Tensor) -> int:
+    def forget(self, module: nn.Module, relearn: Relearn, wanted: Tensor) -> int:
         """Replay the log without the decisions whose source id is in ``wanted``; returns how many."""
         logged = self.log.events()["source_id"]
         missing = wanted[~torch.isin(wanted, logged)]
@@ -249,7 +251,7 @@ class History:
                              + (" (older decisions may have been folded into its base by max_log_events)"
                                 if self.log.max_events is not None else ""))
         keep = ~torch.isin(logged, wanted)
-        self.replay(keep=keep)
+        self.replay(module, relearn, keep=keep)
         return int((~keep).sum())
 
     def trace(self, c: int, a: int, prototype: int, top: int) -> Trace:
@@ -282,6 +284,7 @@ class HistoryMixin:
     criterion_logits: Tensor
     config: Any
     _category_index: Callable[[str | int], int]
+    _relearn: Relearn
 
     def undo_(self, n: int = 1) -> None:
         """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
@@ -290,7 +293,7 @@ class HistoryMixin:
         restore). Raises ValueError, changing nothing, when the log holds fewer
         (``max_log_events`` folds older decisions into its base)."""
         n = check.check_int("n", n, low=1)
-        logits = self.history.undo(n)
+        logits = self.history.undo(cast(nn.Module, self), self._relearn, n)
         with torch.no_grad():
             self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
         self._updates += 1
@@ -321,7 +324,7 @@ class HistoryMixin:
                 or wanted.is_complex()):
             raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
         wanted = wanted.reshape(-1)
-        removed = self.history.forget(wanted)
+        removed = self.history.forget(cast(nn.Module, self), self._relearn, wanted)
         self._updates += 1
         return removed
 

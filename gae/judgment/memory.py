@@ -17,7 +17,7 @@ from gae.judgment import state as layout
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
-from gae.judgment.history import RELEARNED, History, HistoryMixin
+from gae.judgment.history import RELEARNED, History, HistoryMixin, buffer_state
 from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
@@ -128,7 +128,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         self._options = kernels.Options.of(self._config)
         self.criterion_logits = nn.Parameter(torch.zeros(len(self.category_names), self.n_factors))
         layout.register(self, len(self.category_names), len(self.action_names), self.n_factors, self._config)
-        self.history = History(self, self._config.max_log_events, self._relearn)
+        self.history = History(self._config.max_log_events, buffer_state(self))
         self._updates = 0  # the version counter: see ``version``
         self._category_positions = {name: i for i, name in enumerate(self.category_names)}
         self._views = engine.HostViews()  # the persistent host view score_one reads
@@ -327,8 +327,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             used, given = derived, torch.zeros_like(derived)
         else:
             used = torch.where(given, confirmed, derived)  # the flag the rule used
-        self.history.record(first, x, category, action, used, given, step, promotions, source_ids,
-                            self.criterion_logits)
+        self.history.record(self, self._relearn, first, x, category, action, used, given, step, promotions,
+                            source_ids, self.criterion_logits)
         return step if device.type == "cpu" else step.to(device)
 
     def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:
@@ -351,7 +351,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
     def set_extra_state(self, extra: dict[str, Any]) -> None:
         # a state saved before the counter existed: every decision it learned was one update
         self._updates = int(extra.get("updates", int(self.num_decisions)))
-        self.history.load_state(extra)
+        self.history.load_state(self, extra)
 
     def _check_names_state(self, extra: dict[str, Any]) -> None:
         super()._check_names_state(extra)
