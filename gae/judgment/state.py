@@ -133,10 +133,9 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
     following = out.get("following")
     if isinstance(following, Tensor) and following.dim() == 1:  # per category: the first following design
         del out["following"]
-    if centroids.dim() == 3:  # version 1 with prototypes=1: no slot dimension
-        for name in ("centroids", "initialized", "counts", "shadow_centroids", "following", "follow_weight",
-                     "run_centroids", "run_counts", "tracking_centroids"):
-            if isinstance(out.get(name), Tensor):
+    if centroids.dim() == 3:  # version 1 with prototypes=1: no slot dimension on the per-prototype buffers
+        for name, (shape, _) in layout(1, 1, 1, config).items():
+            if len(shape) >= 3 and isinstance(out.get(name), Tensor):
                 out[name] = out[name].unsqueeze(2)
     n_categories, n_actions, n_slots, n_factors = out["centroids"].shape
     saved_adaptive = "shadow_centroids" in out

@@ -1,7 +1,9 @@
 """The compiled mirror (numba) of :mod:`gae.judgment.rule`, function for function.
 
 Each function has the same name as its torch counterpart in ``rule.py``, whose docstring has
-the maths; the tests hold the two equal on seeded random streams in every mode. ``scoring.py``
+the maths (two work on one slot where the torch function works on all: ``scores`` is one entry
+of ``rule.scoring_mask`` and ``logit`` one of ``rule.distances``, divided by ``-tau``); the
+tests hold the two equal on seeded random streams in every mode. ``scoring.py``
 holds the scoring (batched, one decision, and the online loop's), ``learning.py`` the online
 loop and its sub-rules. The kernels trust their inputs (the module validates) and run on
 private copies of the state, so a failure never leaves a half-updated memory.
