@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -146,3 +148,65 @@ def lookup(argument: str, value: int | str, names: tuple[str, ...]) -> int:
     if not 0 <= value < len(names):
         raise ValueError(f"{argument} index must be in [0, {len(names)}), got {value}")
     return int(value)
+
+
+def plain_ids(argument: str, value: Any, ranks: Sequence[int] | None, *, names: bool = False) -> Any:
+    """A torch tensor (any device) or numpy array or scalar of ids as Python values: an int (0-D),
+    a list (1-D) or a list of lists (2-D). Any other value is returned as given, for the caller's
+    own checks of lists and plain values.
+
+    The tensor or array must hold integers (or, with ``names``, numpy strings: scope names) and
+    have one of ``ranks`` dimensions (None: any); otherwise the error names ``argument`` and the
+    values. A float, bool or complex tensor is refused even when its values are whole numbers.
+
+    Examples::
+
+        >>> plain_ids("scopes", torch.tensor([[3], [1]]), (1, 2))
+        [[3], [1]]
+        >>> plain_ids("scope", np.int64(5), (0, 1))
+        5
+    """
+    if isinstance(value, Tensor):
+        if value.device.type == "meta":
+            raise TypeError(f"{argument} is a meta tensor (no values); pass its values on a real device")
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got {value.dtype} "
+                            f"{_preview(value)}")
+        dims = value.dim()
+    elif isinstance(value, (np.ndarray, np.generic)) and not isinstance(value, (str, bytes)):
+        value = np.asarray(value)
+        if value.dtype.kind not in ("iuU" if names else "iu"):
+            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got numpy "
+                            f"{value.dtype} {_preview(value)}")
+        dims = value.ndim
+    else:
+        return value
+    if ranks is not None and dims not in ranks:
+        expected = " or ".join(f"{rank}-D" for rank in ranks)
+        raise ValueError(f"{argument} must be a {expected} tensor or array, got shape {tuple(value.shape)}: "
+                         f"{_preview(value)}")
+    return value.tolist()
+
+
+def _preview(values: Tensor | np.ndarray) -> str:
+    """The first values of a tensor or array, for an error message."""
+    flat = values.reshape(-1)
+    return f"{flat[:6].tolist()}{' ...' if flat.shape[0] > 6 else ''}"
+
+
+def source_ids(value: Any) -> Tensor:
+    """The source ids of ``forget_`` as a 1-D int64 tensor: an int, a list of ints, or an integer
+    tensor or array (0-D or 1-D, any device).
+
+    Raises:
+        ValueError: anything else (floats, bools, text, 2-D, empty, beyond int64), naming the value.
+    """
+    try:
+        ids = plain_ids("source_ids", value, (0, 1))
+        ids = [ids] if isinstance(ids, numbers.Integral) else list(ids)
+        ids = [plain_ids("source_ids", i, (0,)) for i in ids]  # numpy and 0-D tensor elements of a list
+        if not ids or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
+            raise ValueError
+        return torch.tensor(ids, dtype=torch.int64)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        raise ValueError(f"source_ids must be a non-empty list of integers, got {value!r}") from None

@@ -89,3 +89,17 @@ def test_a_memory_no_longer_used_is_freed_at_once_with_its_log(mode):
     finally:
         if enabled:
             gc.enable()
+
+
+def test_source_ids_accept_what_a_pytorch_user_passes_and_refuse_the_rest():
+    import numpy as np
+
+    from gae.validation import source_ids
+
+    for given in (3, [3, 4], (3, 4), torch.tensor([3, 4]), torch.tensor(3), np.array([3, 4], dtype=np.uint64),
+                  [np.int64(3), torch.tensor(4)]):
+        assert source_ids(given).tolist() in ([3], [3, 4])
+    for bad in ([], [1.5], [True], torch.tensor([1.0]), np.array([[1]]), "3", np.array([2**64 - 1], dtype=np.uint64),
+                None):
+        with pytest.raises(ValueError, match="source_ids must be a non-empty list of integers"):
+            source_ids(bad)

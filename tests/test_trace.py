@@ -389,3 +389,15 @@ def test_a_judgment_trace_checkpoint_of_format_1_is_refused_by_name(tmp_path):
     saved = torch.load(tmp_path / "knn.pt", weights_only=True)
     torch.save({**saved, "format": 1}, tmp_path / "knn_old.pt")
     assert load_checkpoint(tmp_path / "knn_old.pt")[1] == state_hash(knn)
+
+
+def test_the_writer_logs_a_forget_of_numpy_ids(tmp_path):
+    # the removal is written in the same words the memory read its ids in: an id array forgotten is traced
+    memory = JudgmentMemory(2, 2, 2)
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path, memory, run="jm")
+    writer.prequential_(torch.rand(6, 2), torch.tensor([0, 1, 0, 1, 0, 1]), torch.tensor([0, 1, 1, 0, 0, 1]))
+    assert writer.forget_(np.array([2, 4], dtype=np.uint64)) == 2
+    writer.close()
+    forgets = [record for record in read_trace(path) if record["kind"] == "forget"]
+    assert [record["source_ids"] for record in forgets] == [[2, 4]]

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae.episodic.columns import plain_ids
+from gae.validation import plain_ids
 
 OUTCOMES = ("success", "corrected", "useful_failure", "failure", "uncertain")
 

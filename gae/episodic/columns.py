@@ -7,9 +7,10 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from gae.validation import plain_ids
 
 MEMORY_TYPES = ("episode", "semantic")
 
@@ -39,50 +40,6 @@ def per_memory(name: str, value: Any, n: int, device: torch.device, *, low: floa
         raise ValueError(f"{name} must be {'finite and ' if finite else ''}in [{low}, {high}], "
                          f"got {float(tensor[bad][0])}")
     return tensor
-
-
-def plain_ids(argument: str, value: Any, ranks: Sequence[int] | None, *, names: bool = False) -> Any:
-    """A torch tensor (any device) or numpy array or scalar of ids as Python values: an int (0-D),
-    a list (1-D) or a list of lists (2-D). Any other value is returned as given, for the caller's
-    own checks of lists and plain values.
-
-    The tensor or array must hold integers (or, with ``names``, numpy strings: scope names) and
-    have one of ``ranks`` dimensions (None: any); otherwise the error names ``argument`` and the
-    values. A float, bool or complex tensor is refused even when its values are whole numbers.
-
-    Examples::
-
-        >>> plain_ids("scopes", torch.tensor([[3], [1]]), (1, 2))
-        [[3], [1]]
-        >>> plain_ids("scope", np.int64(5), (0, 1))
-        5
-    """
-    if isinstance(value, Tensor):
-        if value.device.type == "meta":
-            raise TypeError(f"{argument} is a meta tensor (no values); pass its values on a real device")
-        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got {value.dtype} "
-                            f"{_preview(value)}")
-        dims = value.dim()
-    elif isinstance(value, (np.ndarray, np.generic)) and not isinstance(value, (str, bytes)):
-        value = np.asarray(value)
-        if value.dtype.kind not in ("iuU" if names else "iu"):
-            raise TypeError(f"{argument} must hold integers{' or names' if names else ''}, got numpy "
-                            f"{value.dtype} {_preview(value)}")
-        dims = value.ndim
-    else:
-        return value
-    if ranks is not None and dims not in ranks:
-        expected = " or ".join(f"{rank}-D" for rank in ranks)
-        raise ValueError(f"{argument} must be a {expected} tensor or array, got shape {tuple(value.shape)}: "
-                         f"{_preview(value)}")
-    return value.tolist()
-
-
-def _preview(values: Tensor | np.ndarray) -> str:
-    """The first values of a tensor or array, for an error message."""
-    flat = values.reshape(-1)
-    return f"{flat[:6].tolist()}{' ...' if flat.shape[0] > 6 else ''}"
 
 
 def scope_index(scope: Any, names: Sequence[str], argument: str) -> int:

@@ -15,7 +15,6 @@ from gae.episodic.admission import Admission, AdmissionPolicy, add_arguments
 from gae.episodic.columns import (
     memory_type_column,
     per_memory,
-    plain_ids,
     scope_column,
     scope_index,
     scope_lists,
@@ -329,7 +328,7 @@ class EpisodicMemory(Persistence):
         now = check.check_real("now", now, low=-float("inf"))
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {reason!r}")
-        plain = plain_ids("ids", ids, None)
+        plain = check.plain_ids("ids", ids, None)
         try:
             raw = torch.as_tensor(plain, device=self.embeddings.device).reshape(-1)
         except (TypeError, ValueError, RuntimeError, OverflowError):  # None, text, ragged lists, > int64

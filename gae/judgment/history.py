@@ -313,17 +313,7 @@ class HistoryMixin:
             ValueError: an id is not in the log (never learned, or folded into its base by
                 ``max_log_events``), or ``source_ids`` is not a list of integers.
         """
-        try:
-            if isinstance(source_ids, np.ndarray) and source_ids.dtype.kind == "u":  # torch has no uint64 ops
-                source_ids = source_ids.astype(np.int64, casting="same_kind") if source_ids.max(initial=0) < 2**63 \
-                    else source_ids.astype(np.float64)
-            wanted = torch.as_tensor(source_ids).cpu()
-        except (TypeError, ValueError, RuntimeError, OverflowError):
-            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}") from None
-        if (wanted.dim() > 1 or wanted.numel() == 0 or wanted.is_floating_point() or wanted.dtype == torch.bool
-                or wanted.is_complex()):
-            raise ValueError(f"source_ids must be a non-empty list of integers, got {source_ids!r}")
-        wanted = wanted.reshape(-1)
+        wanted = check.source_ids(source_ids)
         removed = self.history.forget(cast(nn.Module, self), self._relearn, wanted)
         self._updates += 1
         return removed

@@ -266,7 +266,7 @@ class TraceWriter:
             raise TypeError(f"forget_ needs a JudgmentMemory, this writer traces a {type(self.memory).__name__}")
         self._sync()
         removed = self.memory.forget_(source_ids)
-        self._removal("forget", "source_ids", torch.as_tensor(source_ids).reshape(-1).tolist(), removed)
+        self._removal("forget", "source_ids", check.source_ids(source_ids).tolist(), removed)
         return removed
 
     def delete(self, ids: Sequence[int] | Tensor) -> int:
@@ -275,7 +275,8 @@ class TraceWriter:
             raise TypeError(f"delete needs a RetrievalMemory, this writer traces a {type(self.memory).__name__}")
         self._sync()
         removed = self.memory.delete(ids)
-        self._removal("delete", "ids", torch.as_tensor(ids).reshape(-1).tolist(), removed)
+        self._removal("delete", "ids", np.asarray(check.plain_ids("ids", ids, None), dtype=np.int64).reshape(-1)
+                      .tolist(), removed)
         return removed
 
     def flush(self) -> None:

@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gae.episodic.columns import plain_ids, scope_lists
+from gae.episodic.columns import scope_lists
+from gae.validation import plain_ids
 
 SCHEMA_VERSION = 1  # bump with a migration in each store's _migrate when the tables change
 MEMORY_TYPES = ("episode", "semantic")
