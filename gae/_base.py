@@ -29,6 +29,7 @@ class DecisionMemory(nn.Module):
     action_names: tuple[str, ...]
     n_factors: int
     backend: str = "compiled"
+    grow: bool = False  # learn_one adds an action or category it has not met (see add_actions_)
 
     def _init_neighbours(self, factors: Any, actions: Any, categories: Any, k: int, capacity: int,
                          scoped: bool) -> None:
@@ -100,13 +101,15 @@ class DecisionMemory(nn.Module):
         """Learn one verified decision; ``outcome='__incorrect__'`` marks it uncertain (skipped).
 
         Returns a dict like the original: ``{'skipped': True}`` or the gate's verdict with
-        ``gated``, ``eta``, ``disp`` and ``initialized``.
+        ``gated``, ``eta``, ``disp`` and ``initialized``. A memory built with ``grow=True``
+        adds an action or category name it has not met (:meth:`add_actions_`).
         """
         if outcome is not None and not isinstance(outcome, str):
             raise TypeError(f"outcome must be None or a string, got {outcome!r}")
         if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
             raise TypeError(f"confirmed must be a bool or None, got {confirmed!r}")
         x = self._one_factor_row(factors, check.LEARN_LIMIT)
+        self._meet(action, category)  # after the checks: a rejected call adds no name
         device = x.device
         category_index = torch.tensor([self._category_index(category)], device=device)
         action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
@@ -117,6 +120,47 @@ class DecisionMemory(nn.Module):
             return {"skipped": True}
         return {"skipped": False, "gated": bool(events.gated[0]), "eta": float(events.eta[0]),
                 "disp": float(events.displacement[0]), "initialized": bool(events.initialized[0])}
+
+    # -- growing vocabularies -----------------------------------------------------------
+    def add_actions_(self, names: str | Sequence[str]) -> None:
+        """Add actions at the end of :attr:`action_names`, keeping everything learned.
+
+        The new actions have nothing learned yet (a judgment memory gives them empty
+        prototypes; a neighbour memory has no traces of them). Existing indices keep their
+        meaning, so earlier outputs, logs and traces stay valid. To load the state of a grown
+        memory, build one with the grown names.
+
+        Raises:
+            ValueError / TypeError: an empty, duplicate or existing name; nothing changes.
+        """
+        new = check.new_names("actions", names, self.action_names)
+        self._grow_state(0, len(new))
+        self.action_names = (*self.action_names, *new)
+
+    def add_categories_(self, names: str | Sequence[str]) -> None:
+        """Add categories at the end of :attr:`category_names`, keeping everything learned (see
+        :meth:`add_actions_`; a judgment memory gives them uniform attention). ValueError for a
+        memory that ignores categories (``categories=None``)."""
+        if self.category_names is None:
+            raise ValueError(f"add_categories_({names!r}): this {type(self).__name__} ignores categories "
+                             "(built with categories=None)")
+        new = check.new_names("categories", names, self.category_names)
+        self._grow_state(len(new), 0)
+        self.category_names = (*self.category_names, *new)
+
+    def _grow_state(self, new_categories: int, new_actions: int) -> None:
+        """Resize the state for names about to be added. The neighbour memories store indices
+        only, so by default there is nothing to resize."""
+
+    def _meet(self, action: str | int, category: str | int) -> None:
+        """With ``grow=True``, add an action or category name met for the first time."""
+        if not self.grow:
+            return
+        if isinstance(action, str) and action and action not in self.action_names:
+            self.add_actions_([action])
+        if (self.category_names is not None and isinstance(category, str) and category
+                and category not in self.category_names):
+            self.add_categories_([category])
 
     # -- validation helpers -----------------------------------------------------------
     @property

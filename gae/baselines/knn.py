@@ -35,6 +35,7 @@ class KNNMemory(DecisionMemory):
         categories: number of categories, or their names; None ignores categories. Default: None.
         scoped: restrict neighbours to the decision's category (needs ``categories``). Default: False.
         respect_skip: do not store decisions marked ``skip``. Default: False.
+        grow: ``learn_one`` adds an action or category name it has not met (``add_actions_``). Default: False.
 
     Attributes:
         store_factors: buffer (capacity, K) float32.
@@ -61,11 +62,13 @@ class KNNMemory(DecisionMemory):
     num_decisions: Tensor
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
-                 categories: Names | None = None, scoped: bool = False, respect_skip: bool = False) -> None:
+                 categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
+                 grow: bool = False) -> None:
         super().__init__()
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.capacity = capacity
         self.respect_skip = bool(respect_skip)
+        self.grow = bool(grow)
         self.register_buffer("store_factors", torch.zeros(capacity, self.n_factors))
         self.register_buffer("store_actions", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("store_categories", torch.zeros(capacity, dtype=torch.int64))

@@ -41,6 +41,7 @@ class RetrievalMemory(DecisionMemory):
         seconds_per_decision: the simulated time between decisions. Default: 1.
         center: subtracted from the factors to make the embedding. Default: 0.5.
         respect_skip: do not store uncertain outcomes. Default: True.
+        grow: ``learn_one`` adds an action or category name it has not met (``add_actions_``). Default: False.
 
     Examples::
 
@@ -54,10 +55,12 @@ class RetrievalMemory(DecisionMemory):
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 400,
                  categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
-                 seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True) -> None:
+                 seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True,
+                 grow: bool = False) -> None:
         super().__init__()
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.respect_skip = bool(respect_skip)
+        self.grow = bool(grow)
         self.seconds_per_decision = check.check_real("seconds_per_decision", seconds_per_decision, low=0.0,
                                                      low_open=True)
         self.center = check.check_real("center", center, low=-float("inf"))

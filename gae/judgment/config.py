@@ -90,6 +90,13 @@ class JudgmentConfig:
         """The original design: one prototype per (category, action), the gated eta rule."""
         return cls()
 
+    @classmethod
+    def recommended(cls) -> JudgmentConfig:
+        """The best configuration gae has for a stream it knows nothing about: today the
+        adaptive drift mode (``docs/drift.md``), the default of ``gae.river.JudgmentClassifier``
+        and ``gae.sklearn.JudgmentClassifier``."""
+        return cls(drift_mode="adaptive")
+
     def replace(self, **changes: Any) -> JudgmentConfig:
         """A copy with ``changes`` applied (and validated); TypeError names an unknown option."""
         unknown = sorted(set(changes) - set(self.options()))

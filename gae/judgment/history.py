@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from gae import validation as check
 from gae.judgment.decision_log import JOIN_CALLS, DecisionLog, Trace
+from gae.judgment.state import grown
 from gae.types import GateLog, LearnEvents, PromotionLog, RecycleLog, StreamStep
 
 EVENT_LOGS: dict[str, Any] = {"gate": GateLog, "promotion": PromotionLog, "recycle": RecycleLog}
@@ -115,6 +116,19 @@ class History:
             self.log = DecisionLog(max_events)
             self.log.base = buffer_state(module)
         self.log.max_events = max_events
+
+    # -- growing vocabularies ----------------------------------------------------------------
+    def grow(self, n_categories: int, n_actions: int, n_factors: int, config: Any) -> None:
+        """The log's base and each call's attention logits for a memory grown to ``n_categories``
+        x ``n_actions`` (:func:`gae.judgment.state.grown`; new categories: zero logits), so that
+        a replay after the growth learns the logged decisions as before."""
+        log = self.log
+        if log.base:
+            log.base = grown(log.base, n_categories, n_actions, n_factors, config)
+        for chunk in log.chunks:
+            logits = chunk["logits"]
+            if logits.shape[0] < n_categories:
+                chunk["logits"] = torch.cat([logits, logits.new_zeros(n_categories - logits.shape[0], n_factors)])
 
     # -- recording a learning call ----------------------------------------------------------
     def record(self, module: nn.Module, relearn: Relearn, first: int, x: Tensor, category: Tensor, action: Tensor,

@@ -62,6 +62,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         factors: number of criteria (factors), or their names.
         config: the :class:`~gae.JudgmentConfig` (every option, documented there). Default:
             :meth:`JudgmentConfig.seed`, the original design.
+        grow: ``learn_one`` adds an action or category name it has not met
+            (:meth:`add_actions_`, :meth:`add_categories_`). Default: False.
         **overrides: options to change from ``config`` (``drift_mode='adaptive'``, ``tau=0.2``, ...).
 
     Shape:
@@ -115,12 +117,13 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
     tracking_lead: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
-                 **overrides: Any) -> None:
+                 *, grow: bool = False, **overrides: Any) -> None:
         super().__init__()
         if config is not None and not isinstance(config, JudgmentConfig):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
+        self.grow = bool(grow)
         self.category_names = check.resolve_names("categories", categories)
         self.action_names = check.resolve_names("actions", actions)
         self.factor_names = check.resolve_names("factors", factors)
@@ -338,6 +341,28 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         x, category, action, confirmed, given, skipped, source_id = (columns[name].to(device) for name in RELEARNED)
         self._prequential(x, category, action, confirmed, skipped, source_id, given=given,
                           alpha=rule.attention(logits))
+
+    # -- growing vocabularies -----------------------------------------------------------
+    def add_categories_(self, names: str | Sequence[str]) -> None:
+        super().add_categories_(names)
+        self._category_positions = {name: i for i, name in enumerate(self.category_names)}
+
+    add_categories_.__doc__ = DecisionMemory.add_categories_.__doc__
+
+    def _grow_state(self, new_categories: int, new_actions: int) -> None:
+        """Every buffer, the attention and the decision log's base grown with zero-filled cells
+        (nothing learned, uniform attention): the state a memory built with the grown names
+        would have after the same decisions. +1 to :attr:`version`."""
+        sizes = (len(self.category_names) + new_categories, len(self.action_names) + new_actions, self.n_factors)
+        grown = layout.grown(dict(self._buffers), *sizes, self._config)
+        self.history.grow(*sizes, self._config)
+        self._buffers.update(grown)
+        logits = self.criterion_logits
+        if new_categories:  # the same Parameter object: build optimizers again (their state has the old shape)
+            logits.data = torch.cat([logits.data, logits.data.new_zeros(new_categories, self.n_factors)])
+            if logits.grad is not None:
+                logits.grad = torch.cat([logits.grad, logits.grad.new_zeros(new_categories, self.n_factors)])
+        self._updates += 1
 
     # -- state ------------------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -101,6 +101,20 @@ def register(module: torch.nn.Module, n_categories: int, n_actions: int, n_facto
         module.register_buffer(name, torch.zeros(shape, dtype=dtype))
 
 
+def grown(buffers: dict[str, Tensor], n_categories: int, n_actions: int, n_factors: int,
+          config: JudgmentConfig) -> dict[str, Tensor]:
+    """The buffers of :func:`layout` for a memory grown to ``n_categories`` x ``n_actions``: each
+    a new zero-filled tensor (the value of a cell nothing has learned) with ``buffers[name]``,
+    of the smaller layout, in its leading corner. A new dict; ``buffers`` is not changed."""
+    result = {}
+    for name, (shape, dtype) in layout(n_categories, n_actions, n_factors, config).items():
+        old = buffers[name]
+        new = old.new_zeros(shape)  # the buffer's own dtype and device (a memory may have been moved)
+        new[tuple(slice(0, size) for size in old.shape)] = old
+        result[name] = new
+    return result
+
+
 _RETIRED = ("category_accuracy",)  # a buffer of the first following design (f4d9d81..2e861dc), nothing reads it
 
 
