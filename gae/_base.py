@@ -25,11 +25,30 @@ class DecisionMemory(nn.Module):
     on inputs that have already been validated.
     """
 
-    category_names: tuple[str, ...] | None
-    action_names: tuple[str, ...]
     n_factors: int
     backend: str = "compiled"
     grow: bool = False  # learn_one adds an action or category it has not met (see add_actions_)
+
+    # -- names (each with a dict of positions: the single-decision paths look names up per call)
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """The actions' names, in index order."""
+        return self._action_names
+
+    @action_names.setter
+    def action_names(self, names: tuple[str, ...]) -> None:
+        self._action_names = tuple(names)
+        self._action_positions = {name: i for i, name in enumerate(self._action_names)}
+
+    @property
+    def category_names(self) -> tuple[str, ...] | None:
+        """The categories' names, in index order; None for a memory that ignores categories."""
+        return self._category_names
+
+    @category_names.setter
+    def category_names(self, names: tuple[str, ...] | None) -> None:
+        self._category_names = None if names is None else tuple(names)
+        self._category_positions = {} if names is None else {name: i for i, name in enumerate(names)}
 
     def _init_neighbours(self, factors: Any, actions: Any, categories: Any, k: int, capacity: int,
                          scoped: bool) -> None:
@@ -152,6 +171,14 @@ class DecisionMemory(nn.Module):
         """Resize the state for names about to be added. The neighbour memories store indices
         only, so by default there is nothing to resize."""
 
+    @staticmethod
+    def _position(value: Any, positions: dict[str, int], count: int) -> int | None:
+        """For the single-decision paths: the index of a known name or of an int index in range,
+        else None (a checked path then raises or converts)."""
+        if value.__class__ is str:
+            return positions.get(value)
+        return value if value.__class__ is int and 0 <= value < count else None
+
     def _meet(self, action: str | int, category: str | int) -> None:
         """With ``grow=True``, add an action or category name met for the first time."""
         if not self.grow:
@@ -209,9 +236,13 @@ class DecisionMemory(nn.Module):
                                  f"{error}") from None
         else:
             try:
-                row = torch.as_tensor(np.asarray(factors, dtype=np.float64), device=device)
+                raw = np.asarray(factors)
+                if raw.dtype.kind != "c":  # numpy would drop the imaginary parts with a warning
+                    row = torch.as_tensor(raw.astype(np.float64), device=device)
             except (TypeError, ValueError, OverflowError) as error:
                 raise TypeError(f"factors must be {self.n_factors} numbers, got {factors!r}") from error
+            if raw.dtype.kind == "c":
+                raise TypeError(f"factors must be {self.n_factors} real numbers, got {factors!r} (dtype {raw.dtype})")
         if row.shape != (self.n_factors,):
             raise ValueError(f"factors must have {self.n_factors} values, got shape {tuple(row.shape)}")
         return check.check_factors(row.unsqueeze(0), self.n_factors, device, "factors", dtype=dtype, limit=limit)

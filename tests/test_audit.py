@@ -227,12 +227,16 @@ def test_a_log_that_does_not_cover_the_state_refuses_to_replay():
 def test_the_saved_log_is_compact_and_replays_many_small_calls_at_once(tmp_path):
     stream = clustered_stream(13, 400)
     memory = make_judgment()
-    for i in range(400):  # one decision per call, the attention unchanged: one run of logits
-        memory.learn_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1])
+    for i in range(0, 400, 2):  # two decisions per call, the attention unchanged: one run of logits
+        memory.learn_(stream.x[i:i + 2], stream.category[i:i + 2], stream.action[i:i + 2])
     saved = memory.state_dict()["_extra_state"]["decision_log"]
-    # every 64 calls with the same attention are joined into one chunk; the last 16 are still apart
-    assert saved["logits"].shape == (1, 4, 8) and saved["call_sizes"].tolist() == [64] * 6 + [1] * 16
+    # every 64 calls with the same attention are joined into one chunk; the last 8 are still apart
+    assert saved["logits"].shape == (1, 4, 8) and saved["call_sizes"].tolist() == [128] * 3 + [2] * 8
     assert saved["columns"]["x"].shape == (400, 8)
+    single = make_judgment()  # one decision per call: staged by the single-decision path, logged as one call
+    for i in range(400):
+        single.learn_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1])
+    assert single.state_dict()["_extra_state"]["decision_log"]["call_sizes"].tolist() == [400]
     path = tmp_path / "memory.pt"
     torch.save(memory.state_dict(), path)
     reloaded = make_judgment()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 from torch import Tensor
 
-from gae._base import DecisionMemory
+from gae import validation as check
+from gae._base import INCORRECT, DecisionMemory
 from gae.baselines import knn_engine
 from gae.types import MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
@@ -75,6 +79,7 @@ class KNNMemory(DecisionMemory):
         self.register_buffer("store_steps", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("ring", torch.zeros(2, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+        self._host = knn_engine.KNNHost()  # the single-decision path's views of the ring
 
     def __len__(self) -> int:
         return int(self.ring[0])
@@ -125,6 +130,59 @@ class KNNMemory(DecisionMemory):
             ids[:, :dist.shape[1]] = torch.where(found, self.store_steps[order][index], -1)
             scores[:, :dist.shape[1]] = dist
         return Retrieved(ids, scores)
+
+    # -- one decision at a time ------------------------------------------------------------
+    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``; one
+        compiled call on the memory's own ring on a CPU module (see :meth:`learn_one`)."""
+        done = self._one(factors, category, None, False, False)
+        if done is None:
+            return super().score_one(factors, category)
+        return self._action_name(int(done[5][0])), float(done[6][0])
+
+    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None) -> dict[str, Any]:
+        """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one
+        compiled call that scores and stores it in place in the memory's ring, exactly as
+        :meth:`prequential_` on a batch of one; anything unusual takes that checked path."""
+        if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+            done = self._one(factors, category, action, outcome == INCORRECT, True)
+            if done is not None:
+                return {"skipped": True} if done[8][0] else {"skipped": False, "gated": False, "eta": 1.0,
+                                                             "disp": 0.0, "initialized": False}
+        return super().learn_one(factors, action, category, confirmed, outcome)
+
+    def _one(self, factors: Any, category: Any, action: Any, skip: bool, learn: bool) -> tuple | None:
+        """One decision on the compiled single-decision path: the batch of one it filled, or
+        None when it must take the checked path."""
+        host = self._host.get(self._buffers, len(self.action_names), self.k)
+        if host is None or (learn and self.backend != "compiled"):  # the reference backend learns in torch
+            return None
+        if self.category_names is None:
+            c = 0 if category.__class__ is str else None  # ignored, as in the checked path
+        else:
+            c = self._position(category, self._category_positions, len(self.category_names))
+        a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
+        if c is None or a is None:
+            return None
+        try:
+            raw = np.asarray(factors)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":
+            return None
+        limit = check.LEARN_LIMIT if learn else np.inf
+        if host.run(np.ascontiguousarray(raw, dtype=np.float64), limit, c, a, skip, learn, self.k, self.scoped,
+                    self.respect_skip) != 0:
+            return None
+        if learn:
+            host.num_decisions[()] += 1
+        return host.batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_host"] = knn_engine.KNNHost()  # views of this instance's tensors; a copy must build its own
+        return state
 
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device

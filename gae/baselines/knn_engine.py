@@ -11,12 +11,15 @@ the state in place.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import operator
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gae.baselines import knn_kernels
+from gae.compiled import entry_point
 from gae.types import LearnEvents, MemoryOutput, Retrieved
 
 BACKENDS = ("compiled", "reference")
@@ -156,3 +159,47 @@ def knn_prequential_reference(state: KNNState, x, category, action, skip, first_
         events.applied[b] = True
         events.eta[b] = 1.0
     return _knn_output(probs, out_action, confidence), events, Retrieved(near_ids, near_dist)
+
+
+class KNNHost:
+    """The single-decision path of :class:`gae.KNNMemory`: NumPy views of its ring (kept between
+    calls, rebuilt when a buffer is replaced), a preallocated batch of one and the compiled
+    entry point of :func:`~gae.baselines.knn_kernels.knn_one` for them."""
+
+    def __init__(self) -> None:
+        self.held: tuple[Tensor, ...] = ()
+        self.shape = (0, 0)  # (actions, k) the batch of one was made for
+        self.call: Any = None
+
+    def get(self, buffers: dict[str, Any], n_actions: int, k: int) -> KNNHost | None:
+        """Itself while the memory's buffers are the ones it viewed; None when one is not a
+        contiguous CPU tensor of the engine's dtypes (the caller takes the checked path)."""
+        if (len(buffers) == len(self.held) and all(map(operator.is_, buffers.values(), self.held))
+                and self.shape == (n_actions, k)):  # a growth adds actions without touching the ring
+            return self
+        for tensor in buffers.values():
+            if (tensor.device.type != "cpu" or not tensor.is_contiguous()
+                    or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
+                return None
+        self.held = tuple(buffers.values())
+        self.shape = (n_actions, k)
+        self.ring = tuple(buffers[name].numpy() for name in
+                          ("store_factors", "store_actions", "store_categories", "store_steps", "ring"))
+        self.num_decisions = buffers["num_decisions"].numpy()
+        n_factors = self.ring[0].shape[1]
+        self.batch = (np.zeros((1, n_factors), np.float32), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                      np.zeros(1, bool), np.zeros((1, n_actions), np.float32), np.zeros(1, np.int64),
+                      np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool), np.zeros((1, k), np.int64),
+                      np.zeros((1, k), np.float64))
+        self.call = None
+        return self
+
+    def run(self, row: np.ndarray, limit: float, c: int, a: int, skip: bool, learn: bool, k: int, scoped: bool,
+            respect_skip: bool) -> int:
+        """Score (and with ``learn``, learn) one decision; 0, or NOT_FINITE with nothing changed.
+        The outputs are in ``batch`` (probs, action, confidence at 4, 5, 6; applied, skipped at 7, 8)."""
+        args = (row, limit, c, a, skip, learn, *self.ring, k, scoped, respect_skip, int(self.num_decisions),
+                *self.batch)
+        if self.call is None:
+            self.call = entry_point(knn_kernels.knn_one, *args)
+        return self.call(*args)

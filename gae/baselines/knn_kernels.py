@@ -1,7 +1,9 @@
 """The compiled k-NN loop (numba) behind :class:`gae.KNNMemory`'s exact online engine.
 
 Its plain torch counterpart is :func:`gae.baselines.knn_engine.knn_prequential_reference`;
-the tests hold the two equal. It trusts its inputs and runs on private copies of the ring.
+the tests hold the two equal. It trusts its inputs. The batched engine runs it on private
+copies of the ring; :func:`knn_one`, the single-decision path, checks its one row first and
+then works in place on the memory's own buffers (nothing after the check can fail).
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ import math
 import numba
 import numpy as np
 
+NOT_FINITE = -2  # knn_one: a factor is NaN, infinite or beyond the limit (the checked path says which)
+
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped, respect_skip,
              x, category, action, skip, first_step,
-             probs, out_action, confidence, applied, skipped, near_ids, near_dist):  # pragma: no cover
-    """k-NN score-before-learn over a batch; ``ring = [size, head]`` is updated in place.
+             probs, out_action, confidence, applied, skipped, near_ids, near_dist, learn=True):  # pragma: no cover
+    """k-NN score-before-learn over a batch; ``ring = [size, head]`` is updated in place
+    (``learn=False``: score only, the ring untouched).
 
     Neighbours are visited oldest first and replace a kept one only when strictly closer,
     which reproduces the stable sort of the original implementation; the winning action is
@@ -79,6 +84,8 @@ def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped,
                 probs[b, a] = votes[a] / total_votes
             out_action[b] = best
             confidence[b] = votes[best] / total_votes
+        if not learn:
+            continue
         if respect_skip and skip[b]:
             skipped[b] = True
             continue
@@ -90,3 +97,24 @@ def knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped,
         ring[1] = (head + 1) % capacity
         ring[0] = min(size + 1, capacity)
         applied[b] = True
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def knn_one(row, limit, c, a, is_skipped, learn, store_x, store_action, store_category, store_step, ring, k, scoped,
+            respect_skip, first_step, x, category, action, skip, probs, out_action, confidence, applied, skipped,
+            near_ids, near_dist):  # pragma: no cover
+    """One decision (``row``, any real dtype, rounded to float32 as the checked path does) as a
+    batch of one in the preallocated arrays ``x`` ... ``near_dist``: scored, and learned when
+    ``learn``. Returns 0, or NOT_FINITE with nothing changed."""
+    for f in range(row.shape[0]):
+        x[0, f] = np.float32(row[f])  # a value beyond float32 becomes inf, refused below
+        if not math.isfinite(x[0, f]) or abs(row[f]) > limit:
+            return NOT_FINITE
+    category[0] = c
+    action[0] = a
+    skip[0] = is_skipped
+    applied[0] = False
+    skipped[0] = False
+    knn_loop(store_x, store_action, store_category, store_step, ring, k, scoped, respect_skip, x, category, action,
+             skip, first_step, probs, out_action, confidence, applied, skipped, near_ids, near_dist, learn)
+    return 0

@@ -73,7 +73,7 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
         arrays(*(t.numpy() for t in state)), kernels.Options.of(config), alpha.numpy(), x.numpy(),
         category.numpy(), action.numpy(), confirmed.numpy(), given.numpy(), skip.numpy(),
         (*(t.numpy() for t in out), sq_diff.numpy(), nearest.numpy(), before.numpy()),
-        cast(Any, type(events))(*(t.numpy() for t in events)), tuple(t.numpy() for t in promotions))
+        cast(Any, type(events))(*(t.numpy() for t in events)), tuple(t.numpy() for t in promotions), 0, n)
     step = StreamStep(out, events, sq_diff, nearest, before)
     return step, rule.promotions_of(events, category, *promotions)
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from gae import validation as check
 from gae.judgment.decision_log import JOIN_CALLS, DecisionLog, Trace
+from gae.judgment.online import Staged
 from gae.judgment.state import grown
 from gae.types import GateLog, LearnEvents, PromotionLog, RecycleLog, StreamStep
 
@@ -52,11 +53,42 @@ class History:
     """
 
     def __init__(self, max_events: int | None, base: dict[str, Tensor]) -> None:
-        self.log = DecisionLog(max_events)
-        self.log.base = base
-        self.chunks: dict[str, list[Any]] = {name: [] for name in EVENT_LOGS}
+        self._log = DecisionLog(max_events)
+        self._log.base = base
+        self._chunks: dict[str, list[Any]] = {name: [] for name in EVENT_LOGS}
+        self.staged: Staged | None = None  # decisions learned one at a time, not yet in the logs
         self.replaying = False  # a replay relearns logged decisions: they are logged again, never folded
         self.replay_logits: Tensor | None = None  # the attention logits of the call being replayed
+
+    @property
+    def log(self) -> DecisionLog:
+        """The :class:`DecisionLog`, with every staged decision in it."""
+        self.flush()
+        return self._log
+
+    @log.setter
+    def log(self, log: DecisionLog) -> None:
+        self._log = log
+
+    @property
+    def chunks(self) -> dict[str, list[Any]]:
+        """The gate, promotion and recycle logs as the chunks appended call by call, with every
+        staged decision's events in them."""
+        self.flush()
+        return self._chunks
+
+    @chunks.setter
+    def chunks(self, chunks: dict[str, list[Any]]) -> None:
+        self._chunks = chunks
+
+    def flush(self, module: nn.Module | None = None, relearn: Relearn | None = None) -> None:
+        """Take the staged decisions (:mod:`gae.judgment.online`) into the logs as one learning
+        call; with the memory and its ``relearn``, fold the log if it is over ``max_events``."""
+        staged = self.staged
+        if staged is not None and staged.n:
+            self._append(*staged.take(), source_ids=None)
+        if module is not None and relearn is not None:
+            self._fold_if_full(module, relearn)
 
     # -- the event logs --------------------------------------------------------------------
     def joined(self, name: str) -> Any:
@@ -107,7 +139,10 @@ class History:
 
     def load_state(self, module: nn.Module, extra: dict[str, Any]) -> None:
         """The logs of :meth:`state`; a state saved before the decision log existed (or into a
-        memory that keeps none) starts the log from the loaded buffers."""
+        memory that keeps none) starts the log from the loaded buffers. Staged decisions are
+        dropped: the state they were learned into is being replaced."""
+        if self.staged is not None:
+            self.staged.discard()
         self.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else [] for name in EVENT_LOGS})
         max_events = self.log.max_events  # this memory's setting, not the saved one
         if "decision_log" in extra and max_events != 0:
@@ -134,12 +169,24 @@ class History:
     def record(self, module: nn.Module, relearn: Relearn, first: int, x: Tensor, category: Tensor, action: Tensor,
                confirmed: Tensor, given: Tensor, step: StreamStep, promotions: PromotionLog,
                source_ids: Tensor | None, logits: Tensor) -> None:
-        """Log one learning call of decisions ``first, first + 1, ...`` (CPU tensors)."""
+        """Log one learning call of decisions ``first, first + 1, ...`` (CPU tensors), after the
+        staged ones, and fold the log if it is over ``max_events``."""
+        self.flush()
+        self._append(first, x, category, action, confirmed, given, step, promotions, logits, source_ids=source_ids)
+        self._fold_if_full(module, relearn)
+
+    def _fold_if_full(self, module: nn.Module, relearn: Relearn) -> None:
+        log = self._log
+        if log.max_events is not None and len(log) > log.max_events and not self.replaying:
+            self._fold(module, relearn, len(log) - log.max_events // 2)
+
+    def _append(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor, given: Tensor,
+                step: StreamStep, promotions: PromotionLog, logits: Tensor, *, source_ids: Tensor | None) -> None:
         events = step.events
         self._append_events(first, category, action, events)
         if promotions.step.numel():
-            self.chunks["promotion"].append(promotions._replace(step=promotions.step + first))
-        log = self.log
+            self._chunks["promotion"].append(promotions._replace(step=promotions.step + first))
+        log = self._log
         if log.max_events == 0:  # the log is off
             return
         n = x.shape[0]
@@ -157,19 +204,17 @@ class History:
             "gated": events.gated.clone(), "initialized": events.initialized.clone(),
             "prototype": events.prototype.clone(), "x": x.detach().to("cpu", torch.float32, copy=True),
             "before": step.before.clone(), "logits": logits.detach().to("cpu", copy=True)})
-        if log.max_events is not None and len(log) > log.max_events and not self.replaying:
-            self._fold(module, relearn, len(log) - log.max_events // 2)
 
     def _append_events(self, first: int, category: Tensor, action: Tensor, events: LearnEvents) -> None:
         where = events.gated.nonzero().squeeze(-1)
         if where.numel():
-            self.chunks["gate"].append(GateLog(where + first, category[where], action[where],
+            self._chunks["gate"].append(GateLog(where + first, category[where], action[where],
                                                events.displacement[where], events.eta[where]))
         where = events.recycled.nonzero().squeeze(-1)
         if where.numel():
-            self.chunks["recycle"].append(RecycleLog(where + first, category[where], action[where],
+            self._chunks["recycle"].append(RecycleLog(where + first, category[where], action[where],
                                                      events.prototype[where], events.displacement[where]))
-        for name, chunks in self.chunks.items():  # a few small tensors a call add up: join them
+        for name, chunks in self._chunks.items():  # a few small tensors a call add up: join them
             if len(chunks) >= JOIN_CALLS:
                 self.joined(name)
 

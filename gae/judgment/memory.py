@@ -11,14 +11,14 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae._base import DecisionMemory
-from gae.judgment import engine, kernels, rule
+from gae._base import INCORRECT, DecisionMemory
+from gae.judgment import engine, kernels, online, rule
 from gae.judgment import state as layout
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, HistoryMixin, buffer_state
-from gae.types import MemoryOutput, StreamStep
+from gae.types import LearnEvents, MemoryOutput, StreamStep
 from gae.validation import Names
 
 
@@ -133,8 +133,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         layout.register(self, len(self.category_names), len(self.action_names), self.n_factors, self._config)
         self.history = History(self._config.max_log_events, buffer_state(self))
         self._updates = 0  # the version counter: see ``version``
-        self._category_positions = {name: i for i, name in enumerate(self.category_names)}
-        self._views = engine.HostViews()  # the persistent host view score_one reads
+        self._host = online.HostState()  # the views score_one and learn_one work on (gae/judgment/online.py)
 
     @property
     def config(self) -> JudgmentConfig:
@@ -235,16 +234,16 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
     def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``.
 
-        On a CPU module this takes a compiled path of a few microseconds with no tensor made;
-        anything unusual (bad input, another device or dtype) goes through :meth:`forward`.
+        On a CPU module this is one compiled call of a few microseconds on views of the
+        memory's own buffers (:mod:`gae.judgment.online`); anything unusual (bad input, another
+        device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
+        yet abstains.
         """
-        views = self._views.get(self._buffers, self._parameters)
-        index = None
-        if type(category) is int and 0 <= category < len(self.category_names):
-            index = category
-        elif isinstance(category, str):
-            index = self._category_positions.get(category)
-        if views is None or index is None:
+        host = self._host.get(self._buffers, self._parameters)
+        index = self._position(category, self._category_positions, len(self.category_names))
+        if index is None and self.grow and isinstance(category, str) and category:
+            return None, 0.0  # nothing learned in it yet
+        if host is None or index is None:
             return super().score_one(factors, category)
         try:
             raw = np.asarray(factors)
@@ -252,21 +251,74 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             return super().score_one(factors, category)  # raises the full error message
         if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":  # complex, object, bool: the checks
             return super().score_one(factors, category)
-        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused by the checked path
-            row = raw.astype(np.float32)
-        centroids, initialized, wins, logits, tracking, lead = views
-        if self._options.adaptive and lead[index] > 0:  # the tracking prototypes lead
-            centroids = tracking
-        options = self._options
-        action, confidence = kernels.score_one(row, index, centroids, initialized, wins, logits, options.tau,
-                                               options.spawn_support, options.min_confidence)
+        action, confidence = host.score_row(np.ascontiguousarray(raw, dtype=np.float64), index, self._options)
         if action == kernels.NOT_FINITE:
             return super().score_one(factors, category)
-        return self._action_name(action), confidence
+        return None if action < 0 else self.action_names[action], confidence
+
+    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None) -> dict[str, Any]:
+        """Learn one verified decision (see :meth:`DecisionMemory.learn_one`).
+
+        On a CPU module this is one compiled call on views of the memory's own buffers: the
+        decision is learned in place as the next row of a staged batch that goes to the logs
+        as one call (:mod:`gae.judgment.online`), so a run of ``learn_one`` calls ends exactly
+        where one :meth:`prequential_` over the same decisions ends, logs included. Anything
+        unusual takes the checked batched path.
+        """
+        if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
+                and self.backend == "compiled" and not self.history.replaying):
+            host = self._host.get(self._buffers, self._parameters)
+            c = self._position(category, self._category_positions, len(self.category_names))
+            a = self._position(action, self._action_positions, len(self.action_names))
+            if host is not None and c is not None and a is not None:
+                try:
+                    raw = np.asarray(factors)
+                except (TypeError, ValueError, RuntimeError):
+                    raw = None
+                if raw is not None and raw.shape == (self.n_factors,) and raw.dtype.kind in "fiu":
+                    staged = self._stage(host, np.ascontiguousarray(raw, dtype=np.float64), c, a, confirmed,
+                                         outcome == INCORRECT)
+                    if staged is not None:
+                        n, events = staged.n - 1, staged.event_arrays
+                        result = ({"skipped": True} if events.skipped[n] else
+                                  {"skipped": False, "gated": bool(events.gated[n]), "eta": float(events.eta[n]),
+                                   "disp": float(events.displacement[n]),
+                                   "initialized": bool(events.initialized[n])})
+                        if staged.n == staged.capacity:
+                            self.history.flush(self, self._relearn)
+                        return result
+        return super().learn_one(factors, action, category, confirmed, outcome)
+
+    def _stage(self, host: online.HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
+               skip: bool) -> online.Staged | None:
+        """Learn one decision on the single-decision path as the staged batch's next row (the
+        caller reads it, then flushes a full batch); None when it must take the checked path."""
+        history = self.history
+        staged = history.staged
+        shape = (len(self.action_names), self.n_factors)
+        if staged is None or staged.shape != shape:
+            history.flush()
+            staged = history.staged = online.Staged(*shape, online.capacity(*shape, self._config.max_log_events))
+        for _ in range(2):
+            if staged.n == 0:
+                staged.start(int(host.num_decisions), self.criterion_logits)
+            code = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
+                                  confirmed is not None, skip)
+            if code != kernels.STALE:
+                break
+            history.flush(self, self._relearn)  # the attention changed: the staged run ends here
+        if code != 0:
+            return None
+        staged.n += 1
+        host.num_decisions[()] += 1
+        attributes = self.__dict__  # a plain int: nn.Module.__setattr__ would cost more than the kernel
+        attributes["_updates"] += 1
+        return staged
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_views"] = engine.HostViews()  # views of this instance's tensors; a copy must build its own
+        state["_host"] = online.HostState()  # views of this instance's tensors; a copy must build its own
         return state
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
@@ -309,6 +361,10 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         if self.centroids.dtype != torch.float32:
             raise TypeError(f"JudgmentMemory learns in float32 (the engine's precision), but its centroids are "
                             f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
+        if x.shape[0] == 1 and source_ids is None and given is None and alpha is None and x.device.type == "cpu":
+            step = self._prequential_one(x, category, action, confirmed, skip)  # the single-decision path
+            if step is not None:
+                return step
         device = self.centroids.device
         if alpha is None:  # a replay passes the attention that was in force when the decisions were learned
             alpha = self.criterion_attention().detach()
@@ -334,6 +390,25 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                             source_ids, self.criterion_logits)
         return step if device.type == "cpu" else step.to(device)
 
+    def _prequential_one(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                         skip: Tensor) -> StreamStep | None:
+        """A checked batch of one decision on the single-decision path (:meth:`_stage`)."""
+        host = self._host.get(self._buffers, self._parameters)
+        if host is None or self.history.replaying or self.backend != "compiled":
+            return None
+        flag = None if confirmed is None else bool(confirmed[0])
+        staged = self._stage(host, x[0].numpy().astype(np.float64), int(category[0]), int(action[0]), flag,
+                             bool(skip[0]))
+        if staged is None:
+            return None
+        row = slice(staged.n - 1, staged.n)
+        step = StreamStep(MemoryOutput(*(t[row].clone() for t in staged.output)),
+                          LearnEvents(*(t[row].clone() for t in staged.events)), staged.sq_diff[row].clone(),
+                          staged.nearest[row].clone(), staged.before[row].clone())
+        if staged.n == staged.capacity:
+            self.history.flush(self, self._relearn)
+        return step
+
     def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:
         """Learn logged decisions again (a replay), with the attention logits they had; a derived
         confirmed flag is derived again from the replayed state's recommendation."""
@@ -343,18 +418,13 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                           alpha=rule.attention(logits))
 
     # -- growing vocabularies -----------------------------------------------------------
-    def add_categories_(self, names: str | Sequence[str]) -> None:
-        super().add_categories_(names)
-        self._category_positions = {name: i for i, name in enumerate(self.category_names)}
-
-    add_categories_.__doc__ = DecisionMemory.add_categories_.__doc__
-
     def _grow_state(self, new_categories: int, new_actions: int) -> None:
         """Every buffer, the attention and the decision log's base grown with zero-filled cells
         (nothing learned, uniform attention): the state a memory built with the grown names
         would have after the same decisions. +1 to :attr:`version`."""
         sizes = (len(self.category_names) + new_categories, len(self.action_names) + new_actions, self.n_factors)
-        grown = layout.grown(dict(self._buffers), *sizes, self._config)
+        grown = layout.grown({name: cast(Tensor, tensor) for name, tensor in self._buffers.items()}, *sizes,
+                             self._config)
         self.history.grow(*sizes, self._config)
         self._buffers.update(grown)
         logits = self.criterion_logits

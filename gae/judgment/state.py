@@ -107,7 +107,7 @@ def grown(buffers: dict[str, Tensor], n_categories: int, n_actions: int, n_facto
     a new zero-filled tensor (the value of a cell nothing has learned) with ``buffers[name]``,
     of the smaller layout, in its leading corner. A new dict; ``buffers`` is not changed."""
     result = {}
-    for name, (shape, dtype) in layout(n_categories, n_actions, n_factors, config).items():
+    for name, (shape, _) in layout(n_categories, n_actions, n_factors, config).items():
         old = buffers[name]
         new = old.new_zeros(shape)  # the buffer's own dtype and device (a memory may have been moved)
         new[tuple(slice(0, size) for size in old.shape)] = old

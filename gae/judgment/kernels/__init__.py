@@ -19,7 +19,7 @@ update ``c + eta * (x - c)`` in float32, like the reference, without fast-math, 
 two agree bit for bit.
 """
 
-from gae.judgment.kernels.learning import prequential
+from gae.judgment.kernels.learning import STALE, learn_one, prequential
 from gae.judgment.kernels.scoring import NOT_FINITE, Options, score, score_one
 
-__all__ = ["NOT_FINITE", "Options", "prequential", "score", "score_one"]
+__all__ = ["NOT_FINITE", "STALE", "Options", "learn_one", "prequential", "score", "score_one"]

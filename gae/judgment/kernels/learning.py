@@ -10,7 +10,8 @@ import math
 import numba
 import numpy as np
 
-from gae.judgment.kernels.scoring import NEG_INF, logit, nearest_slot, output, score_decision
+from gae.judgment.kernels.scoring import NEG_INF, NOT_FINITE, logit, nearest_slot, output, score_decision
+from gae.types import LearnEvents
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -170,14 +171,16 @@ def shadow_and_promotion(x, b, c, a, target, fresh, centroids, initialized, shad
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def prequential(state, options, alpha, x, category, action, confirmed, given, skip, out, events,
-                promotions):  # pragma: no cover
-    """Score-before-learn over a batch in stream order, updating ``state`` in place (``rule.prequential``).
+def prequential(state, options, alpha, x, category, action, confirmed, given, skip, out, events, promotions, start,
+                stop):  # pragma: no cover
+    """Score-before-learn over rows ``start..stop-1`` of a batch in stream order, updating
+    ``state`` in place (``rule.prequential``).
 
     ``out = (logits, probs, action, confidence, sq_diff, nearest, before)``, ``events`` the
     :class:`~gae.types.LearnEvents` arrays and ``promotions = (statistic, evidence, shift)``
-    per decision, all preallocated. ``confirmed[b]`` is used where ``given[b]``; elsewhere a
-    decision is confirmed when the memory recommended its action.
+    per decision, all preallocated (events and promotions as :meth:`LearnEvents.empty` makes
+    them). ``confirmed[b]`` is used where ``given[b]``; elsewhere a decision is confirmed when
+    the memory recommended its action.
     """
     (centroids, initialized, counts, wins, shadow, statistic, evidence, following, follow_weight, run_mean,
      run_count, tracking, lead) = state
@@ -193,9 +196,9 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
     clip32, allowance32 = np.float32(options.evidence_clip), np.float32(options.evidence_allowance)
     lead_rate32, tracking_eta32 = np.float32(options.lead_rate), np.float32(options.tracking_eta)
     shadow_eta32, promotion_threshold = np.float32(options.shadow_eta), options.promotion_threshold
-    n_decisions, n_factors = x.shape
+    n_factors = x.shape[1]
     n_actions, n_slots = centroids.shape[1], centroids.shape[2]
-    for b in range(n_decisions):
+    for b in range(start, stop):
         c = category[b]
         # -- score with the state left by decisions 0..b-1 (adaptive: the tracking prototypes while they lead)
         tracked = adaptive and lead[c] > 0
@@ -306,3 +309,43 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
                                  promo_evidence, promo_shift)
             if promoted[b]:
                 lead[c] = 0.0  # the promoted prototypes score
+
+
+STALE = -3  # learn_one: the attention logits differ from those of the staged run
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, options, alpha, logits_now, logits_staged,
+              x, ints, flags, reals, evidence, scores, sq_diff, nearest, before):  # pragma: no cover
+    """One decision, learned in place as row ``n`` of a staged batch: its inputs are written into
+    the batch's arrays and :func:`prequential` runs on that row alone, so the outputs, events
+    and promotions land where a batch call would have put them. Returns 0, or NOT_FINITE /
+    STALE (the attention logits differ from the staged run's) with nothing changed.
+
+    The arguments that change from call to call come first, so the caller binds the others.
+    The per-decision arrays come packed (:class:`gae.judgment.online.Staged`): ``ints`` =
+    (category, action, output action, prototype), ``flags`` = (confirmed, given, skip, then the
+    event flags applied, gated, skipped, initialized, promoted, spawned, recycled), ``reals`` =
+    (confidence, eta, displacement, promotion statistic, promotion shift), ``scores`` =
+    (logits, probs); their rows are the arrays :func:`prequential` takes.
+    """
+    for k in range(row.shape[0]):
+        if not math.isfinite(row[k]) or abs(row[k]) > limit:
+            return NOT_FINITE
+    for i in range(logits_now.shape[0]):
+        for k in range(logits_now.shape[1]):
+            if logits_now[i, k] != logits_staged[i, k]:
+                return STALE
+    for k in range(row.shape[0]):
+        x[n, k] = np.float32(row[k])
+    ints[0, n] = c
+    ints[1, n] = a
+    flags[0, n] = is_confirmed
+    flags[1, n] = is_given
+    flags[2, n] = is_skipped
+    out = (scores[0], scores[1], ints[2], reals[0], sq_diff, nearest, before)
+    events = LearnEvents(flags[3], flags[4], flags[5], flags[6], reals[1], reals[2], flags[7], ints[3], flags[8],
+                         flags[9])
+    prequential(state, options, alpha, x, ints[0], ints[1], flags[0], flags[1], flags[2], out, events,
+                (reals[3], evidence, reals[4]), n, n + 1)
+    return 0

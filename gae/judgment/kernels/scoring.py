@@ -18,7 +18,7 @@ from gae.judgment.config import JudgmentConfig
 # reassociate sums and approximate exp, but no 'nnan'/'ninf': -inf marks absent prototypes
 _FAST_MATH = {"reassoc", "contract", "nsz", "arcp", "afn"}
 NEG_INF = np.float32(-np.inf)
-NOT_FINITE = -2  # score_one's answer to a NaN or Inf factor
+NOT_FINITE = -2  # score_one's (and learn_one's) answer to a NaN or Inf factor (learn_one: or one past its limit)
 
 
 class Options(NamedTuple):
@@ -186,12 +186,15 @@ def score(x, category, estimates, initialized, wins, alpha, options, out):  # pr
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support, min_confidence):  # pragma: no cover
-    """One decision, no allocation but the attention row: (action, or -1 to abstain, or
-    NOT_FINITE; confidence). The attention ``K softmax(criterion_logits[c])`` is computed here
-    from the live parameter (``rule.attention``), so no cached copy can go stale."""
+    """One decision's factors ``x`` (any real dtype, rounded to float32 here as the checked path
+    does): (action, or -1 to abstain, or NOT_FINITE; confidence). The attention
+    ``K softmax(criterion_logits[c])`` is computed here from the live parameter
+    (``rule.attention``), so no cached copy can go stale."""
     n_actions, n_slots, n_factors = estimates.shape[1], estimates.shape[2], estimates.shape[3]
+    row = np.empty(n_factors, np.float32)
     for k in range(n_factors):
-        if not math.isfinite(x[k]):
+        row[k] = np.float32(x[k])  # a value beyond float32 becomes inf, refused below
+        if not math.isfinite(row[k]):
             return NOT_FINITE, 0.0
     alpha = np.empty((1, n_factors), np.float32)  # row 0: category c's
     top = criterion_logits[c, 0]
@@ -213,7 +216,7 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
             if scores(initialized, wins, c, a, p, support):
                 d = np.float32(0.0)  # logit(), with category c's attention in row 0
                 for k in range(n_factors):
-                    diff = x[k] - estimates[c, a, p, k]
+                    diff = row[k] - estimates[c, a, p, k]
                     d += alpha[0, k] * (diff * diff)
                 logits[a] = max(logits[a], -d / tau32)
         if logits[a] > best_logit:

@@ -1,0 +1,227 @@
+"""The judgment memory's single-decision path: ``score_one`` and ``learn_one`` in microseconds.
+
+Learned alone through the batched engine, a decision costs far more than its kernel: CPU
+copies of the state, tensors for every input and output, a log chunk. Instead the memory keeps
+
+- :class:`HostState`: NumPy views of its own buffers and attention, kept between calls and
+  rebuilt when a tensor is replaced, with the compiled kernels' entry points for them
+  (:func:`gae.compiled.entry_point`);
+- :class:`Staged`: a preallocated batch of up to ``capacity`` rows. ``learn_one`` writes its
+  decision into the next row and runs the online kernel on that row alone
+  (:func:`gae.judgment.kernels.learning.learn_one`), in place on the memory's buffers, so its
+  outputs and events land where one ``prequential_`` call over the staged decisions would
+  have put them. The history takes the staged rows into its logs as one learning call
+  (:meth:`gae.judgment.history.History.flush`) whenever anything reads the logs, before a
+  batched call, when the attention changes and when the batch is full.
+
+A run of ``learn_one`` calls therefore leaves the state, the logs and the outputs bit for bit
+what one ``prequential_`` call over the same decisions leaves (tests/test_single_decision.py).
+Anything unusual (another device or dtype, an input that needs converting or fails a check)
+takes the checked batched path, which gives the full error messages.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gae.compiled import entry_point
+from gae.judgment import kernels, rule
+from gae.judgment.kernels.learning import learn_one
+from gae.judgment.state import JudgmentState
+from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
+
+STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
+MAX_STAGED = 1024  # rows staged before they go to the logs
+
+
+def capacity(n_actions: int, n_factors: int, max_log_events: int | None) -> int:
+    """Rows to stage: at most :data:`MAX_STAGED`, about :data:`STAGED_BYTES`, and a quarter of
+    ``max_log_events`` (the log never holds much more than it allows)."""
+    row_bytes = 4 * n_actions * (n_factors + 3) + 8 * n_factors + 64
+    rows = max(16, min(MAX_STAGED, STAGED_BYTES // row_bytes))
+    if max_log_events:
+        rows = min(rows, max(1, max_log_events // 4))
+    return rows
+
+
+class Rows(NamedTuple):
+    """The staged decisions as a learning call for :meth:`History.record` (CPU tensors, copies)."""
+
+    first: int
+    x: Tensor
+    category: Tensor
+    action: Tensor
+    confirmed: Tensor  # the flag the rule used
+    given: Tensor
+    step: StreamStep
+    promotions: PromotionLog
+    logits: Tensor
+
+
+class Staged:
+    """Up to ``capacity`` decisions learned one at a time since the logs last took them.
+
+    Its tensors are the batched engine's (``x``, the inputs, a :class:`~gae.types.MemoryOutput`,
+    ``sq_diff``, ``nearest``, ``before``, the :class:`~gae.types.LearnEvents` and the
+    promotions), the per-decision ones kept as the rows of four packed tensors (``ints``,
+    ``flags``, ``reals``, ``scores``): the kernel then takes nine arrays where it would take
+    twenty-six, and each array costs its call some 40 ns to receive. ``arrays`` holds the NumPy
+    views in :func:`~gae.judgment.kernels.learning.learn_one`'s argument order.
+    """
+
+    def __init__(self, n_actions: int, n_factors: int, capacity: int) -> None:
+        rows = capacity
+        self.capacity = capacity
+        self.shape = (n_actions, n_factors)
+        self.x = torch.zeros(rows, n_factors)
+        self.ints = torch.zeros(4, rows, dtype=torch.int64)  # category, action, output action, prototype
+        self.flags = torch.zeros(10, rows, dtype=torch.bool)  # confirmed, given, skip, then the event flags
+        self.reals = torch.zeros(5, rows)  # confidence, eta, displacement, promotion statistic and shift
+        self.evidence = torch.zeros(rows, 2, dtype=torch.int64)  # the promotions' evidence
+        self.scores = torch.zeros(2, rows, n_actions)  # logits, probs
+        self.sq_diff = torch.zeros(rows, n_actions, n_factors)
+        self.nearest = torch.zeros(rows, n_actions, dtype=torch.int64)
+        self.before = torch.zeros(rows, n_factors)
+        self._carve()
+        self._reset(rows)
+        self.n = 0  # rows in use
+        self.run = 0  # counts the runs started (a host binds its call to one run)
+        self.first = 0  # the sequence number of row 0
+        self.logits: Tensor | None = None  # the attention logits of the run (C, K)
+        self.logits_array: np.ndarray | None = None  # their NumPy view
+        self.alpha: np.ndarray | None = None  # rule.attention(logits), as the batched engine computes it
+        self._views()
+
+    def _carve(self) -> None:
+        """The batched engine's tensors as rows of the packed ones (the layout of
+        :func:`~gae.judgment.kernels.learning.learn_one`)."""
+        ints, flags, reals = self.ints, self.flags, self.reals
+        self.inputs = (ints[0], ints[1], flags[0], flags[1], flags[2])  # category, action, confirmed, given, skip
+        self.output = MemoryOutput(self.scores[0], self.scores[1], ints[2], reals[0])
+        self.events = LearnEvents(flags[3], flags[4], flags[5], flags[6], reals[1], reals[2], flags[7], ints[3],
+                                  flags[8], flags[9])
+        self.promotions = (reals[3], self.evidence, reals[4])
+
+    def _views(self) -> None:
+        self.arrays = tuple(t.numpy() for t in (self.x, self.ints, self.flags, self.reals, self.evidence, self.scores,
+                                                self.sq_diff, self.nearest, self.before))
+        events: Any = LearnEvents
+        self.event_arrays = events(*(t.numpy() for t in self.events))
+
+    def _reset(self, n: int) -> None:
+        """Rows ``0..n-1`` as :meth:`LearnEvents.empty` and zero promotions make them: the kernel
+        writes only what happened."""
+        for mine, empty in zip(self.events, LearnEvents.empty(n), strict=True):
+            mine[:n] = empty
+        for tensor in (*self.promotions, self.before):
+            tensor[:n] = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # views travel as what they view: pickle (unlike deepcopy) would copy each view's data apart
+        state = dict(self.__dict__)
+        for name in ("arrays", "event_arrays", "logits_array", "inputs", "output", "events", "promotions"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.logits_array = None if self.logits is None else self.logits.numpy()
+        self._carve()
+        self._views()
+
+    def start(self, first: int, logits: Tensor) -> None:
+        """Begin a run at sequence number ``first`` under the attention ``logits``."""
+        self.run += 1
+        self.first = first
+        self.logits = logits.detach().to("cpu", torch.float32, copy=True)
+        self.logits_array = self.logits.numpy()
+        self.alpha = rule.attention(logits.detach()).to("cpu", torch.float32).contiguous().numpy()
+
+    def take(self) -> Rows:
+        """The staged rows as one learning call (copies), and an empty batch again."""
+        n = self.n
+        assert self.logits is not None
+        category, action, confirmed, given, skip = (t[:n].clone() for t in self.inputs)
+        output = MemoryOutput(*(t[:n].clone() for t in self.output))
+        events = LearnEvents(*(t[:n].clone() for t in self.events))
+        step = StreamStep(output, events, self.sq_diff[:n].clone(), self.nearest[:n].clone(), self.before[:n].clone())
+        promotions = rule.promotions_of(events, category, *(t[:n] for t in self.promotions))
+        used = torch.where(given, confirmed, output.action == action)  # the flag the rule used
+        rows = Rows(self.first, self.x[:n].clone(), category, action, used, given, step, promotions, self.logits)
+        self._reset(n)
+        self.n, self.logits, self.logits_array, self.alpha = 0, None, None, None
+        return rows
+
+    def discard(self) -> None:
+        """Forget the staged rows (the memory's state is being replaced)."""
+        if self.n:
+            self.take()
+
+
+class HostState:
+    """NumPy views of a CPU memory's state for the single-decision kernels, kept between calls.
+
+    :meth:`get` returns itself while the memory's tensors are the ones it viewed, rebuilds the
+    views when a tensor was replaced (``.to()``, assignment, a growth) and returns None when a
+    tensor is not a contiguous CPU tensor of the engine's dtypes (the caller then takes the
+    checked path).
+    """
+
+    def __init__(self) -> None:
+        self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
+        self.logits_ptr = -1
+        self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
+        self.bound: tuple = ()  # learn_one's arguments fixed for a staged run
+        self.bound_to: Staged | None = None  # the staged batch and run they were bound for
+        self.bound_run = -1
+        self.score: Any = None  # the entry point of kernels.score_one for these arrays
+
+    def get(self, buffers: dict[str, Any], parameters: dict[str, Any]) -> HostState | None:
+        # the module's dicts directly (nn.Module.__getattr__ costs a microsecond a name), compared
+        # by identity in C: a fraction of a microsecond
+        if (parameters["criterion_logits"].data_ptr() == self.logits_ptr and len(buffers) == len(self.held)
+                and all(map(operator.is_, buffers.values(), self.held))):
+            return self
+        return self._build(buffers, parameters["criterion_logits"])
+
+    def _build(self, buffers: dict[str, Any], logits: Tensor) -> HostState | None:
+        self.logits_ptr = -1
+        names = (*JudgmentState._fields, "num_decisions")
+        for tensor in (*(buffers[name] for name in names), logits):
+            if (tensor.device.type != "cpu" or not tensor.is_contiguous()
+                    or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
+                return None
+        self.held = tuple(buffers.values())
+        arrays: Any = JudgmentState
+        self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
+        self.num_decisions = buffers["num_decisions"].detach().numpy()
+        self.logits = logits.detach().numpy()
+        self.learn = self.score = self.bound_to = None
+        self.logits_ptr = logits.data_ptr()
+        return self
+
+    def learn_row(self, staged: Staged, options: kernels.Options, row: np.ndarray, limit: float, c: int, a: int,
+                  confirmed: bool, given: bool, skip: bool) -> int:
+        """Learn one decision as row ``staged.n`` (see :func:`~gae.judgment.kernels.learning.learn_one`)."""
+        if self.bound_to is not staged or self.bound_run != staged.run:  # the arguments fixed for the run
+            self.bound = (limit, self.state, options, staged.alpha, self.logits, staged.logits_array, *staged.arrays)
+            self.bound_to, self.bound_run = staged, staged.run
+            if self.learn is None:  # the argument types are the same for every run: resolve them once
+                self.learn = entry_point(learn_one, row, c, a, confirmed, given, skip, staged.n, *self.bound)
+        return self.learn(row, c, a, confirmed, given, skip, staged.n, *self.bound)
+
+    def score_row(self, row: np.ndarray, c: int, options: kernels.Options) -> tuple[int, float]:
+        """``kernels.score_one`` on this state: category ``c`` scores with its tracking
+        prototypes while they lead (``drift_mode='adaptive'``)."""
+        state = self.state
+        estimates = state.tracking_centroids if options.adaptive and state.tracking_lead[c] > 0 else state.centroids
+        args = (row, c, estimates, state.initialized, state.wins, self.logits, options.tau, options.spawn_support,
+                options.min_confidence)
+        if self.score is None:
+            self.score = entry_point(kernels.score_one, *args)
+        return self.score(*args)
