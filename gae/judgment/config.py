@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -96,6 +98,29 @@ class JudgmentConfig:
         adaptive drift mode (``docs/drift.md``), the default of ``gae.river.JudgmentClassifier``
         and ``gae.sklearn.JudgmentClassifier``."""
         return cls(drift_mode="adaptive")
+
+    @classmethod
+    def keyword_parameters(cls, defaults: JudgmentConfig | None = None) -> list[inspect.Parameter]:
+        """Every option as a keyword-only :class:`inspect.Parameter` with its value in ``defaults``
+        (:meth:`recommended` unless given) and its type: the visible signature of an estimator
+        that takes the options as ``**options`` (``gae.river``, ``gae.sklearn``), whose parameter
+        lists (``get_params``, ``clone``, ``repr``) read the signature."""
+        defaults = cls.recommended() if defaults is None else defaults
+        hints = typing.get_type_hints(cls)
+        return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name),
+                                  annotation=hints[name]) for name in cls.options()]
+
+    @classmethod
+    def with_defaults(cls, options: Mapping[str, Any], owner: str,
+                      defaults: JudgmentConfig | None = None) -> dict[str, Any]:
+        """``options`` as given (values unchecked), with every option they lack at its value in
+        ``defaults`` (:meth:`recommended` unless given); TypeError naming ``owner`` and any
+        unknown option."""
+        unknown = sorted(set(options) - set(cls.options()))
+        if unknown:
+            raise TypeError(f"{owner} got unknown option(s) {unknown}; the options are {list(cls.options())}")
+        defaults = cls.recommended() if defaults is None else defaults
+        return {name: options[name] if name in options else getattr(defaults, name) for name in cls.options()}
 
     def replace(self, **changes: Any) -> JudgmentConfig:
         """A copy with ``changes`` applied (and validated); TypeError names an unknown option."""
