@@ -29,6 +29,22 @@ def resolve_names(argument: str, value: Names) -> tuple[str, ...]:
         return tuple(str(i) for i in range(value))
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise TypeError(f"{argument} must be an int or a list of names, got {value!r}")
+    return _distinct_names(argument, value)
+
+
+def new_names(argument: str, value: str | Sequence[str], existing: tuple[str, ...]) -> tuple[str, ...]:
+    """Names to add to ``existing``: one name or a sequence of them, non-empty strings, distinct
+    from each other and from ``existing``."""
+    if not isinstance(value, (str, Sequence)) or isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"{argument} must be a name or a list of names, got {value!r}")
+    names = _distinct_names(argument, [value] if isinstance(value, str) else value)
+    known = [name for name in names if name in existing]
+    if known:
+        raise ValueError(f"{argument} {known!r} already exist; known: {list(existing)}")
+    return names
+
+
+def _distinct_names(argument: str, value: Sequence[Any]) -> tuple[str, ...]:
     names = tuple(value)
     if not names:
         raise ValueError(f"{argument} must name at least one item, got {value!r}")
@@ -36,25 +52,6 @@ def resolve_names(argument: str, value: Names) -> tuple[str, ...]:
         raise TypeError(f"{argument} names must be non-empty strings, got {value!r}")
     if len(set(names)) != len(names):
         raise ValueError(f"{argument} names must be distinct, got {value!r}")
-    return names
-
-
-def new_names(argument: str, value: str | Sequence[str], existing: tuple[str, ...]) -> tuple[str, ...]:
-    """Names to add to ``existing``: one name or a sequence of them, non-empty strings, distinct
-    from each other and from ``existing``."""
-    names = (value,) if isinstance(value, str) else value
-    if not isinstance(names, Sequence) or isinstance(names, (bytes, bytearray)):
-        raise TypeError(f"{argument} must be a name or a list of names, got {value!r}")
-    names = tuple(names)
-    if not names:
-        raise ValueError(f"{argument} must name at least one item, got {value!r}")
-    if not all(isinstance(name, str) and name for name in names):
-        raise TypeError(f"{argument} names must be non-empty strings, got {value!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{argument} names must be distinct, got {value!r}")
-    known = [name for name in names if name in existing]
-    if known:
-        raise ValueError(f"{argument} {known!r} already exist; known: {list(existing)}")
     return names
 
 
