@@ -12,11 +12,15 @@ over repeats (after an untimed warm-up, so JIT compilation is excluded):
 4. ``KNNMemory`` online learning, the retrieval baseline;
 5. what writing the evaluation trace costs (``scripts/evaluate.py --trace``): one seed of the
    head-to-head at its defaults (every setting and memory, ``training.evaluation.run``) with and
-   without a trace, interleaved, and the wall-time ratio.
+   without a trace, interleaved, and the wall-time ratio;
+6. one decision at a time, as an agent calls it (``scripts/bench_single.py``): ``score_one`` +
+   ``learn_one`` of every memory against plain numpy transcriptions with the same API, and the
+   memories as river estimators under river's own prequential harness against river's k-NN.
 
 Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the README
-has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them and
-commits the record it is rendered from to docs/results/bench.json.
+has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them (and
+the single-decision table between the ``bench-decisions`` markers) and commits the record they
+are rendered from to docs/results/bench.json.
 
 Usage: ``python scripts/bench.py [--quick] [--repeats N] [--out PATH] [--readme PATH | --no-readme]``
 """
@@ -40,14 +44,19 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without installing the package
+    sys.path.insert(0, str(ROOT))
+
 from gae import JudgmentMemory, KNNMemory  # noqa: E402
 from gae.judgment import engine  # noqa: E402
-from training.readme import markers, publish_section, record_path  # noqa: E402
+from scripts.bench_single import CAPACITY, measure_decisions, measure_river  # noqa: E402
+from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
 
 C, A, K = 4, 4, 8
 START, END = markers("bench")
 FULL_SIZES = {"online": 100_000, "numpy_loop": 5_000, "torch_loop": 2_000, "batch": 1_000_000,
-              "score_one": 20_000, "knn": 20_000, "forget": 100_000}
+              "score_one": 20_000, "knn": 20_000, "forget": 100_000, "decisions": 6_000}
 FORGET_CALL = 100  # decisions per learning call of the log that forget_ replays
 TRACE_DECISIONS = 2000  # the head-to-head's stream length (--quick: 400)
 
@@ -303,6 +312,20 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
     def latency(key: str) -> str:
         return f"{results[key]['median_p50']:.1f} / {results[key]['median_p99']:.1f} us"
 
+    decided = results["decisions"]["latency_us"]
+
+    def one(name: str) -> str:
+        return f"{decided[name]['median_p50']:.1f} / {decided[name]['median_p99']:.1f} us"
+
+    def ratio(name: str) -> float:
+        return results["decisions"]["ratio_p50"][name]
+
+    judgment_rows = [(f"one decision, judgment `{mode}`: `score_one` + `learn_one` p50 / p99",
+                      f"{one(f'gae judgment, {mode}')} ({ratio(f'gae judgment, {mode}'):.2f}x numpy)",
+                      "p50 <= 0.5x numpy, p99 <= 100 us",
+                      verdict(ratio(f"gae judgment, {mode}") <= 0.5
+                              and decided[f"gae judgment, {mode}"]["median_p99"] <= 100))
+                     for mode in ("seed", "adaptive", "prototypes=4")]
     online, batch = results["online_gae"]["median"], results["batch_no_grad"]["median"]
     speedup, p50 = results["speedup_vs_numpy"], results["score_one_us"]["median_p50"]
     numpy_check, torch_check = results["agreement"]["numpy_vs_gae"], results["agreement"]["torch_vs_gae"]
@@ -323,6 +346,12 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
          f"max abs diff {torch_check['max_abs_diff']:.1e}", "allclose 1e-5", verdict(torch_check["allclose"])),
         (f"batched scoring, `no_grad` (B={sizes['batch']:,})", fmt_rate(batch), ">= 20 M/s", verdict(batch >= 2e7)),
         ("`score_one` latency p50 / p99", latency("score_one_us"), "p50 <= 10 us", verdict(p50 <= 10)),
+        *judgment_rows,
+        (f"one decision, `KNNMemory` (capacity {CAPACITY}): `score_one` + `learn_one` p50 / p99",
+         f"{one('gae k-NN')} ({ratio('gae k-NN'):.2f}x numpy)", "p50 <= numpy ring buffer",
+         verdict(ratio("gae k-NN") <= 1.0)),
+        ("one decision, `RetrievalMemory`: `score_one` p50 / p99", f"{one('gae retrieval')} "
+         f"({ratio('gae retrieval'):.2f}x numpy)", "p50 <= 2x numpy score", verdict(ratio("gae retrieval") <= 2.0)),
         (f"`forget_` one decision from the middle of a {sizes['forget']:,}-decision log",
          f"{results['forget_one']['median'] * 1e3:,.0f} ms", "< 1 s", verdict(results["forget_one"]["median"] < 1.0)),
         (f"ref: numpy per-decision loop ({sizes['numpy_loop']:,} decisions)",
@@ -331,6 +360,10 @@ def table_rows(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
          fmt_rate(results["online_torch"]["median"]), "—", "—"),
         ("ref: batched scoring with autograd (torch path)", fmt_rate(results["batch_grad"]["median"]), "—", "—"),
         ("ref: numpy dict-of-centroids score p50 / p99", latency("numpy_score_one_us"), "—", "—"),
+        ("ref: one decision, numpy transcription of the seed rule p50 / p99", one("numpy judgment, seed rule"), "—",
+         "—"),
+        ("ref: one decision, numpy ring-buffer k-NN p50 / p99", one("numpy ring-buffer k-NN"), "—", "—"),
+        ("ref: one decision, numpy retrieval score p50 / p99", one("numpy retrieval score"), "—", "—"),
         (f"ref: `KNNMemory` prequential_, k=5, capacity 400 ({sizes['knn']:,} decisions)",
          fmt_rate(results["online_knn"]["median"]), "—", "—"),
         (f"evaluation trace: extra wall time of one head-to-head seed ({trace['lines_per_seed']:,} lines)",
@@ -358,11 +391,34 @@ def section(record: dict) -> str:
     return f"{table}\n\nMeasured on {record['machine']}; regenerate with `make bench`."
 
 
+def decisions_section(record: dict) -> str:
+    """The README's "One decision at a time" table, rendered from a ``bench.json`` record."""
+    decided = record["results"]["decisions"]
+    lines = ["| memory | `score_one` + `learn_one` p50 | p99 | p50 against its numpy transcription |",
+             "|---|---:|---:|---:|"]
+    for name, values in decided["latency_us"].items():
+        shown = name + (" (`score_one` alone)" if "retrieval" in name else "")
+        against = f"{decided['ratio_p50'][name]:.2f}x" if name in decided["ratio_p50"] else "—"
+        lines.append(f"| {shown} | {values['median_p50']:.1f} us | {values['median_p99']:.1f} us | {against} |")
+    text = "\n".join(lines) + (f"\n\n{decided['n']:,} decisions a memory (4 categories x 4 actions x 8 factors, "
+                               f"named), median of {record['repeats']} repeats; the transcriptions agree with gae: "
+                               f"{', '.join(k for k, ok in decided['agree'].items() if ok) or 'none'}.")
+    river = record["results"].get("river")
+    if river is not None:
+        rows = ["| river model, `StandardScaler() \\| model` | per decision | accuracy |", "|---|---:|---:|"]
+        rows += [f"| {name} | {values['median_us']:.1f} us | {values['accuracy'] * 100:.1f}% |"
+                 for name, values in river["models"].items()]
+        text += (f"\n\nUnder river's own harness (`evaluate.progressive_val_score`, Phishing, "
+                 f"{river['n']:,} decisions):\n\n" + "\n".join(rows))
+    return f"{text}\n\nMeasured on {record['machine']}; regenerate with `make bench`."
+
+
 def update_readme(path: Path, record: dict) -> None:
-    """Replace the text between the bench markers, if the README has them, and commit the record
-    to docs/results/bench.json."""
+    """Replace the text between the bench markers (and the bench-decisions markers), if the
+    README has them, and commit the record to docs/results/bench.json."""
     if publish_section(path, "bench", record, section):
-        progress(f"updated the table in {path} and {record_path(path, 'bench')}")
+        replace_section(path, *markers("bench-decisions"), decisions_section(as_saved(record)))
+        progress(f"updated the tables in {path} and {record_path(path, 'bench')}")
     else:
         progress(f"{path} has no {START} ... {END} markers; README left alone")
 
@@ -391,6 +447,8 @@ def main() -> None:
     measure_knn(results, stream, sizes["knn"], args.repeats)
     measure_forget(results, stream, sizes["forget"], min(args.repeats, 3))
     measure_trace(results, TRACE_DECISIONS // 5 if args.quick else TRACE_DECISIONS, min(args.repeats, 3))
+    results["decisions"] = measure_decisions(sizes["decisions"], args.repeats, progress)
+    results["river"] = measure_river(min(args.repeats, 3), progress)
     elapsed = time.perf_counter() - began
     rows = table_rows(results, sizes)
     table = markdown(rows)

@@ -160,6 +160,20 @@ def test_single_decisions_mixed_with_everything_else_match_batched_calls(mode):
         assert_same_logs(memory, slow)
 
 
+@pytest.mark.parametrize("max_log_events", [1, 5, 9])
+def test_a_staged_batch_of_one_row_returns_what_the_batch_returns(max_log_events):
+    stream = clustered_stream(12, 60)
+    fast, slow = make_judgment(max_log_events=max_log_events), make_judgment(max_log_events=max_log_events)
+    whole = slow.prequential_(stream.x, stream.category, stream.action)
+    steps = [fast.prequential_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1])
+             for i in range(60)]
+    assert torch.equal(torch.cat([s.events.eta for s in steps]), whole.events.eta)
+    assert torch.equal(torch.cat([s.output.probs for s in steps]), whole.output.probs)
+    results = [make_judgment(max_log_events=max_log_events).learn_one(stream.x[0].numpy(), 1, 1)]
+    assert results[0]["initialized"]
+    assert_same(fast, slow)
+
+
 def test_the_staged_run_folds_into_a_bounded_log():
     stream = clustered_stream(6, 1000)
     fast, slow = make_judgment(max_log_events=40), make_judgment(max_log_events=40)

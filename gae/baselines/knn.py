@@ -159,7 +159,8 @@ class KNNMemory(DecisionMemory):
         if host is None or (learn and self.backend != "compiled"):  # the reference backend learns in torch
             return None
         if self.category_names is None:
-            c = 0 if category.__class__ is str else None  # ignored, as in the checked path
+            # ignored, as in the checked path: any name or index
+            c = 0 if category.__class__ is str or (category.__class__ is int and 0 <= category < 2**63) else None
         else:
             c = self._position(category, self._category_positions, len(self.category_names))
         a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0

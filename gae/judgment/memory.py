@@ -277,44 +277,46 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                 except (TypeError, ValueError, RuntimeError):
                     raw = None
                 if raw is not None and raw.shape == (self.n_factors,) and raw.dtype.kind in "fiu":
-                    staged = self._stage(host, np.ascontiguousarray(raw, dtype=np.float64), c, a, confirmed,
-                                         outcome == INCORRECT)
-                    if staged is not None:
-                        n, events = staged.n - 1, staged.event_arrays
-                        result = ({"skipped": True} if events.skipped[n] else
-                                  {"skipped": False, "gated": bool(events.gated[n]), "eta": float(events.eta[n]),
-                                   "disp": float(events.displacement[n]),
-                                   "initialized": bool(events.initialized[n])})
-                        if staged.n == staged.capacity:
-                            self.history.flush(self, self._relearn)
-                        return result
+                    learned = self._stage(host, np.ascontiguousarray(raw, dtype=np.float64), c, a, confirmed,
+                                          outcome == INCORRECT)
+                    if learned is not None:
+                        self._flush_full()
+                        _, skipped, gated, eta, disp, initialized = learned
+                        return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
+                                                                  "disp": disp, "initialized": initialized}
         return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _stage(self, host: online.HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
-               skip: bool) -> online.Staged | None:
-        """Learn one decision on the single-decision path as the staged batch's next row (the
-        caller reads it, then flushes a full batch); None when it must take the checked path."""
+               skip: bool) -> tuple | None:
+        """Learn one decision on the single-decision path as the staged batch's next row: the
+        kernel's ``(0, skipped, gated, eta, displacement, initialized)``, or None when it must
+        take the checked path."""
         history = self.history
         staged = history.staged
-        shape = (len(self.action_names), self.n_factors)
-        if staged is None or staged.shape != shape:
+        if staged is None or staged.shape != (len(self.action_names), self.n_factors):
             history.flush()
+            shape = (len(self.action_names), self.n_factors)
             staged = history.staged = online.Staged(*shape, online.capacity(*shape, self._config.max_log_events))
         for _ in range(2):
             if staged.n == 0:
                 staged.start(int(host.num_decisions), self.criterion_logits)
-            code = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
-                                  confirmed is not None, skip)
-            if code != kernels.STALE:
+            learned = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
+                                     confirmed is not None, skip)
+            if learned[0] != kernels.STALE:
                 break
             history.flush(self, self._relearn)  # the attention changed: the staged run ends here
-        if code != 0:
+        if learned[0] != 0:
             return None
         staged.n += 1
-        host.num_decisions[()] += 1
         attributes = self.__dict__  # a plain int: nn.Module.__setattr__ would cost more than the kernel
         attributes["_updates"] += 1
-        return staged
+        return learned
+
+    def _flush_full(self) -> None:
+        """A full staged batch goes to the logs (after its last row was read)."""
+        staged = self.history.staged
+        if staged is not None and staged.n == staged.capacity:
+            self.history.flush(self, self._relearn)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -397,16 +399,16 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         if host is None or self.history.replaying or self.backend != "compiled":
             return None
         flag = None if confirmed is None else bool(confirmed[0])
-        staged = self._stage(host, x[0].numpy().astype(np.float64), int(category[0]), int(action[0]), flag,
-                             bool(skip[0]))
-        if staged is None:
+        if self._stage(host, x[0].numpy().astype(np.float64), int(category[0]), int(action[0]), flag,
+                       bool(skip[0])) is None:
             return None
+        staged = self.history.staged
+        assert staged is not None
         row = slice(staged.n - 1, staged.n)
         step = StreamStep(MemoryOutput(*(t[row].clone() for t in staged.output)),
                           LearnEvents(*(t[row].clone() for t in staged.events)), staged.sq_diff[row].clone(),
                           staged.nearest[row].clone(), staged.before[row].clone())
-        if staged.n == staged.capacity:
-            self.history.flush(self, self._relearn)
+        self._flush_full()
         return step
 
     def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:

@@ -206,10 +206,12 @@ class HostState:
         return self
 
     def learn_row(self, staged: Staged, options: kernels.Options, row: np.ndarray, limit: float, c: int, a: int,
-                  confirmed: bool, given: bool, skip: bool) -> int:
-        """Learn one decision as row ``staged.n`` (see :func:`~gae.judgment.kernels.learning.learn_one`)."""
+                  confirmed: bool, given: bool, skip: bool) -> tuple[int, bool, bool, float, float, bool]:
+        """Learn one decision as row ``staged.n`` and count it: ``(0, skipped, gated, eta,
+        displacement, initialized)`` or a code first (:func:`~gae.judgment.kernels.learning.learn_one`)."""
         if self.bound_to is not staged or self.bound_run != staged.run:  # the arguments fixed for the run
-            self.bound = (limit, self.state, options, staged.alpha, self.logits, staged.logits_array, *staged.arrays)
+            self.bound = (limit, self.state, self.num_decisions, options, staged.alpha, self.logits,
+                          staged.logits_array, *staged.arrays)
             self.bound_to, self.bound_run = staged, staged.run
             if self.learn is None:  # the argument types are the same for every run: resolve them once
                 self.learn = entry_point(learn_one, row, c, a, confirmed, given, skip, staged.n, *self.bound)

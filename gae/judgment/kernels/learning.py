@@ -315,12 +315,14 @@ STALE = -3  # learn_one: the attention logits differ from those of the staged ru
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, options, alpha, logits_now, logits_staged,
-              x, ints, flags, reals, evidence, scores, sq_diff, nearest, before):  # pragma: no cover
+def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, num_decisions, options, alpha, logits_now,
+              logits_staged, x, ints, flags, reals, evidence, scores, sq_diff, nearest, before):  # pragma: no cover
     """One decision, learned in place as row ``n`` of a staged batch: its inputs are written into
     the batch's arrays and :func:`prequential` runs on that row alone, so the outputs, events
-    and promotions land where a batch call would have put them. Returns 0, or NOT_FINITE /
-    STALE (the attention logits differ from the staged run's) with nothing changed.
+    and promotions land where a batch call would have put them, and ``num_decisions`` (a 0-d
+    array) counts it. Returns ``(0, skipped, gated, eta, displacement, initialized)``, or
+    NOT_FINITE / STALE (the attention logits differ from the staged run's) first with nothing
+    changed.
 
     The arguments that change from call to call come first, so the caller binds the others.
     The per-decision arrays come packed (:class:`gae.judgment.online.Staged`): ``ints`` =
@@ -329,13 +331,14 @@ def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, op
     (confidence, eta, displacement, promotion statistic, promotion shift), ``scores`` =
     (logits, probs); their rows are the arrays :func:`prequential` takes.
     """
+    nothing = np.float32(0.0)
     for k in range(row.shape[0]):
         if not math.isfinite(row[k]) or abs(row[k]) > limit:
-            return NOT_FINITE
+            return NOT_FINITE, False, False, nothing, nothing, False
     for i in range(logits_now.shape[0]):
         for k in range(logits_now.shape[1]):
             if logits_now[i, k] != logits_staged[i, k]:
-                return STALE
+                return STALE, False, False, nothing, nothing, False
     for k in range(row.shape[0]):
         x[n, k] = np.float32(row[k])
     ints[0, n] = c
@@ -348,4 +351,5 @@ def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, op
                          flags[9])
     prequential(state, options, alpha, x, ints[0], ints[1], flags[0], flags[1], flags[2], out, events,
                 (reals[3], evidence, reals[4]), n, n + 1)
-    return 0
+    num_decisions[()] += 1
+    return 0, flags[5, n], flags[4, n], reals[1, n], reals[2, n], flags[6, n]

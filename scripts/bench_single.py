@@ -1,0 +1,275 @@
+"""One decision at a time: what an agent calls, against plain numpy transcriptions of the same rules.
+
+An agent holds one case: it scores it (``score_one``), acts, and later learns the verified
+outcome (``learn_one``). This module times exactly that, call by call, as a user would: named
+categories and actions, a fresh memory per repeat, each decision's ``score_one`` +
+``learn_one`` timed together, p50 and p99 of the individual decisions, medians over repeats.
+Every contestant runs in the same repeat loop, one after another, so the ratios compare
+numbers measured under the same machine load.
+
+The references are plain numpy transcriptions with the same per-call API, written the way one
+would write them by hand (they are checked to give the same answers as gae first):
+
+- :class:`NumpyJudgment`: the seed rule (one prototype per category and action, gated eta);
+- :class:`NumpyRing`: a ring-buffer k-NN voting with ``1 / (d + 1e-8)``, as ``KNNMemory``;
+- :class:`NumpyRetrieval`: the retrieval score ``w_sim cos + w_rec exp(-age / tau) + w_imp imp``
+  over the stored decisions, top-k and the vote, as ``RetrievalMemory.score_one``.
+
+:func:`measure_river` times the same memories as river estimators under river's own
+prequential harness, against river's k-NN. Used by ``scripts/bench.py``; run alone for a quick look:
+``python scripts/bench_single.py [--decisions N] [--repeats R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+
+C, A, K = 4, 4, 8
+CATEGORIES = tuple(f"category {i}" for i in range(C))
+ACTIONS = tuple(f"action {i}" for i in range(A))
+CAPACITY = 400  # the k-NN and retrieval memories' store
+JUDGMENT_MODES = {"seed": {}, "adaptive": {"drift_mode": "adaptive"}, "prototypes=4": {"prototypes": 4}}
+
+
+class NumpyJudgment:
+    """The seed rule in plain numpy with gae's per-call API (float32 like gae)."""
+
+    def __init__(self, tau: float = 0.1, eta_confirmed: float = 0.05, eta_override: float = 0.01,
+                 threshold: float = 0.4, damping: float = 0.5) -> None:
+        self.category = {name: i for i, name in enumerate(CATEGORIES)}
+        self.action = {name: i for i, name in enumerate(ACTIONS)}
+        self.centroids = np.zeros((C, A, K), np.float32)
+        self.initialized = np.zeros((C, A), bool)
+        self.weights = np.ones((C, K), np.float32)
+        self.tau, self.threshold = np.float32(tau), threshold
+        self.eta = (np.float32(eta_confirmed), np.float32(eta_override), np.float32(damping))
+
+    def score_one(self, factors, category: str) -> tuple[str | None, float]:
+        c = self.category[category]
+        known = np.flatnonzero(self.initialized[c])
+        if known.size == 0:
+            return None, 0.0
+        x = np.asarray(factors, dtype=np.float32)
+        distance = ((x - self.centroids[c, known]) ** 2 * self.weights[c]).sum(-1)
+        logits = -distance / self.tau
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        best = int(np.argmax(probs))
+        return ACTIONS[known[best]], float(probs[best])
+
+    def learn_one(self, factors, action: str, category: str, confirmed: bool = True) -> None:
+        c, a = self.category[category], self.action[action]
+        x = np.asarray(factors, dtype=np.float32)
+        if not self.initialized[c, a]:
+            self.centroids[c, a], self.initialized[c, a] = x, True
+            return
+        eta = self.eta[0] if confirmed else self.eta[1]
+        if np.sqrt(((x - self.centroids[c, a]) ** 2).sum()) > self.threshold:
+            eta = eta * self.eta[2]
+        self.centroids[c, a] += eta * (x - self.centroids[c, a])
+
+
+class NumpyRing:
+    """A ring-buffer k-NN in plain numpy (distances in float64, stable order, weighted vote)."""
+
+    def __init__(self, k: int = 5, capacity: int = CAPACITY) -> None:
+        self.k, self.capacity = k, capacity
+        self.action = {name: i for i, name in enumerate(ACTIONS)}
+        self.factors = np.zeros((capacity, K), np.float32)
+        self.actions = np.zeros(capacity, np.int64)
+        self.size = self.head = 0
+
+    def score_one(self, factors, category: str = "") -> tuple[str | None, float]:
+        if self.size < self.k:
+            return None, 0.0
+        order = (self.head - self.size + np.arange(self.size)) % self.capacity  # oldest first
+        x = np.asarray(factors, dtype=np.float32).astype(np.float64)
+        distance = np.sqrt(((self.factors[order].astype(np.float64) - x) ** 2).sum(-1))
+        nearest = np.argsort(distance, kind="stable")[:self.k]
+        votes = np.zeros(A)
+        np.add.at(votes, self.actions[order][nearest], 1.0 / (distance[nearest] + 1e-8))
+        best = int(np.argmax(votes))
+        return ACTIONS[best], float(votes[best] / votes.sum())
+
+    def learn_one(self, factors, action: str, category: str = "") -> None:
+        self.factors[self.head] = factors
+        self.actions[self.head] = self.action[action]
+        self.head = (self.head + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+
+class NumpyRetrieval:
+    """``RetrievalMemory``'s score in plain numpy: cosine similarity of the centred factors,
+    recency ``exp(-age / tau)`` on the decision clock, importance 1, top-k and the score-weighted
+    vote. Stores by appending (no eviction: the benchmark times its score)."""
+
+    def __init__(self, k: int = 5, capacity: int = CAPACITY, weights=(0.60, 0.25, 0.15), tau: float = 15.0,
+                 center: float = 0.5) -> None:
+        self.k, self.weights, self.tau, self.center = k, weights, tau, center
+        self.action = {name: i for i, name in enumerate(ACTIONS)}
+        self.units = np.zeros((capacity, K), np.float32)
+        self.created = np.zeros(capacity)
+        self.labels = np.zeros(capacity, np.int64)
+        self.size = 0
+        self.now = 0.0
+
+    def score_one(self, factors, category: str = "") -> tuple[str | None, float]:
+        if self.size < self.k:
+            return None, 0.0
+        query = np.asarray(factors, dtype=np.float32) - np.float32(self.center)
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        w_sim, w_rec, w_imp = self.weights
+        n = self.size
+        scores = w_sim * (self.units[:n] @ query) + w_rec * np.exp(-(self.now - self.created[:n]) / self.tau) + w_imp
+        top = np.argsort(-scores, kind="stable")[:self.k]
+        votes = np.zeros(A)
+        np.add.at(votes, self.labels[top], np.maximum(scores[top], 1e-8))
+        best = int(np.argmax(votes))
+        return ACTIONS[best], float(votes[best] / votes.sum())
+
+    def learn_one(self, factors, action: str, category: str = "") -> None:
+        if self.size < self.units.shape[0]:
+            unit = np.asarray(factors, dtype=np.float32) - np.float32(self.center)
+            self.units[self.size] = unit / max(float(np.linalg.norm(unit)), 1e-12)
+            self.created[self.size], self.labels[self.size] = self.now, self.action[action]
+            self.size += 1
+        self.now += 1.0
+
+
+def contestants() -> dict[str, Callable[[], object]]:
+    """Name -> a factory of a fresh memory with ``score_one`` / ``learn_one``."""
+    made: dict[str, Callable[[], object]] = {
+        f"gae judgment, {mode}": (lambda options=options: JudgmentMemory(CATEGORIES, ACTIONS, K, **options))
+        for mode, options in JUDGMENT_MODES.items()}
+    made["numpy judgment, seed rule"] = NumpyJudgment
+    made["gae k-NN"] = lambda: KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["numpy ring-buffer k-NN"] = NumpyRing
+    made["gae retrieval"] = lambda: RetrievalMemory(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["numpy retrieval score"] = NumpyRetrieval
+    return made
+
+
+def decisions(n: int, seed: int = 0) -> list[tuple[list[float], str, str]]:
+    """Seeded decisions as a user holds them: a list of floats and the names."""
+    rng = np.random.default_rng(seed)
+    centres = rng.random((C, A, K))
+    category, action = rng.integers(0, C, n), rng.integers(0, A, n)
+    x = np.clip(centres[category, action] + 0.1 * rng.standard_normal((n, K)), 0, 1)
+    return [(row, CATEGORIES[c], ACTIONS[a]) for row, c, a in zip(x.tolist(), category, action, strict=True)]
+
+
+def time_decisions(memory, stream: list, score_only: bool = False) -> np.ndarray:
+    """Nanoseconds of each decision's ``score_one`` + ``learn_one`` (only ``score_one`` with
+    ``score_only``; the decision is learned untimed, so every memory sees the same stream)."""
+    score, learn = memory.score_one, memory.learn_one
+    ns = np.empty(len(stream))
+    clock = time.perf_counter_ns
+    for i, (row, category, action) in enumerate(stream):
+        start = clock()
+        score(row, category)
+        if score_only:
+            ns[i] = clock() - start
+            learn(row, action, category)
+        else:
+            learn(row, action, category)
+            ns[i] = clock() - start
+    return ns
+
+
+def agree(stream: list) -> dict[str, bool]:
+    """The transcriptions answer what gae answers on the same stream (speed means nothing otherwise)."""
+    pairs = {"judgment": (JudgmentMemory(CATEGORIES, ACTIONS, K), NumpyJudgment()),
+             "knn": (KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRing())}
+    result = {}
+    for name, (mine, theirs) in pairs.items():
+        same = True
+        for row, category, action in stream:
+            (a, p), (b, q) = mine.score_one(row, category), theirs.score_one(row, category)
+            same &= a == b and abs(p - q) <= 1e-5
+            mine.learn_one(row, action, category)
+            theirs.learn_one(row, action, category)
+        result[name] = bool(same)
+    return result
+
+
+def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = print) -> dict:
+    """Per contestant, the per-repeat p50 / p99 in microseconds of one decision (``score_one`` +
+    ``learn_one``; the retrieval pair: ``score_one`` alone) and their medians, plus ratios of
+    medians against the references and whether the transcriptions agree with gae."""
+    stream = decisions(n)
+    made = contestants()
+    progress(f"one decision at a time: score_one + learn_one over {n:,} decisions, {len(made)} memories")
+    for name, make in made.items():  # load compiled code and warm caches, untimed
+        time_decisions(make(), stream[:300], score_only="retrieval" in name)
+    p50: dict[str, list[float]] = {name: [] for name in made}
+    p99: dict[str, list[float]] = {name: [] for name in made}
+    for _ in range(repeats):
+        for name, make in made.items():
+            ns = time_decisions(make(), stream, score_only="retrieval" in name)[n // 10:] / 1e3  # past the start
+            p50[name].append(float(np.percentile(ns, 50)))
+            p99[name].append(float(np.percentile(ns, 99)))
+    latency = {name: {"p50": p50[name], "p99": p99[name], "median_p50": statistics.median(p50[name]),
+                      "median_p99": statistics.median(p99[name])} for name in made}
+
+    def ratio(name: str, reference: str) -> float:
+        return latency[name]["median_p50"] / latency[reference]["median_p50"]
+
+    ratios = {name: ratio(name, "numpy judgment, seed rule") for name in made if name.startswith("gae judgment")}
+    ratios["gae k-NN"] = ratio("gae k-NN", "numpy ring-buffer k-NN")
+    ratios["gae retrieval"] = ratio("gae retrieval", "numpy retrieval score")
+    return {"n": n, "latency_us": latency, "ratio_p50": ratios, "agree": agree(stream[:2000])}
+
+
+def measure_river(repeats: int, progress: Callable[[str], None] = print) -> dict | None:
+    """Microseconds per decision and accuracy under river's own prequential harness
+    (``evaluate.progressive_val_score`` on the bundled Phishing data, ``StandardScaler`` in front):
+    gae's river estimators against river's k-NN. None when river is not installed."""
+    try:
+        from river import datasets, evaluate, metrics, neighbors, preprocessing
+    except ImportError:
+        return None
+    from gae.river import JudgmentClassifier, KNNClassifier
+
+    models = {"gae JudgmentClassifier (recommended)": JudgmentClassifier,
+              "gae KNNClassifier (capacity 400)": lambda: KNNClassifier(capacity=CAPACITY),
+              "river KNNClassifier (window 400)": lambda: neighbors.KNNClassifier(
+                  engine=neighbors.LazySearch(window_size=CAPACITY))}
+    data = list(datasets.Phishing())
+    progress(f"river's harness: progressive_val_score on Phishing ({len(data):,} decisions), {len(models)} models")
+    result = {}
+    for name, make in models.items():
+        evaluate.progressive_val_score(data[:200], preprocessing.StandardScaler() | make(), metrics.Accuracy())  # warm
+        times, accuracy = [], 0.0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            metric = evaluate.progressive_val_score(data, preprocessing.StandardScaler() | make(), metrics.Accuracy())
+            times.append((time.perf_counter() - start) / len(data) * 1e6)
+            accuracy = metric.get()
+        result[name] = {"us_per_decision": times, "median_us": statistics.median(times), "accuracy": accuracy}
+    return {"n": len(data), "models": result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--decisions", type=int, default=6000, help="decisions per memory and repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (median)")
+    args = parser.parse_args()
+    record = measure_decisions(args.decisions, args.repeats)
+    for name, values in record["latency_us"].items():
+        extra = f"  {record['ratio_p50'][name]:.2f}x its reference" if name in record["ratio_p50"] else ""
+        print(f"{name:34s} p50 {values['median_p50']:8.1f} us   p99 {values['median_p99']:8.1f} us{extra}")
+    print("transcriptions agree with gae:", record["agree"])
+    river = measure_river(args.repeats)
+    for name, values in ({} if river is None else river["models"]).items():
+        print(f"{name:40s} {values['median_us']:8.1f} us a decision, accuracy {values['accuracy']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
