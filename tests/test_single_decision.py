@@ -270,6 +270,14 @@ def test_knn_single_decisions_equal_the_batched_engine(options):
     with pytest.raises(ValueError):
         single.learn_one([float("inf")] * FACTORS, 0, 0)
     assert_same(batched, single)
+    ones = KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES, **options)  # prequential_ of one decision
+    steps = [ones.prequential_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1], None,
+                               stream.skip[i:i + 1]) for i in range(n)]
+    assert_same(batched, ones)
+    for part in ("output", "events", "retrieved"):
+        for field, x in zip(getattr(step, part)._fields, getattr(step, part), strict=True):
+            if x is not None:
+                assert torch.equal(x, torch.cat([getattr(getattr(s, part), field) for s in steps])), (part, field)
 
 
 # -- growing vocabularies ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from torch import Tensor
 from gae import validation as check
 from gae._base import INCORRECT, DecisionMemory
 from gae.baselines import knn_engine
-from gae.types import MemoryOutput, Retrieved, StreamStep
+from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
 _QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
@@ -187,6 +187,17 @@ class KNNMemory(DecisionMemory):
 
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device
+        if x.shape[0] == 1 and device.type == "cpu":  # the single-decision path, in place on the ring
+            done = self._one(x[0].numpy(), int(category[0]), int(action[0]), bool(skip[0]), True)
+            if done is not None:
+                probs, out_action, confidence, applied, skipped, near_ids, near_dist = (
+                    torch.from_numpy(array.copy()) for array in done[4:])
+                events = LearnEvents.empty(1)
+                events.applied.copy_(applied)
+                events.skipped.copy_(skipped)
+                output, events, retrieved = knn_engine.knn_results(probs, out_action, confidence, events, near_ids,
+                                                                   near_dist)
+                return StreamStep(output, events, None, retrieved=retrieved)
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
         state = knn_engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))

@@ -111,6 +111,12 @@ def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor
                       x.numpy(), category.numpy(), action.numpy(), skip.numpy(), first_step,
                       probs.numpy(), out_action.numpy(), confidence.numpy(),
                       events.applied.numpy(), events.skipped.numpy(), near_ids.numpy(), near_dist.numpy())
+    return knn_results(probs, out_action, confidence, events, near_ids, near_dist)
+
+
+def knn_results(probs: Tensor, out_action: Tensor, confidence: Tensor, events: LearnEvents, near_ids: Tensor,
+                near_dist: Tensor) -> tuple[MemoryOutput, LearnEvents, Retrieved]:
+    """What the compiled loop wrote, as the engine's results (eta 1 for every stored decision)."""
     events.eta.masked_fill_(events.applied, 1.0)
     return _knn_output(probs, out_action, confidence), events, Retrieved(near_ids, near_dist)
 

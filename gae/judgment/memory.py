@@ -280,7 +280,9 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                     learned = self._stage(host, np.ascontiguousarray(raw, dtype=np.float64), c, a, confirmed,
                                           outcome == INCORRECT)
                     if learned is not None:
-                        self._flush_full()
+                        staged = cast(online.Staged, self.history.staged)
+                        if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
+                            self.history.flush(self, self._relearn)
                         _, skipped, gated, eta, disp, initialized = learned
                         return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
                                                                   "disp": disp, "initialized": initialized}
@@ -290,33 +292,27 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                skip: bool) -> tuple | None:
         """Learn one decision on the single-decision path as the staged batch's next row: the
         kernel's ``(0, skipped, gated, eta, displacement, initialized)``, or None when it must
-        take the checked path."""
+        take the checked path. The caller reads the row, then sends a full batch to the logs."""
         history = self.history
         staged = history.staged
-        if staged is None or staged.shape != (len(self.action_names), self.n_factors):
+        if staged is None or staged.shape[0] != len(self.action_names):  # the factors never change
             history.flush()
             shape = (len(self.action_names), self.n_factors)
             staged = history.staged = online.Staged(*shape, online.capacity(*shape, self._config.max_log_events))
-        for _ in range(2):
-            if staged.n == 0:
-                staged.start(int(host.num_decisions), self.criterion_logits)
+        if staged.n == 0:
+            staged.start(int(host.num_decisions), self.criterion_logits)
+        learned = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
+                                 confirmed is not None, skip)
+        if learned[0] == kernels.STALE:  # the attention changed: the staged run ends here
+            history.flush(self, self._relearn)
+            staged.start(int(host.num_decisions), self.criterion_logits)
             learned = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
                                      confirmed is not None, skip)
-            if learned[0] != kernels.STALE:
-                break
-            history.flush(self, self._relearn)  # the attention changed: the staged run ends here
         if learned[0] != 0:
             return None
         staged.n += 1
-        attributes = self.__dict__  # a plain int: nn.Module.__setattr__ would cost more than the kernel
-        attributes["_updates"] += 1
+        self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
         return learned
-
-    def _flush_full(self) -> None:
-        """A full staged batch goes to the logs (after its last row was read)."""
-        staged = self.history.staged
-        if staged is not None and staged.n == staged.capacity:
-            self.history.flush(self, self._relearn)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -408,7 +404,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         step = StreamStep(MemoryOutput(*(t[row].clone() for t in staged.output)),
                           LearnEvents(*(t[row].clone() for t in staged.events)), staged.sq_diff[row].clone(),
                           staged.nearest[row].clone(), staged.before[row].clone())
-        self._flush_full()
+        if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
+            self.history.flush(self, self._relearn)
         return step
 
     def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:

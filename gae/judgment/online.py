@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gae.compiled import entry_point
+from gae.compiled import ArrayTable, entry_point
 from gae.judgment import kernels, rule
-from gae.judgment.kernels.learning import learn_one
+from gae.judgment.kernels.learning import learn_one_at
 from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
@@ -176,7 +176,8 @@ class HostState:
         self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
         self.logits_ptr = -1
         self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
-        self.bound: tuple = ()  # learn_one's arguments fixed for a staged run
+        self.bound: tuple = ()  # learn_one_at's arguments fixed for a staged run
+        self.table: ArrayTable | None = None  # the arrays they address, held while they are used
         self.bound_to: Staged | None = None  # the staged batch and run they were bound for
         self.bound_run = -1
         self.score: Any = None  # the entry point of kernels.score_one for these arrays
@@ -209,12 +210,14 @@ class HostState:
                   confirmed: bool, given: bool, skip: bool) -> tuple[int, bool, bool, float, float, bool]:
         """Learn one decision as row ``staged.n`` and count it: ``(0, skipped, gated, eta,
         displacement, initialized)`` or a code first (:func:`~gae.judgment.kernels.learning.learn_one`)."""
-        if self.bound_to is not staged or self.bound_run != staged.run:  # the arguments fixed for the run
-            self.bound = (limit, self.state, self.num_decisions, options, staged.alpha, self.logits,
-                          staged.logits_array, *staged.arrays)
-            self.bound_to, self.bound_run = staged, staged.run
+        if self.bound_to is not staged or self.bound_run != staged.run:  # the arrays fixed for the run
+            assert staged.alpha is not None and staged.logits_array is not None, "a run starts with its attention"
+            table = ArrayTable([*self.state, self.num_decisions, staged.alpha, self.logits, staged.logits_array,
+                                *staged.arrays])
+            self.bound = (limit, options, table.addresses, table.shapes)
+            self.table, self.bound_to, self.bound_run = table, staged, staged.run
             if self.learn is None:  # the argument types are the same for every run: resolve them once
-                self.learn = entry_point(learn_one, row, c, a, confirmed, given, skip, staged.n, *self.bound)
+                self.learn = entry_point(learn_one_at, row, c, a, confirmed, given, skip, staged.n, *self.bound)
         return self.learn(row, c, a, confirmed, given, skip, staged.n, *self.bound)
 
     def score_row(self, row: np.ndarray, c: int, options: kernels.Options) -> tuple[int, float]:

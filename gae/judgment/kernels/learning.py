@@ -10,7 +10,9 @@ import math
 import numba
 import numpy as np
 
+from gae.compiled import view
 from gae.judgment.kernels.scoring import NEG_INF, NOT_FINITE, logit, nearest_slot, output, score_decision
+from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents
 
 
@@ -353,3 +355,44 @@ def learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state, nu
                 (reals[3], evidence, reals[4]), n, n + 1)
     num_decisions[()] += 1
     return 0, flags[5, n], flags[4, n], reals[1, n], reals[2, n], flags[6, n]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def learn_one_at(row, c, a, is_confirmed, is_given, is_skipped, n, limit, options, addresses,
+                 shapes):  # pragma: no cover
+    """:func:`learn_one` with its arrays given by address (a :class:`gae.compiled.ArrayTable` of
+    the state in :class:`~gae.judgment.state.JudgmentState` order, ``num_decisions``, alpha,
+    the live and the staged attention logits, then the staged batch's nine arrays), which
+    spares the call receiving and counting twenty-six arrays: the single-decision path's
+    entry (``gae.judgment.online``)."""
+    f32, i64, b8 = np.float32, np.int64, np.bool_
+    s = shapes
+    state = JudgmentState(
+        view(addresses[0], (s[0, 0], s[0, 1], s[0, 2], s[0, 3]), f32),
+        view(addresses[1], (s[1, 0], s[1, 1], s[1, 2]), b8),
+        view(addresses[2], (s[2, 0], s[2, 1], s[2, 2]), i64),
+        view(addresses[3], (s[3, 0], s[3, 1], s[3, 2]), f32),
+        view(addresses[4], (s[4, 0], s[4, 1], s[4, 2], s[4, 3]), f32),
+        view(addresses[5], (s[5, 0],), f32),
+        view(addresses[6], (s[6, 0], s[6, 1]), i64),
+        view(addresses[7], (s[7, 0], s[7, 1], s[7, 2]), b8),
+        view(addresses[8], (s[8, 0], s[8, 1], s[8, 2]), f32),
+        view(addresses[9], (s[9, 0], s[9, 1], s[9, 2], s[9, 3]), f32),
+        view(addresses[10], (s[10, 0], s[10, 1], s[10, 2]), i64),
+        view(addresses[11], (s[11, 0], s[11, 1], s[11, 2], s[11, 3]), f32),
+        view(addresses[12], (s[12, 0],), f32))
+    return learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state,
+                     view(addresses[13], (), i64),
+                     options,
+                     view(addresses[14], (s[14, 0], s[14, 1]), f32),
+                     view(addresses[15], (s[15, 0], s[15, 1]), f32),
+                     view(addresses[16], (s[16, 0], s[16, 1]), f32),
+                     view(addresses[17], (s[17, 0], s[17, 1]), f32),
+                     view(addresses[18], (s[18, 0], s[18, 1]), i64),
+                     view(addresses[19], (s[19, 0], s[19, 1]), b8),
+                     view(addresses[20], (s[20, 0], s[20, 1]), f32),
+                     view(addresses[21], (s[21, 0], s[21, 1]), i64),
+                     view(addresses[22], (s[22, 0], s[22, 1], s[22, 2]), f32),
+                     view(addresses[23], (s[23, 0], s[23, 1], s[23, 2]), f32),
+                     view(addresses[24], (s[24, 0], s[24, 1]), i64),
+                     view(addresses[25], (s[25, 0], s[25, 1]), f32))
