@@ -189,6 +189,24 @@ class DecisionMemory(nn.Module):
                 and category not in self.category_names):
             self.add_categories_([category])
 
+    # -- the single-decision path's views of the tensors ---------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        host = state.get("_host")
+        if host is not None:  # views of this instance's tensors: a copy builds its own
+            state["_host"] = type(host)()
+        return state
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> DecisionMemory:
+        """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
+        tensor's data without replacing the tensor, so the single-decision views (``_host``,
+        which every memory that has them keeps) are built again."""
+        result = super()._apply(fn, recurse)
+        host = self.__dict__.get("_host")
+        if host is not None:
+            self.__dict__["_host"] = type(host)()
+        return result
+
     # -- validation helpers -----------------------------------------------------------
     @property
     def _device(self) -> torch.device:

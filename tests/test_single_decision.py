@@ -251,6 +251,30 @@ def test_the_views_follow_the_memory_when_its_tensors_are_replaced():
     assert_same(memory, reference)
 
 
+def test_the_views_are_built_again_when_a_conversion_moves_the_data():
+    stream = clustered_stream(13, 300)
+    for make in (make_judgment, lambda: KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES)):
+        memory, reference = make(), make()
+        for i in range(150):
+            memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+        pointer = next(memory.buffers()).data_ptr()
+        memory.share_memory()  # moves every tensor's data into shared memory, the tensors stay the same objects
+        assert next(memory.buffers()).data_ptr() != pointer
+        for i in range(150, 300):
+            memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+        reference.prequential_(stream.x, stream.category, stream.action, torch.ones(300, dtype=torch.bool))
+        assert_same(memory, reference)
+
+
+def test_an_array_table_holds_c_contiguous_arrays_only():
+    from gae.compiled import ArrayTable
+
+    table = ArrayTable([np.zeros((2, 3), np.float32), np.zeros((), np.int64)])
+    assert table.shapes.tolist() == [[2, 3, 0, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match=r"C-contiguous arrays of rank <= 4, got shape \(3, 2\)"):
+        ArrayTable([np.zeros((2, 3), np.float32).T])
+
+
 @pytest.mark.parametrize("options", [{}, {"scoped": True, "respect_skip": True}, {"capacity": 20, "k": 3}])
 def test_knn_single_decisions_equal_the_batched_engine(options):
     n = 3000

@@ -180,11 +180,6 @@ class KNNMemory(DecisionMemory):
             host.num_decisions[()] += 1
         return host.batch
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_host"] = knn_engine.KNNHost()  # views of this instance's tensors; a copy must build its own
-        return state
-
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         device = self.store_factors.device
         if x.shape[0] == 1 and device.type == "cpu":  # the single-decision path, in place on the ring

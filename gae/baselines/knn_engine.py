@@ -188,6 +188,7 @@ class KNNHost:
                     or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
                 return None
         self.held = tuple(buffers.values())
+        self.storages = [tensor.untyped_storage() for tensor in self.held]  # see gae.judgment.online.HostState
         self.shape = (n_actions, k)
         self.ring = tuple(buffers[name].numpy() for name in
                           ("store_factors", "store_actions", "store_categories", "store_steps", "ring"))

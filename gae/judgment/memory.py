@@ -314,11 +314,6 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
         return learned
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_host"] = online.HostState()  # views of this instance's tensors; a copy must build its own
-        return state
-
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
         """Differentiable (B, A) logits of a prequential step under the current attention.
 

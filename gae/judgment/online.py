@@ -198,6 +198,9 @@ class HostState:
                     or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
                 return None
         self.held = tuple(buffers.values())
+        # the views point into these storages: held, so that a tensor whose data is swapped in place (``.data =``,
+        # ``set_``) leaves them valid until the next check (DecisionMemory._apply covers torch's own conversions)
+        self.storages = [tensor.untyped_storage() for tensor in (*self.held, logits)]
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
         self.num_decisions = buffers["num_decisions"].detach().numpy()
