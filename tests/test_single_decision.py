@@ -365,6 +365,8 @@ def test_growing_keeps_the_attention_and_refuses_bad_names():
 def test_grow_true_learns_names_on_first_sight():
     memory = JudgmentMemory(["general"], ["first"], 2, grow=True, drift_mode="adaptive")
     assert memory.score_one([0.5, 0.5], "unseen") == (None, 0.0)  # scoring does not add names
+    with pytest.raises(ValueError, match="factors"):
+        memory.score_one([float("nan"), 0.5], "unseen")
     assert memory.category_names == ("general",)
     memory.learn_one([0.1, 0.1], "first", "general")
     memory.learn_one([0.9, 0.9], "second", "general")

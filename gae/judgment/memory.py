@@ -242,6 +242,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         host = self._host.get(self._buffers, self._parameters)
         index = self._position(category, self._category_positions, len(self.category_names))
         if index is None and self.grow and isinstance(category, str) and category:
+            self._one_factor_row(factors)  # checked all the same
             return None, 0.0  # nothing learned in it yet
         if host is None or index is None:
             return super().score_one(factors, category)
