@@ -179,6 +179,14 @@ class DecisionMemory(nn.Module):
             return positions.get(value)
         return value if value.__class__ is int and 0 <= value < count else None
 
+    def _category_position(self, category: Any) -> int | None:
+        """For the single-decision paths: the index of a category name or index (0 for any name or
+        index when the memory ignores categories, as the checked path does), else None."""
+        names = self._category_names
+        if names is None:
+            return 0 if category.__class__ is str or (category.__class__ is int and 0 <= category < 2**63) else None
+        return self._position(category, self._category_positions, len(names))
+
     def _meet(self, action: str | int, category: str | int) -> None:
         """With ``grow=True``, add an action or category name met for the first time."""
         if not self.grow:

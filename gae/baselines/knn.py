@@ -158,11 +158,7 @@ class KNNMemory(DecisionMemory):
         host = self._host.get(self._buffers, len(self.action_names), self.k)
         if host is None or (learn and self.backend != "compiled"):  # the reference backend learns in torch
             return None
-        if self.category_names is None:
-            # ignored, as in the checked path: any name or index
-            c = 0 if category.__class__ is str or (category.__class__ is int and 0 <= category < 2**63) else None
-        else:
-            c = self._position(category, self._category_positions, len(self.category_names))
+        c = self._category_position(category)
         a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
         if c is None or a is None:
             return None

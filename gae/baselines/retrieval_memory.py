@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae._base import DecisionMemory
+from gae._base import INCORRECT, DecisionMemory
+from gae.baselines.retrieval_engine import RetrievalHost
 from gae.episodic import EpisodicMemory
 from gae.episodic.scorer import RetrievalScorer
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
@@ -29,6 +30,10 @@ class RetrievalMemory(DecisionMemory):
     ``k`` memories in reach it abstains. Recency lets it forget a world that has changed.
 
     The clock is the decision count: decision ``t`` happens at ``t * seconds_per_decision``.
+
+    On a CPU module ``score_one`` and ``learn_one`` take a compiled single-decision path
+    (:mod:`gae.baselines.retrieval_engine`) that works in place on the store's buffers and
+    answers and stores exactly what :meth:`prequential_` on a batch of one does, to the last bit.
 
     Args:
         factors, actions: counts or names.
@@ -67,6 +72,7 @@ class RetrievalMemory(DecisionMemory):
         self.store = EpisodicMemory(self.n_factors, capacity, scorer=scorer, eviction="lowest_score")
         self.labels: dict[int, int] = {}  # action of each stored memory id (pruned as the store evicts)
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
+        self._host = RetrievalHost()  # the single-decision path's views of the store (a copy builds its own)
 
     @property
     def version(self) -> int:
@@ -164,10 +170,58 @@ class RetrievalMemory(DecisionMemory):
         embedding = (x - self.center).to(self.store.embeddings.dtype)
         ids = self.store.add(embedding, 1.0, created_at=now, scope=category if self.scoped else 0,
                              query=embedding[0], now=now)
-        self.labels[int(ids[0])] = action
-        if len(self.labels) > 2 * self.store.capacity:  # forget the labels of evicted memories
+        self._label(int(ids[0]), action)
+
+    def _label(self, memory_id: int, action: int) -> None:
+        """Remember the action of a stored memory (and forget those of evicted ones when they pile up)."""
+        self.labels[memory_id] = action
+        if len(self.labels) > 2 * self.store.capacity:
             alive = set(self.store._column("ids").tolist())
             self.labels = {i: a for i, a in self.labels.items() if i in alive}
+
+    # -- one decision at a time ------------------------------------------------------------
+    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``. On a CPU
+        module this runs the compiled single-decision path on the store's own buffers
+        (:mod:`gae.baselines.retrieval_engine`), the checked path's answer to the last bit;
+        anything unusual takes the checked path."""
+        one = self._one(factors, category, 0, False)
+        host = None if one is None else self._host.get(self)
+        done = None if host is None or one is None else host.score(self, one[0], one[1])
+        if done is None:
+            return super().score_one(factors, category)
+        return self._action_name(done[0]), done[1]
+
+    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None) -> dict[str, Any]:
+        """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module it is stored
+        in place as :meth:`prequential_` on a batch of one would store it (same rows, ids, evictions,
+        version and audit); anything unusual takes that checked path."""
+        if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+            skip = outcome == INCORRECT
+            one = self._one(factors, category, action, True)
+            host = None if one is None else self._host.get(self)
+            if host is not None and one is not None and host.learn(self, one[0], one[1], one[2], skip):
+                return {"skipped": True} if skip and self.respect_skip else {
+                    "skipped": False, "gated": False, "eta": 1.0, "disp": 0.0, "initialized": False}
+        return super().learn_one(factors, action, category, confirmed, outcome)
+
+    def _one(self, factors: Any, category: Any, action: Any, learn: bool) -> tuple[np.ndarray, int, int] | None:
+        """``(factors as an array of K real numbers, category index, action index)`` of one decision
+        for the compiled path, or None when it must take the checked path (which validates and raises)."""
+        if self.backend != "compiled":
+            return None
+        c = self._category_position(category)
+        a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
+        if c is None or a is None:
+            return None
+        try:
+            raw = np.asarray(factors)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":
+            return None
+        return raw, c, a
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""

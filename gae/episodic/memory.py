@@ -221,18 +221,27 @@ class EpisodicMemory(Persistence):
     def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]]) -> None:
         start, n = int(self.size), unit.shape[0]
         needed = start + n
-        if needed > self.embeddings.shape[0]:  # grow by doubling: amortised O(1) per memory
+        self._reserve(needed)
+        self.embeddings[start:needed] = unit
+        for name, values in columns.items():
+            getattr(self, name)[start:needed] = values
+        self.source_ids.extend(sources)
+        self.size.fill_(needed)
+
+    def _reserve(self, needed: int) -> None:
+        """Room for ``needed`` rows: the buffers grow by doubling (amortised O(1) per memory) into
+        new zero tensors holding the live rows; the single-decision path writes into them in place."""
+        if needed > self.embeddings.shape[0]:
+            start = int(self.size)
             rows = max(needed, 2 * self.embeddings.shape[0], 16)
             for name in ("embeddings", *COLUMNS):
                 old = getattr(self, name)
                 grown = old.new_zeros((rows, *old.shape[1:]))
                 grown[:start] = old[:start]
                 setattr(self, name, grown)
-        self.embeddings[start:needed] = unit
-        for name, values in columns.items():
-            getattr(self, name)[start:needed] = values
-        self.source_ids.extend(sources)
-        self.size.fill_(needed)
+
+    def _eviction_reason(self) -> str:
+        return f"over capacity {self.capacity} ({self.eviction})"
 
     def _eviction_scores(self, query: Tensor, now: float) -> Tensor:
         age = (now - self._column("created_at")).float()
@@ -249,7 +258,7 @@ class EpisodicMemory(Persistence):
         rows = order[:count]
         evicted = self._column("ids")[rows]
         self._remove(rows)
-        self._record("evict", now, evicted, f"over capacity {self.capacity} ({self.eviction})")
+        self._record("evict", now, evicted, self._eviction_reason())
 
     def _remove(self, rows: Tensor) -> None:
         keep = torch.ones(int(self.size), dtype=torch.bool, device=rows.device)
@@ -403,11 +412,18 @@ class EpisodicMemory(Persistence):
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _record(self, action: str, now: float, ids: Any, reason: str) -> None:
+        """``version + 1`` for a mutation (not for a 'reject'), then its audit record (:meth:`_log`)."""
+        counter = cast(Tensor, self._buffers["version_counter"])  # in place: no module attribute lookups
         if action != "reject":
-            self.version_counter += 1
+            counter.add_(1)
+        self._log(action, now, ids, reason, int(counter))
+
+    def _log(self, action: str, now: float, ids: Any, reason: str, version: int) -> None:
+        """The audit record of a mutation that ``version`` already counts (the single-decision path
+        counts its own in place), also handed to the store's pending change."""
         id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
-        self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, self.version))
+        self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, version))
         if self._pending is not None:
-            self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, self.version))
+            self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, version))
             if action in ("evict", "delete", "expire"):
                 self._pending.removed.append((action, float(now), id_tuple))

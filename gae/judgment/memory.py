@@ -240,7 +240,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         yet abstains.
         """
         host = self._host.get(self._buffers, self._parameters)
-        index = self._position(category, self._category_positions, len(self.category_names))
+        index = self._category_position(category)
         if index is None and self.grow and isinstance(category, str) and category:
             self._one_factor_row(factors)  # checked all the same
             return None, 0.0  # nothing learned in it yet
@@ -270,7 +270,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
                 and self.backend == "compiled" and not self.history.replaying):
             host = self._host.get(self._buffers, self._parameters)
-            c = self._position(category, self._category_positions, len(self.category_names))
+            c = self._category_position(category)
             a = self._position(action, self._action_positions, len(self.action_names))
             if host is not None and c is not None and a is not None:
                 try:
