@@ -106,41 +106,53 @@ class NumpyRing:
 
 
 class NumpyRetrieval:
-    """``RetrievalMemory``'s score in plain numpy: cosine similarity of the centred factors,
-    recency ``exp(-age / tau)`` on the decision clock, importance 1, top-k and the score-weighted
-    vote. Stores by appending (no eviction: the benchmark times its score)."""
+    """``RetrievalMemory`` in plain numpy (unscoped, the default scorer): the factors centred and
+    normalised, the score ``w_sim cos + w_rec exp(-age / tau) + w_imp importance`` (importance 1)
+    on the decision clock, top-k in row order for ties, the score-weighted vote; storing appends
+    the decision, then evicts the stored row with the lowest score against it (the first such)."""
 
     def __init__(self, k: int = 5, capacity: int = CAPACITY, weights=(0.60, 0.25, 0.15), tau: float = 15.0,
                  center: float = 0.5) -> None:
-        self.k, self.weights, self.tau, self.center = k, weights, tau, center
+        self.k, self.capacity, self.tau, self.center = k, capacity, np.float32(tau), np.float32(center)
+        self.weights = tuple(np.float32(w) for w in weights)
         self.action = {name: i for i, name in enumerate(ACTIONS)}
-        self.units = np.zeros((capacity, K), np.float32)
-        self.created = np.zeros(capacity)
-        self.labels = np.zeros(capacity, np.int64)
+        self.units = np.zeros((capacity + 1, K), np.float32)
+        self.created = np.zeros(capacity + 1, np.float32)
+        self.labels = np.zeros(capacity + 1, np.int64)
         self.size = 0
-        self.now = 0.0
+        self.now = 0
+
+    def _unit(self, factors) -> np.ndarray:
+        centred = np.asarray(factors, dtype=np.float32) - self.center
+        return centred / max(np.float32(np.linalg.norm(centred)), np.float32(1e-12))
+
+    def _scores(self, unit: np.ndarray) -> np.ndarray:
+        w_sim, w_rec, w_imp = self.weights
+        n = self.size
+        recency = np.exp(-(np.float32(self.now) - self.created[:n]) / self.tau)
+        return w_sim * (self.units[:n] @ unit) + w_rec * recency + w_imp
 
     def score_one(self, factors, category: str = "") -> tuple[str | None, float]:
         if self.size < self.k:
             return None, 0.0
-        query = np.asarray(factors, dtype=np.float32) - np.float32(self.center)
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        w_sim, w_rec, w_imp = self.weights
-        n = self.size
-        scores = w_sim * (self.units[:n] @ query) + w_rec * np.exp(-(self.now - self.created[:n]) / self.tau) + w_imp
+        scores = self._scores(self._unit(factors))
         top = np.argsort(-scores, kind="stable")[:self.k]
-        votes = np.zeros(A)
-        np.add.at(votes, self.labels[top], np.maximum(scores[top], 1e-8))
+        votes = np.zeros(A, np.float32)
+        np.add.at(votes, self.labels[top], np.maximum(scores[top], np.float32(1e-8)))
         best = int(np.argmax(votes))
         return ACTIONS[best], float(votes[best] / votes.sum())
 
     def learn_one(self, factors, action: str, category: str = "") -> None:
-        if self.size < self.units.shape[0]:
-            unit = np.asarray(factors, dtype=np.float32) - np.float32(self.center)
-            self.units[self.size] = unit / max(float(np.linalg.norm(unit)), 1e-12)
-            self.created[self.size], self.labels[self.size] = self.now, self.action[action]
-            self.size += 1
-        self.now += 1.0
+        unit = self._unit(factors)
+        n = self.size
+        self.units[n], self.created[n], self.labels[n] = unit, self.now, self.action[action]
+        self.size = n + 1
+        if self.size > self.capacity:  # evict the lowest score against the new decision, keeping row order
+            gone = int(np.argmin(self._scores(unit)))
+            for column in (self.units, self.created, self.labels):
+                column[gone:n] = column[gone + 1:n + 1]
+            self.size = n
+        self.now += 1
 
 
 def contestants() -> dict[str, Callable[[], object]]:
@@ -186,7 +198,8 @@ def time_decisions(memory, stream: list, score_only: bool = False) -> np.ndarray
 def agree(stream: list) -> dict[str, bool]:
     """The transcriptions answer what gae answers on the same stream (speed means nothing otherwise)."""
     pairs = {"judgment": (JudgmentMemory(CATEGORIES, ACTIONS, K), NumpyJudgment()),
-             "knn": (KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRing())}
+             "knn": (KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRing()),
+             "retrieval": (RetrievalMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRetrieval())}
     result = {}
     for name, (mine, theirs) in pairs.items():
         same = True
