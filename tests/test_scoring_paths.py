@@ -10,10 +10,13 @@ set to score with their tracking prototypes) and has non-uniform attention.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from gae import JudgmentMemory
 from gae.judgment import rule
+from gae.judgment.kernels.scoring import output
 from tests.conftest import MEMORY_FACTORIES, clustered_stream
 
 JUDGMENT = sorted(name for name in MEMORY_FACTORIES if name.startswith("judgment"))
@@ -91,3 +94,29 @@ def test_the_engine_scores_with_the_same_formula(name, backend):
     torch.testing.assert_close(step.output.logits, expected, rtol=1e-4, atol=1e-4)
     attention = memory.attention_logits(step, probe.category[:1])  # from the step's squared differences
     torch.testing.assert_close(attention.detach(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tau", [10.0, 0.1, 0.003])
+@pytest.mark.parametrize("options", [{}, {"prototypes": 3, "spawn_threshold": 0.2}, {"min_confidence": 0.6}])
+def test_the_batched_softmax_is_the_online_loops_bit_for_bit(tau, options):
+    """The batched kernel writes its softmax (and exp) out for speed; the online loop's
+    ``output`` calls libm's. Given the batched logits, both give the same bits."""
+    generator = torch.Generator().manual_seed(7)
+    memory = JudgmentMemory(4, 5, 6, tau=tau, **options)
+    memory.learn_(torch.rand(300, 6, generator=generator), torch.randint(0, 4, (300,), generator=generator),
+                  torch.randint(0, 5, (300,), generator=generator))
+    x = torch.rand(2000, 6, generator=generator) * 3 - 1  # far from the prototypes too: weights underflow
+    category = torch.randint(0, 4, (2000,), generator=generator)
+    with torch.no_grad():
+        batched = memory(x, category)
+    logits = batched.logits.numpy()
+    probs, action, confidence = np.empty_like(logits), np.empty(2000, np.int64), np.empty(2000, np.float32)
+    for b in range(2000):
+        finite = np.isfinite(logits[b])
+        best = int(np.argmax(np.where(finite, logits[b], -np.inf))) if finite.any() else -1
+        output(b, best, logits[b, best] if best >= 0 else np.float32(-np.inf), logits, probs, action, confidence,
+               memory.config.min_confidence)
+    assert np.array_equal(batched.probs.numpy(), probs)
+    assert np.array_equal(batched.action.numpy(), action) and np.array_equal(batched.confidence.numpy(), confidence)
+    if tau < 0.01:  # logits hundreds apart: weights that underflow, and subnormal ones, were met
+        assert (probs == 0).any() and ((probs > 0) & (probs < 1e-30)).any()

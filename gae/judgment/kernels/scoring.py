@@ -158,30 +158,96 @@ def score_decision(x, b, c, estimates, initialized, wins, support, alpha, tau32,
 
 @numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=_FAST_MATH)
 def score(x, category, estimates, initialized, wins, alpha, options, out):  # pragma: no cover
-    """Batched scoring into ``out = (logits, probs, action, confidence)``, no learning (``rule.score``)."""
+    """Batched scoring into ``out = (logits, probs, action, confidence)``, no learning (``rule.score``).
+
+    A block of decisions at a time: each decision's logits and best action (``rule.distances``,
+    ``rule.slot_logits``), then the block's softmax (``rule.output``) one action at a time across
+    the block, so that its loops vectorise. numba has no vector ``exp``, and one call of libm's
+    ``expf`` per logit took most of the time (docs/scoring_speed.md), so ``exp`` is written out:
+    glibc's ``expf`` (``sysdeps/ieee754/flt-32/e_expf.c``, from ARM's optimized-routines, as its
+    FMA build runs it), step for step in float64 with its constants. It gives the bits ``expf``
+    gives, so the outputs are those of ``output`` (which calls it) bit for bit: old checkpoints
+    score as they did (tests/test_checkpoint_migration.py).
+    """
     logits, probs, action, confidence = out
-    n_decisions, n_factors = x.shape
+    n_decisions = x.shape[0]
     n_actions, n_slots = estimates.shape[1], estimates.shape[2]
     tau32 = np.float32(options.tau)
-    for b in range(n_decisions):
-        c = category[b]
-        best = -1
-        best_logit = NEG_INF
+    # expf's table: the bits of 2 ** (i / 32), less i << 47 (e_exp2f_data.c)
+    table = np.array((0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+                      0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+                      0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+                      0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+                      0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+                      0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+                      0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+                      0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540), np.int64)
+    underflow = np.float32(-103.97207641601562)  # -0x1.9fe368p6: below, expf is 0
+    may_underflow = np.float32(-103.27892303466797)  # -0x1.9d1d9ep6: below, expf is the least subnormal
+    block = max(1, min(1024, n_decisions))
+    block_logits = np.empty((n_actions, block), np.float32)  # action-major: the softmax loops run over decisions
+    weights = np.empty((n_actions, block), np.float32)  # exp(logit - top)
+    top = np.empty(block, np.float32)  # each decision's largest logit, 0 when no action scores
+    best = np.empty(block, np.int64)  # its action (the first on a tie), -1 when none scores
+    total = np.empty(block, np.float32)  # the sum of the weights, then its inverse
+    polynomial = np.empty(block, np.float64)  # expf's 2 ** (r / 32)
+    scale_bits = np.empty(block, np.int64)
+    scale = scale_bits.view(np.float64)  # expf's 2 ** (k / 32)
+    for start in range(0, n_decisions, block):
+        size = min(block, n_decisions - start)
+        for j in range(size):
+            b = start + j
+            c = category[b]
+            best_j = -1
+            top_j = NEG_INF
+            for a in range(n_actions):
+                if n_slots == 1:  # the original design's loop
+                    d = np.float32(0.0)
+                    for k in range(x.shape[1]):
+                        diff = x[b, k] - estimates[c, a, 0, k]
+                        d += alpha[c, k] * (diff * diff)
+                    logit_a = -d / tau32 if initialized[c, a, 0] else NEG_INF
+                else:
+                    logit_a, _ = nearest_slot(x, b, c, a, estimates, initialized, wins, options.spawn_support, alpha,
+                                              tau32)
+                logits[b, a] = logit_a
+                block_logits[a, j] = logit_a
+                if logit_a > top_j:
+                    top_j = logit_a
+                    best_j = a
+            best[j] = best_j
+            top[j] = top_j if best_j >= 0 else np.float32(0.0)  # keeps -inf - top at -inf, not NaN
+            total[j] = 0.0
         for a in range(n_actions):
-            if n_slots == 1:  # the original design's loop, which the compiler vectorises over K
-                d = np.float32(0.0)
-                for k in range(n_factors):
-                    diff = x[b, k] - estimates[c, a, 0, k]
-                    d += alpha[c, k] * (diff * diff)
-                logit_a = -d / tau32 if initialized[c, a, 0] else NEG_INF
-            else:
-                logit_a, _ = nearest_slot(x, b, c, a, estimates, initialized, wins, options.spawn_support, alpha,
-                                          tau32)
-            logits[b, a] = logit_a
-            if logit_a > best_logit:
-                best_logit = logit_a
-                best = a
-        output(b, best, best_logit, logits, probs, action, confidence, options.min_confidence)
+            for j in range(size):  # expf(logit - top), its float64 steps; -inf clamped to a finite value
+                v = np.float64(max(block_logits[a, j] - top[j], np.float32(-104.0)))
+                z = 46.16624130844683 * v  # v * 32 / ln 2: 0x1.71547652b82fep+0 * 32
+                k = np.rint(z)
+                # z - k rounded once, as expf's fused multiply-add gives it: 32 / ln 2 = hi + lo, hi of 29
+                # bits, so that hi * v is exact and only the tiny lo * v is rounded
+                r = (46.16624128818512 * v - k) + 2.026170875524258e-08 * v
+                scale_bits[j] = np.int64(k)
+                p = 1.6938359250920212e-06 * r + 0.00023459809789509004  # 0x1.c6af84b912394p-5 / 32 ** 3, ...
+                r2 = r * r
+                y = 0.021660849396613134 * r + 1.0  # 0x1.62e42ff0c52d6p-1 / 32
+                polynomial[j] = p * r2 + y
+            for j in range(size):  # the table lookup on its own: with it, the loop above would not vectorise
+                scale_bits[j] = table[scale_bits[j] & 31] + (scale_bits[j] << 47)
+            for j in range(size):  # its own loop: scale is scale_bits' memory
+                shifted = block_logits[a, j] - top[j]
+                weight = np.float32(polynomial[j] * scale[j])
+                weight = np.float32(1.401298464324817e-45) if shifted < may_underflow else weight
+                weights[a, j] = np.float32(0.0) if shifted < underflow else weight
+                total[j] += weights[a, j]
+        for j in range(size):
+            inverse = np.float32(1.0) / total[j] if best[j] >= 0 else np.float32(0.0)
+            total[j] = inverse
+            sure = (best[j] >= 0) & (inverse >= options.min_confidence)  # the top action's probability is 1 / total
+            action[start + j] = best[j] if sure else -1
+            confidence[start + j] = inverse if sure else np.float32(0.0)
+        for a in range(n_actions):
+            for j in range(size):
+                probs[start + j, a] = weights[a, j] * total[j]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
