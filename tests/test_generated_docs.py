@@ -54,6 +54,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "scaling": ("scaling.json", script("scripts.scaling", "section")),
     "bench": ("bench.json", script("scripts.bench", "section")),
     "bench-decisions": ("bench.json", script("scripts.bench", "decisions_section")),
+    "scoring-speed": ("scoring-speed.json", script("scripts.profile_scoring", "section")),
     "bench-retrieval": ("bench-retrieval.json", script("scripts.bench_retrieval", "tables")),
     "bench-store": ("bench-store.json", script("scripts.bench_store", "tables")),
     "soak": ("soak.json", script("scripts.soak", "section")),

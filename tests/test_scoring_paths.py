@@ -17,6 +17,7 @@ import torch
 from gae import JudgmentMemory
 from gae.judgment import rule
 from gae.judgment.kernels.scoring import output
+from gae.types import MemoryOutput
 from tests.conftest import MEMORY_FACTORIES, clustered_stream
 
 JUDGMENT = sorted(name for name in MEMORY_FACTORIES if name.startswith("judgment"))
@@ -120,3 +121,43 @@ def test_the_batched_softmax_is_the_online_loops_bit_for_bit(tau, options):
     assert np.array_equal(batched.action.numpy(), action) and np.array_equal(batched.confidence.numpy(), confidence)
     if tau < 0.01:  # logits hundreds apart: weights that underflow, and subnormal ones, were met
         assert (probs == 0).any() and ((probs > 0) & (probs < 1e-30)).any()
+
+
+@pytest.mark.parametrize("name", ["judgment", "judgment_prototypes", "judgment_adaptive"])
+def test_forward_into_out_writes_what_it_returns_otherwise(name):
+    stream = clustered_stream(21, 600, drift_at=300)
+    memory = MEMORY_FACTORIES[name]()
+    memory.learn_(stream.x[:400], stream.category[:400], stream.action[:400])
+    x, category = stream.x[400:], stream.category[400:]
+    out = MemoryOutput(torch.empty(200, 4), torch.empty(200, 4), torch.empty(200, dtype=torch.int64),
+                       torch.empty(200))
+    with torch.no_grad():
+        expected = memory(x, category)
+        returned = memory(x, category, out=out)
+    assert returned is out
+    for a, b in zip(out, expected, strict=True):
+        assert torch.equal(a, b)
+    memory.double()  # the torch path writes into out too
+    out64 = MemoryOutput(*(t.double() if t.is_floating_point() else t for t in out))
+    with torch.no_grad():
+        expected = memory(x, category)
+        memory(x, category, out=out64)
+    for a, b in zip(out64, expected, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_forward_refuses_an_out_that_does_not_fit():
+    memory = MEMORY_FACTORIES["judgment"]()
+    x, category = torch.rand(5, 8), torch.zeros(5, dtype=torch.int64)
+    good = MemoryOutput(torch.empty(5, 4), torch.empty(5, 4), torch.empty(5, dtype=torch.int64), torch.empty(5))
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="out must be a MemoryOutput"):
+            memory(x, category, out=(1, 2, 3, 4))
+        with pytest.raises(ValueError, match=r"out.logits must be a torch.float32 tensor of shape \(5, 4\)"):
+            memory(x, category, out=good._replace(logits=torch.empty(4, 4)))
+        with pytest.raises(ValueError, match="out.action"):
+            memory(x, category, out=good._replace(action=torch.empty(5)))
+        with pytest.raises(ValueError, match="contiguous"):
+            memory(x, category, out=good._replace(probs=torch.empty(4, 5).t()))
+    with pytest.raises(ValueError, match="gradient"):  # the attention is a parameter: it needs one here
+        memory(x, category, out=good)

@@ -158,26 +158,57 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         return rule.attention(self.criterion_logits)
 
     # -- scoring ----------------------------------------------------------------------
-    def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
-        """Score a batch against the current prototypes. No side effects.
+    def forward(self, x: Tensor, category: Tensor, *, out: MemoryOutput | None = None) -> MemoryOutput:
+        """Score a batch against the current prototypes. No side effects, but on ``out``.
 
         Differentiable in ``x`` and ``criterion_logits``. When no gradient is needed
         (``torch.no_grad()`` or frozen attention) on CPU, a compiled kernel computes the
         same numbers without building the (B, A, P, K) intermediate.
+
+        ``out``: a :class:`~gae.types.MemoryOutput` to write the result into and return, of
+        contiguous (B, A) logits and probs, (B,) int64 action and (B,) confidence in the memory's
+        dtype and on its device, not overlapping ``x``; only where no gradient is needed. Scoring
+        batch after batch into the same ``out`` saves the first touch of new memory, a large part
+        of a call at B = 1M when the allocator hands out new pages (docs/scoring_speed.md).
         """
         if not torch.compiler.is_compiling():
             x, category = self._check_query(x, category)
         alpha = self.criterion_attention()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
+        if out is not None:
+            self._check_out(out, x.shape[0], needs_grad)
         if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
                 and not torch.compiler.is_compiling()):
-            return self._score_compiled(x, category, alpha)
-        return rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0]
+            return self._score_compiled(x, category, alpha, out)
+        result = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0]
+        if out is None:
+            return result
+        for target, value in zip(out, result, strict=True):
+            target.copy_(value)
+        return out
 
-    def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor) -> MemoryOutput:
+    def _check_out(self, out: MemoryOutput, batch: int, needs_grad: bool) -> None:
+        if not isinstance(out, MemoryOutput):
+            raise TypeError(f"out must be a MemoryOutput or None, got {type(out).__name__}")
+        if needs_grad:
+            raise ValueError("out cannot hold a result that needs a gradient; score under torch.no_grad()")
+        n_actions, dtype = len(self.action_names), self._float_dtype
+        expected = {"logits": ((batch, n_actions), dtype), "probs": ((batch, n_actions), dtype),
+                    "action": ((batch,), torch.int64), "confidence": ((batch,), dtype)}
+        for name, (shape, kind) in expected.items():
+            tensor = getattr(out, name)
+            if not isinstance(tensor, Tensor) or tensor.shape != shape or tensor.dtype != kind:
+                got = (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, Tensor) else type(tensor).__name__
+                raise ValueError(f"out.{name} must be a {kind} tensor of shape {shape}, got {got}")
+            if tensor.device != self._device or not tensor.is_contiguous() or tensor.requires_grad:
+                raise ValueError(f"out.{name} must be contiguous, on {self._device} and not require grad")
+
+    def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor,
+                        out: MemoryOutput | None = None) -> MemoryOutput:
         n, n_actions = x.shape[0], len(self.action_names)
-        out = MemoryOutput(torch.empty(n, n_actions), torch.empty(n, n_actions), torch.empty(n, dtype=torch.int64),
-                           torch.empty(n))
+        if out is None:
+            out = MemoryOutput(torch.empty(n, n_actions), torch.empty(n, n_actions),
+                               torch.empty(n, dtype=torch.int64), torch.empty(n))
         kernels.score(x.detach().float().contiguous().numpy(), category.contiguous().numpy(),
                       self.scoring_centroids().contiguous().numpy(), self.initialized.numpy(), self.wins.numpy(),
                       alpha.detach().float().contiguous().numpy(), self._options, tuple(t.numpy() for t in out))
