@@ -180,7 +180,9 @@ class HostState:
         self.table: ArrayTable | None = None  # the arrays they address, held while they are used
         self.bound_to: Staged | None = None  # the staged batch and run they were bound for
         self.bound_run = -1
-        self.score: Any = None  # the entry point of kernels.score_one for these arrays
+        self.score: Any = None  # the entry point of kernels.score_one_at for these arrays
+        self.score_bound: tuple = ()  # its arguments fixed for the memory: options, the arrays' addresses
+        self.score_table: ArrayTable | None = None  # the arrays they address
 
     def get(self, buffers: dict[str, Any], parameters: dict[str, Any]) -> HostState | None:
         # the module's dicts directly (nn.Module.__getattr__ costs a microsecond a name), compared
@@ -224,12 +226,14 @@ class HostState:
         return self.learn(row, c, a, confirmed, given, skip, staged.n, *self.bound)
 
     def score_row(self, row: np.ndarray, c: int, options: kernels.Options) -> tuple[int, float]:
-        """``kernels.score_one`` on this state: category ``c`` scores with its tracking
-        prototypes while they lead (``drift_mode='adaptive'``)."""
-        state = self.state
-        estimates = state.tracking_centroids if options.adaptive and state.tracking_lead[c] > 0 else state.centroids
-        args = (row, c, estimates, state.initialized, state.wins, self.logits, options.tau, options.spawn_support,
-                options.min_confidence)
-        if self.score is None:
-            self.score = entry_point(kernels.score_one, *args)
-        return self.score(*args)
+        """``kernels.score_one`` on this state (through ``score_one_at``): category ``c`` scores
+        with its tracking prototypes while they lead (``drift_mode='adaptive'``)."""
+        if self.score is None:  # the options are the memory's, fixed: bound once with the arrays
+            state = self.state
+            table = ArrayTable([state.centroids, state.initialized, state.wins, state.tracking_centroids,
+                                state.tracking_lead, self.logits])
+            self.score_bound = (options.adaptive, options.tau, options.spawn_support, options.min_confidence,
+                                table.addresses, table.shapes)
+            self.score_table = table
+            self.score = entry_point(kernels.score_one_at, row, c, *self.score_bound)
+        return self.score(row, c, *self.score_bound)

@@ -20,6 +20,6 @@ two agree bit for bit.
 """
 
 from gae.judgment.kernels.learning import STALE, learn_one, prequential
-from gae.judgment.kernels.scoring import NOT_FINITE, Options, score, score_one
+from gae.judgment.kernels.scoring import NOT_FINITE, Options, score, score_one, score_one_at
 
-__all__ = ["NOT_FINITE", "STALE", "Options", "learn_one", "prequential", "score", "score_one"]
+__all__ = ["NOT_FINITE", "STALE", "Options", "learn_one", "prequential", "score", "score_one", "score_one_at"]

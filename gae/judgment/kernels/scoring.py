@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from gae.compiled import view
 from gae.judgment.config import JudgmentConfig
 
 # reassociate sums and approximate exp, but no 'nnan'/'ninf': -inf marks absent prototypes
@@ -297,3 +298,17 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
     if confidence < min_confidence:
         return -1, 0.0
     return best, float(confidence)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def score_one_at(x, c, adaptive, tau, support, min_confidence, addresses, shapes):  # pragma: no cover
+    """:func:`score_one` with the state given by address (a :class:`gae.compiled.ArrayTable` of
+    centroids, initialized, wins, tracking_centroids, tracking_lead and criterion_logits):
+    category ``c`` scores with its tracking prototypes while they lead (``rule.scoring_estimates``)."""
+    s = shapes
+    lead = view(addresses[4], (s[4, 0],), np.float32)
+    which = 3 if adaptive and lead[c] > 0 else 0
+    estimates = view(addresses[which], (s[which, 0], s[which, 1], s[which, 2], s[which, 3]), np.float32)
+    return score_one(x, c, estimates, view(addresses[1], (s[1, 0], s[1, 1], s[1, 2]), np.bool_),
+                     view(addresses[2], (s[2, 0], s[2, 1], s[2, 2]), np.float32),
+                     view(addresses[5], (s[5, 0], s[5, 1]), np.float32), tau, support, min_confidence)
