@@ -424,12 +424,13 @@ def section(record: dict) -> str:
              f"- a page's first touch costs {first_touch * 1e3 / max(faults, 1):.1f} us ({faults:,.0f} pages of "
              f"outputs: {first_touch:.1f} ms when all are new);",
              f"- two threads make the kernel {kernel / ms('option: kernel, 2 threads (reused outputs)'):.2f} times "
-             "faster.",
+             "faster;",
              ]
     if f"kernel at {record.get('against')} (reused outputs)" in at:
         old = at[f"kernel at {record['against']} (reused outputs)"]["median_ms"]
         lines.append(f"- the kernel before this one (`{record['against']}`): {old:.1f} ms "
-                     f"({old / kernel:.2f} times this one's).")
+                     f"({old / kernel:.2f} times this one's);")
+    lines[-1] = lines[-1][:-1] + "."
     lines += ["", f"Measured on {record['machine']}; git {record['git']}; {record['repeats']} rounds, medians; "
               f"load average {record['load_average']['before'][0]:.2f} before, "
               f"{record['load_average']['after'][0]:.2f} after. Regenerate with `python {record['command']}`."]
