@@ -4,8 +4,9 @@ An agent holds one case: it scores it (``score_one``), acts, and later learns th
 outcome (``learn_one``). This module times exactly that, call by call, as a user would: named
 categories and actions, a fresh memory per repeat, each decision's ``score_one`` +
 ``learn_one`` timed together, p50 and p99 of the individual decisions, medians over repeats.
-Every contestant runs in the same repeat loop, one after another, so the ratios compare
-numbers measured under the same machine load.
+Within a repeat the memories take turns every 200 decisions, so the ratios compare numbers
+measured under the same machine load (on a shared 2-CPU machine, whatever runs on the other
+CPU slows a run down by up to half, in bursts).
 
 The references are plain numpy transcriptions with the same per-call API, written the way one
 would write them by hand (they are checked to give the same answers as gae first):
@@ -35,6 +36,7 @@ C, A, K = 4, 4, 8
 CATEGORIES = tuple(f"category {i}" for i in range(C))
 ACTIONS = tuple(f"action {i}" for i in range(A))
 CAPACITY = 400  # the k-NN and retrieval memories' store
+BLOCK = 200  # decisions each memory takes in its turn
 JUDGMENT_MODES = {"seed": {}, "adaptive": {"drift_mode": "adaptive"}, "prototypes=4": {"prototypes": 4}}
 
 
@@ -224,10 +226,16 @@ def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = pr
     p50: dict[str, list[float]] = {name: [] for name in made}
     p99: dict[str, list[float]] = {name: [] for name in made}
     for _ in range(repeats):
-        for name, make in made.items():
-            ns = time_decisions(make(), stream, score_only="retrieval" in name)[n // 10:] / 1e3  # past the start
-            p50[name].append(float(np.percentile(ns, 50)))
-            p99[name].append(float(np.percentile(ns, 99)))
+        memories = {name: make() for name, make in made.items()}
+        ns: dict[str, list[np.ndarray]] = {name: [] for name in made}
+        for start in range(0, n, BLOCK):  # the memories take turns block by block: the same machine load for each
+            block = stream[start:start + BLOCK]
+            for name, memory in memories.items():
+                ns[name].append(time_decisions(memory, block, score_only="retrieval" in name))
+        for name in made:
+            us = np.concatenate(ns[name])[n // 10:] / 1e3  # past the start, when the memories are still empty
+            p50[name].append(float(np.percentile(us, 50)))
+            p99[name].append(float(np.percentile(us, 99)))
     latency = {name: {"p50": p50[name], "p99": p99[name], "median_p50": statistics.median(p50[name]),
                       "median_p99": statistics.median(p99[name])} for name in made}
 
