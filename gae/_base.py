@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,8 +35,8 @@ class DecisionMemory(nn.Module):
         """The actions' names, in index order."""
         return self._action_names
 
-    @action_names.setter
-    def action_names(self, names: tuple[str, ...]) -> None:
+    def _set_action_names(self, names: tuple[str, ...]) -> None:
+        """The names, with their positions (the buffers are sized by the caller: names never change alone)."""
         self._action_names = tuple(names)
         self._action_positions = {name: i for i, name in enumerate(self._action_names)}
 
@@ -45,8 +45,7 @@ class DecisionMemory(nn.Module):
         """The categories' names, in index order; None for a memory that ignores categories."""
         return self._category_names
 
-    @category_names.setter
-    def category_names(self, names: tuple[str, ...] | None) -> None:
+    def _set_category_names(self, names: tuple[str, ...] | None) -> None:
         self._category_names = None if names is None else tuple(names)
         self._category_positions = {} if names is None else {name: i for i, name in enumerate(names)}
 
@@ -54,8 +53,8 @@ class DecisionMemory(nn.Module):
                          scoped: bool) -> None:
         """Names and the k / capacity / scope settings shared by the memories that vote with neighbours."""
         self.factor_names = check.resolve_names("factors", factors)
-        self.action_names = check.resolve_names("actions", actions)
-        self.category_names = None if categories is None else check.resolve_names("categories", categories)
+        self._set_action_names(check.resolve_names("actions", actions))
+        self._set_category_names(None if categories is None else check.resolve_names("categories", categories))
         self.n_factors = len(self.factor_names)
         self.k = check.check_int("k", k, low=1)
         capacity = check.check_int("capacity", capacity, low=1)
@@ -107,8 +106,11 @@ class DecisionMemory(nn.Module):
     # -- the single-decision API of the original implementation ------------------------
     def score_one(self, factors: Sequence[float] | Tensor | np.ndarray,
                   category: str | int = "general") -> tuple[str | None, float]:
-        """Score one decision: ``(action name or None when abstaining, confidence)``."""
+        """Score one decision: ``(action name or None when abstaining, confidence)``; a memory
+        built with ``grow=True`` abstains in a category it has not met (after checking ``factors``)."""
         x = self._one_factor_row(factors)
+        if self._unseen(category):
+            return None, 0.0
         index = self._category_index(category)
         with torch.no_grad():
             out = self(x, torch.tensor([index], device=x.device))
@@ -154,18 +156,20 @@ class DecisionMemory(nn.Module):
         """
         new = check.new_names("actions", names, self.action_names)
         self._grow_state(0, len(new))
-        self.action_names = (*self.action_names, *new)
+        self._set_action_names((*self.action_names, *new))
 
     def add_categories_(self, names: str | Sequence[str]) -> None:
         """Add categories at the end of :attr:`category_names`, keeping everything learned (see
-        :meth:`add_actions_`; a judgment memory gives them uniform attention). ValueError for a
-        memory that ignores categories (``categories=None``)."""
+        :meth:`add_actions_`). A judgment memory gives them uniform attention: its attention
+        parameter is the same object with more rows, so an optimizer built on it before must be
+        built again (its state has the old shape). ValueError for a memory that ignores
+        categories (``categories=None``)."""
         if self.category_names is None:
             raise ValueError(f"add_categories_({names!r}): this {type(self).__name__} ignores categories "
                              "(built with categories=None)")
         new = check.new_names("categories", names, self.category_names)
         self._grow_state(len(new), 0)
-        self.category_names = (*self.category_names, *new)
+        self._set_category_names((*self.category_names, *new))
 
     def _grow_state(self, new_categories: int, new_actions: int) -> None:
         """Resize the state for names about to be added. The neighbour memories store indices
@@ -179,23 +183,52 @@ class DecisionMemory(nn.Module):
             return positions.get(value)
         return value if value.__class__ is int and 0 <= value < count else None
 
+    def _fast_row(self, factors: Any) -> np.ndarray | None:
+        """For the single-decision paths: one decision's factors as a C-contiguous float64 row (a
+        list of numbers converted in one step), or None when the checked path must look at them
+        (other shapes, complex, object or string values, a tensor that needs a gradient, ...)."""
+        try:
+            if factors.__class__ is list:
+                row = np.array(factors, dtype=np.float64)
+            else:
+                raw = np.asarray(factors)
+                if raw.dtype.kind not in "fiu":
+                    return None
+                row = np.ascontiguousarray(raw, dtype=np.float64)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            return None
+        return row if row.shape == (self.n_factors,) else None
+
     def _category_position(self, category: Any) -> int | None:
-        """For the single-decision paths: the index of a category name or index (0 for any name or
-        index when the memory ignores categories, as the checked path does), else None."""
+        """For the single-decision paths: the index of a category name or index (when the memory
+        ignores categories, 0 for a name and the index itself, as the checked path does), else None."""
         names = self._category_names
-        if names is None:
-            return 0 if category.__class__ is str or (category.__class__ is int and 0 <= category < 2**63) else None
+        if names is None:  # any name (stored as 0) or index (stored as it is)
+            return 0 if category.__class__ is str else (
+                category if category.__class__ is int and 0 <= category < 2**63 else None)
         return self._position(category, self._category_positions, len(names))
 
     def _meet(self, action: str | int, category: str | int) -> None:
-        """With ``grow=True``, add an action or category name met for the first time."""
+        """With ``grow=True``, add an action or category name met for the first time, once the
+        other argument has passed its check (a rejected call adds nothing)."""
         if not self.grow:
             return
-        if isinstance(action, str) and action and action not in self.action_names:
-            self.add_actions_([action])
-        if (self.category_names is not None and isinstance(category, str) and category
-                and category not in self.category_names):
-            self.add_categories_([category])
+        new_action = isinstance(action, str) and bool(action) and action not in self._action_positions
+        new_category = (self.category_names is not None and isinstance(category, str) and bool(category)
+                        and category not in self._category_positions)
+        if not new_action:
+            check.lookup("action", action, self.action_names)
+        if not new_category:
+            self._category_index(category)
+        if new_action:
+            self.add_actions_([cast(str, action)])
+        if new_category:
+            self.add_categories_([cast(str, category)])
+
+    def _unseen(self, category: Any) -> bool:
+        """A category name a memory built with ``grow=True`` has not met: it scores nothing there."""
+        return (self.grow and self.category_names is not None and isinstance(category, str) and bool(category)
+                and category not in self._category_positions)
 
     # -- the single-decision path's views of the tensors ---------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -210,10 +243,13 @@ class DecisionMemory(nn.Module):
         tensor's data without replacing the tensor, so the single-decision views (``_host``,
         which every memory that has them keeps) are built again."""
         result = super()._apply(fn, recurse)
+        self._drop_views()
+        return result
+
+    def _drop_views(self) -> None:
         host = self.__dict__.get("_host")
         if host is not None:
             self.__dict__["_host"] = type(host)()
-        return result
 
     # -- validation helpers -----------------------------------------------------------
     @property
@@ -323,6 +359,7 @@ class DecisionMemory(nn.Module):
         copied (ValueError naming each tensor's saved and current shape); if anything else fails
         half-way (a tampered extra state), the memory is put back as it was and the error raised.
         """
+        self._drop_views()  # a load may swap the tensors' data in place (torch's swap_tensors)
         return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
 
     def parameter_inventory(self) -> dict[str, int]:

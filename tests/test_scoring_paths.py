@@ -159,5 +159,10 @@ def test_forward_refuses_an_out_that_does_not_fit():
             memory(x, category, out=good._replace(action=torch.empty(5)))
         with pytest.raises(ValueError, match="contiguous"):
             memory(x, category, out=good._replace(probs=torch.empty(4, 5).t()))
+        with pytest.raises(ValueError, match="out.(probs|logits) overlaps out.(logits|probs)"):
+            memory(x, category, out=good._replace(probs=good.logits))
+        with pytest.raises(ValueError, match="out.confidence overlaps x"):
+            shared = torch.rand(5, 8)
+            memory(shared, category, out=good._replace(confidence=shared[0, :5]))
     with pytest.raises(ValueError, match="gradient"):  # the attention is a parameter: it needs one here
         memory(x, category, out=good)

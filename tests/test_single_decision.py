@@ -387,3 +387,67 @@ def test_knn_grows_names_only():
     unscoped = KNNMemory(2, ["x"], k=1)
     with pytest.raises(ValueError, match="ignores categories"):
         unscoped.add_categories_(["b"])
+
+
+def test_a_buffer_moved_into_shared_memory_alone_is_seen_before_the_next_decision():
+    stream = clustered_stream(14, 300)
+    for make in (lambda: make_judgment(drift_mode="adaptive"), lambda: KNNMemory(FACTORS, ACTIONS, categories=4)):
+        memory, reference = make(), make()
+        for i in range(150):
+            memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+        for tensor in memory.buffers():  # Tensor.share_memory_ moves the data and frees the old block
+            tensor.share_memory_()
+        for i in range(150, 300):
+            memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+            memory.score_one(stream.x[i].numpy(), int(stream.category[i]))
+        reference.prequential_(stream.x, stream.category, stream.action, torch.ones(300, dtype=torch.bool))
+        assert_same(memory, reference)
+
+
+def test_buffers_loaded_in_another_integer_dtype_take_the_checked_path():
+    stream = clustered_stream(15, 200)
+    memory, reference = make_judgment(), make_judgment()
+    state = memory.state_dict()
+    state["counts"], state["num_decisions"] = state["counts"].int(), state["num_decisions"].int()
+    memory.load_state_dict(state, assign=True)
+    assert memory.counts.dtype == torch.int32
+    for i in range(200):
+        memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+    reference.prequential_(stream.x, stream.category, stream.action, torch.ones(200, dtype=torch.bool))
+    for key, value in tensors(reference).items():
+        assert torch.equal(value, tensors(memory)[key].to(value.dtype)), key
+
+
+def test_single_decisions_learned_in_inference_mode_log_outside_it():
+    stream = clustered_stream(16, 40)
+    memory, reference = make_judgment(), make_judgment()
+    with torch.inference_mode():
+        for i in range(20):
+            memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+    for i in range(20, 40):
+        memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
+    reference.prequential_(stream.x, stream.category, stream.action, torch.ones(40, dtype=torch.bool))
+    assert_same_logs(memory, reference)
+    memory.undo_(3)
+
+
+def test_a_rejected_learn_one_adds_no_name():
+    memory = JudgmentMemory(["general"], ["first", "second"], 2, grow=True)
+    version = memory.version
+    with pytest.raises(ValueError, match="action index"):
+        memory.learn_one([0.1, 0.2], 7, "vip")
+    with pytest.raises(ValueError, match="category"):
+        memory.learn_one([0.1, 0.2], "third", 99)
+    assert memory.action_names == ("first", "second") and memory.category_names == ("general",)
+    assert memory.version == version
+    knn = KNNMemory(2, ["x"], k=1, categories=["a"], scoped=True, grow=True)
+    assert knn.score_one([0.1, 0.2], "unseen") == (None, 0.0)  # as a judgment memory: nothing learned there
+
+
+def test_a_knn_that_ignores_categories_stores_an_int_category_as_the_checked_path_does():
+    stream = clustered_stream(17, 100)
+    fast, slow = KNNMemory(FACTORS, ACTIONS), KNNMemory(FACTORS, ACTIONS)
+    for i in range(100):
+        fast.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]) + 5)
+    slow.prequential_(stream.x, stream.category + 5, stream.action)
+    assert_same(fast, slow)

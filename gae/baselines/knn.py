@@ -162,15 +162,11 @@ class KNNMemory(DecisionMemory):
         a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
         if c is None or a is None:
             return None
-        try:
-            raw = np.asarray(factors)
-        except (TypeError, ValueError, RuntimeError):
-            return None
-        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":
+        row = self._fast_row(factors)
+        if row is None:
             return None
         limit = check.LEARN_LIMIT if learn else np.inf
-        if host.run(np.ascontiguousarray(raw, dtype=np.float64), limit, c, a, skip, learn, self.k, self.scoped,
-                    self.respect_skip) != 0:
+        if host.run(row, limit, c, a, skip, learn, self.k, self.scoped, self.respect_skip) != 0:
             return None
         if learn:
             host.num_decisions[()] += 1

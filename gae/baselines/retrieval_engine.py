@@ -75,7 +75,7 @@ class RetrievalHost:
         self.held: tuple[Tensor, ...] = ()
         self.pointers: tuple[int, ...] = ()
         self.entries: dict[Any, Any] = {}
-        self.query_t = torch.zeros(1, 0)
+        self.query_t = torch.zeros(1, 0, dtype=torch.float32)
 
     def get(self, memory: Any) -> RetrievalHost | None:
         """Itself while the memory's tensors are the ones it viewed, at the same addresses; None
@@ -116,11 +116,14 @@ class RetrievalHost:
         self.weights, self.tau = store.scorer.weights.detach().numpy(), store.scorer.tau.detach().numpy().reshape(1)
         if self.query_t.shape != (1, dim):  # kept across a growth: learn has the query in it by then
             self.row = np.zeros(dim)
-            self.query_t, self.norm_t, self.unit_t = torch.zeros(1, dim), torch.zeros(1, 1), torch.zeros(1, dim)
+            self.query_t, self.norm_t, self.unit_t = (torch.zeros(1, dim, dtype=torch.float32),
+                                                      torch.zeros(1, 1, dtype=torch.float32),
+                                                      torch.zeros(1, dim, dtype=torch.float32))
             self.query, self.norm, self.unit = self.query_t.numpy(), self.norm_t.numpy(), self.unit_t.numpy()
-        self.scratch = {name: torch.zeros(rows) for name in ("args", "rec", "bias", "block", "norms", "similarity")}
+        self.scratch = {name: torch.zeros(rows, dtype=torch.float32)
+                        for name in ("args", "rec", "bias", "block", "norms", "similarity")}
         self.args = self.scratch["args"].numpy()
-        self.unit_rows_t = torch.zeros(rows, dim)
+        self.unit_rows_t = torch.zeros(rows, dim, dtype=torch.float32)
         self.views: dict[tuple, Any] = {}
 
     def score_views(self, n: int) -> ScoreViews:
@@ -152,7 +155,7 @@ class RetrievalHost:
                                              norms.numpy(), unit_rows.numpy(), unit_rows.T, similarity,
                                              similarity.numpy())
         else:
-            votes, total = torch.zeros(1, n_actions), torch.zeros(1, 1)
+            votes, total = torch.zeros(1, n_actions, dtype=torch.float32), torch.zeros(1, 1, dtype=torch.float32)
             self.views[kind, n, n_actions] = (np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, np.int64),
                                               np.zeros(n, np.int64), votes, votes.numpy(), total, total.numpy())
             return self.views[kind, n, n_actions]

@@ -215,13 +215,8 @@ class RetrievalMemory(DecisionMemory):
         a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
         if c is None or a is None:
             return None
-        try:
-            raw = np.asarray(factors)
-        except (TypeError, ValueError, RuntimeError):
-            return None
-        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":
-            return None
-        return raw, c, a
+        row = self._fast_row(factors)
+        return None if row is None else (row, c, a)
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""

@@ -124,8 +124,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
         self.grow = bool(grow)
-        self.category_names = check.resolve_names("categories", categories)
-        self.action_names = check.resolve_names("actions", actions)
+        self._set_category_names(check.resolve_names("categories", categories))
+        self._set_action_names(check.resolve_names("actions", actions))
         self.factor_names = check.resolve_names("factors", factors)
         self.n_factors = len(self.factor_names)
         self._options = kernels.Options.of(self._config)
@@ -176,7 +176,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         alpha = self.criterion_attention()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
         if out is not None:
-            self._check_out(out, x.shape[0], needs_grad)
+            self._check_out(out, x, needs_grad)
         if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
                 and not torch.compiler.is_compiling()):
             return self._score_compiled(x, category, alpha, out)
@@ -187,12 +187,12 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             target.copy_(value)
         return out
 
-    def _check_out(self, out: MemoryOutput, batch: int, needs_grad: bool) -> None:
+    def _check_out(self, out: MemoryOutput, x: Tensor, needs_grad: bool) -> None:
         if not isinstance(out, MemoryOutput):
             raise TypeError(f"out must be a MemoryOutput or None, got {type(out).__name__}")
         if needs_grad:
             raise ValueError("out cannot hold a result that needs a gradient; score under torch.no_grad()")
-        n_actions, dtype = len(self.action_names), self._float_dtype
+        batch, n_actions, dtype = x.shape[0], len(self.action_names), self._float_dtype
         expected = {"logits": ((batch, n_actions), dtype), "probs": ((batch, n_actions), dtype),
                     "action": ((batch,), torch.int64), "confidence": ((batch,), dtype)}
         for name, (shape, kind) in expected.items():
@@ -202,6 +202,14 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                 raise ValueError(f"out.{name} must be a {kind} tensor of shape {shape}, got {got}")
             if tensor.device != self._device or not tensor.is_contiguous() or tensor.requires_grad:
                 raise ValueError(f"out.{name} must be contiguous, on {self._device} and not require grad")
+        # the kernel writes a block of rows while reading later rows of x: nothing may share memory
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
+                       for name, t in (("x", x), *zip(MemoryOutput._fields, out, strict=True)) if t.numel())
+        for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
+            if start < end:
+                one, other = sorted((first, second), key=lambda name: name == "x")  # x named last
+                raise ValueError(f"out.{one} overlaps {'x' if other == 'x' else 'out.' + other}: "
+                                 "give each output its own memory")
 
     def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor,
                         out: MemoryOutput | None = None) -> MemoryOutput:
@@ -273,18 +281,12 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         host = self._host.get(self._buffers, self._parameters)
         index = (self._category_positions.get(category) if category.__class__ is str
                  else self._category_position(category))
-        if index is None and self.grow and isinstance(category, str) and category:
-            self._one_factor_row(factors)  # checked all the same
-            return None, 0.0  # nothing learned in it yet
         if host is None or index is None:
             return super().score_one(factors, category)
-        try:
-            raw = np.asarray(factors)
-        except (TypeError, ValueError, RuntimeError):
-            return super().score_one(factors, category)  # raises the full error message
-        if raw.shape != (self.n_factors,) or raw.dtype.kind not in "fiu":  # complex, object, bool: the checks
-            return super().score_one(factors, category)
-        action, confidence = host.score_row(np.ascontiguousarray(raw, dtype=np.float64), index, self._options)
+        row = self._fast_row(factors)
+        if row is None:
+            return super().score_one(factors, category)  # the checks, with the full error message
+        action, confidence = host.score_row(row, index, self._options)
         if action == kernels.NOT_FINITE:
             return super().score_one(factors, category)
         return None if action < 0 else self.action_names[action], confidence
@@ -308,13 +310,9 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             a = (self._action_positions.get(action) if action.__class__ is str
                  else self._position(action, self._action_positions, len(self.action_names)))
             if host is not None and c is not None and a is not None:
-                try:
-                    raw = np.asarray(factors)
-                except (TypeError, ValueError, RuntimeError):
-                    raw = None
-                if raw is not None and raw.shape == (self.n_factors,) and raw.dtype.kind in "fiu":
-                    learned = self._stage(host, np.ascontiguousarray(raw, dtype=np.float64), c, a, confirmed,
-                                          outcome == INCORRECT)
+                row = self._fast_row(factors)
+                if row is not None:
+                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT)
                     if learned is not None:
                         staged = cast(online.Staged, self.history.staged)
                         if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
@@ -459,7 +457,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         self._buffers.update(grown)
         logits = self.criterion_logits
         if new_categories:  # the same Parameter object: build optimizers again (their state has the old shape)
-            logits.data = torch.cat([logits.data, logits.data.new_zeros(new_categories, self.n_factors)])
+            with torch.no_grad():
+                logits.set_(cast(Any, torch.cat([logits, logits.new_zeros(new_categories, self.n_factors)])))
             if logits.grad is not None:
                 logits.grad = torch.cat([logits.grad, logits.grad.new_zeros(new_categories, self.n_factors)])
         self._updates += 1

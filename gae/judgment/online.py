@@ -31,10 +31,13 @@ from torch import Tensor
 
 from gae.compiled import ArrayTable, entry_point
 from gae.judgment import kernels, rule
+from gae.judgment.config import JudgmentConfig
 from gae.judgment.kernels.learning import learn_one_at
-from gae.judgment.state import JudgmentState
+from gae.judgment.state import JudgmentState, layout
 from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
+DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the kernels read it
+          layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
 MAX_STAGED = 1024  # rows staged before they go to the logs
 
@@ -74,19 +77,21 @@ class Staged:
     views in :func:`~gae.judgment.kernels.learning.learn_one`'s argument order.
     """
 
+    @torch.inference_mode(False)  # written in place later, in or out of inference mode
     def __init__(self, n_actions: int, n_factors: int, capacity: int) -> None:
         rows = capacity
         self.capacity = capacity
         self.shape = (n_actions, n_factors)
-        self.x = torch.zeros(rows, n_factors)
+        f32: Any = {"dtype": torch.float32, "device": "cpu"}  # whatever torch's defaults are
+        self.x = torch.zeros(rows, n_factors, **f32)
         self.ints = torch.zeros(4, rows, dtype=torch.int64)  # category, action, output action, prototype
         self.flags = torch.zeros(10, rows, dtype=torch.bool)  # confirmed, given, skip, then the event flags
-        self.reals = torch.zeros(5, rows)  # confidence, eta, displacement, promotion statistic and shift
+        self.reals = torch.zeros(5, rows, **f32)  # confidence, eta, displacement, promotion statistic and shift
         self.evidence = torch.zeros(rows, 2, dtype=torch.int64)  # the promotions' evidence
-        self.scores = torch.zeros(2, rows, n_actions)  # logits, probs
-        self.sq_diff = torch.zeros(rows, n_actions, n_factors)
+        self.scores = torch.zeros(2, rows, n_actions, **f32)  # logits, probs
+        self.sq_diff = torch.zeros(rows, n_actions, n_factors, **f32)
         self.nearest = torch.zeros(rows, n_actions, dtype=torch.int64)
-        self.before = torch.zeros(rows, n_factors)
+        self.before = torch.zeros(rows, n_factors, **f32)
         self._carve()
         self._reset(rows)
         self.n = 0  # rows in use
@@ -113,6 +118,7 @@ class Staged:
         events: Any = LearnEvents
         self.event_arrays = events(*(t.numpy() for t in self.events))
 
+    @torch.inference_mode(False)
     def _reset(self, n: int) -> None:
         """Rows ``0..n-1`` as :meth:`LearnEvents.empty` and zero promotions make them: the kernel
         writes only what happened."""
@@ -174,6 +180,8 @@ class HostState:
 
     def __init__(self) -> None:
         self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
+        self.storages: tuple[torch.UntypedStorage, ...] = ()  # the storages of those with data
+        self.pointers: tuple[int, ...] = ()  # where their data was
         self.logits_ptr = -1
         self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
         self.bound: tuple = ()  # learn_one_at's arguments fixed for a staged run
@@ -185,24 +193,28 @@ class HostState:
         self.score_table: ArrayTable | None = None  # the arrays they address
 
     def get(self, buffers: dict[str, Any], parameters: dict[str, Any]) -> HostState | None:
-        # the module's dicts directly (nn.Module.__getattr__ costs a microsecond a name), compared
-        # by identity in C: a fraction of a microsecond
+        # the module's dicts directly (nn.Module.__getattr__ costs a microsecond a name): the same tensors, in C,
+        # and their data still where the views point (Tensor.share_memory_, alone or through torch.multiprocessing,
+        # moves a tensor's data and frees the old block without replacing the tensor or its storage)
         if (parameters["criterion_logits"].data_ptr() == self.logits_ptr and len(buffers) == len(self.held)
-                and all(map(operator.is_, buffers.values(), self.held))):
+                and all(map(operator.is_, buffers.values(), self.held))
+                and tuple(map(torch.UntypedStorage.data_ptr, self.storages)) == self.pointers):
             return self
         return self._build(buffers, parameters["criterion_logits"])
 
     def _build(self, buffers: dict[str, Any], logits: Tensor) -> HostState | None:
         self.logits_ptr = -1
-        names = (*JudgmentState._fields, "num_decisions")
-        for tensor in (*(buffers[name] for name in names), logits):
-            if (tensor.device.type != "cpu" or not tensor.is_contiguous()
-                    or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
+        for name, dtype in DTYPES.items():  # the kernels read each buffer as its layout's dtype, by address
+            tensor = buffers[name]
+            if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype != dtype:
                 return None
+        if logits.device.type != "cpu" or not logits.is_contiguous() or logits.dtype != torch.float32:
+            return None
         self.held = tuple(buffers.values())
-        # the views point into these storages: held, so that a tensor whose data is swapped in place (``.data =``,
-        # ``set_``) leaves them valid until the next check (DecisionMemory._apply covers torch's own conversions)
-        self.storages = [tensor.untyped_storage() for tensor in (*self.held, logits)]
+        # the storages of the buffers that hold data (a feature that is off keeps empty ones), held: a tensor
+        # swapped by hand (``.data =``, ``set_``) then leaves the views valid, if stale, instead of dangling
+        self.storages = tuple(tensor.untyped_storage() for tensor in self.held if tensor.numel())
+        self.pointers = tuple(storage.data_ptr() for storage in self.storages)
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
         self.num_decisions = buffers["num_decisions"].detach().numpy()
