@@ -4,9 +4,10 @@ An agent holds one case: it scores it (``score_one``), acts, and later learns th
 outcome (``learn_one``). This module times exactly that, call by call, as a user would: named
 categories and actions, a fresh memory per repeat, each decision's ``score_one`` +
 ``learn_one`` timed together, p50 and p99 of the individual decisions, medians over repeats.
-Within a repeat the memories take turns every 200 decisions, so the ratios compare numbers
-measured under the same machine load (on a shared 2-CPU machine, whatever runs on the other
-CPU slows a run down by up to half, in bursts).
+Each gae memory and its reference take turns decision by decision (who goes first
+alternates), and each ratio is taken within a repeat, so both sides of a ratio meet the same
+machine load (on this shared 2-CPU machine, load from outside slows a run by up to half, in
+bursts).
 
 The references are plain numpy transcriptions with the same per-call API, written the way one
 would write them by hand (they are checked to give the same answers as gae first):
@@ -36,7 +37,6 @@ C, A, K = 4, 4, 8
 CATEGORIES = tuple(f"category {i}" for i in range(C))
 ACTIONS = tuple(f"action {i}" for i in range(A))
 CAPACITY = 400  # the k-NN and retrieval memories' store
-BLOCK = 200  # decisions each memory takes in its turn
 JUDGMENT_MODES = {"seed": {}, "adaptive": {"drift_mode": "adaptive"}, "prototypes=4": {"prototypes": 4}}
 
 
@@ -182,18 +182,27 @@ def decisions(n: int, seed: int = 0) -> list[tuple[list[float], str, str]]:
 def time_decisions(memory, stream: list, score_only: bool = False) -> np.ndarray:
     """Nanoseconds of each decision's ``score_one`` + ``learn_one`` (only ``score_one`` with
     ``score_only``; the decision is learned untimed, so every memory sees the same stream)."""
-    score, learn = memory.score_one, memory.learn_one
-    ns = np.empty(len(stream))
+    return time_pair(memory, None, stream, score_only)[0]
+
+
+def time_pair(memory, reference, stream: list, score_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`time_decisions` of two memories taking turns decision by decision (who goes first
+    alternates), so that both meet the same machine load; ``reference`` may be None."""
+    ns = (np.empty(len(stream)), np.empty(len(stream)))
     clock = time.perf_counter_ns
+    pair = (memory, reference)
+    order = ((0, 1), (1, 0)) if reference is not None else ((0,), (0,))
     for i, (row, category, action) in enumerate(stream):
-        start = clock()
-        score(row, category)
-        if score_only:
-            ns[i] = clock() - start
-            learn(row, action, category)
-        else:
-            learn(row, action, category)
-            ns[i] = clock() - start
+        for j in order[i % 2]:
+            who = pair[j]
+            start = clock()
+            who.score_one(row, category)
+            if score_only:
+                ns[j][i] = clock() - start
+                who.learn_one(row, action, category)
+            else:
+                who.learn_one(row, action, category)
+                ns[j][i] = clock() - start
     return ns
 
 
@@ -214,38 +223,36 @@ def agree(stream: list) -> dict[str, bool]:
     return result
 
 
+REFERENCES = {**{f"gae judgment, {mode}": "numpy judgment, seed rule" for mode in JUDGMENT_MODES},
+              "gae k-NN": "numpy ring-buffer k-NN", "gae retrieval": "numpy retrieval score"}
+
+
 def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = print) -> dict:
-    """Per contestant, the per-repeat p50 / p99 in microseconds of one decision (``score_one`` +
-    ``learn_one``; the retrieval pair: ``score_one`` alone) and their medians, plus ratios of
-    medians against the references and whether the transcriptions agree with gae."""
+    """Per gae memory, timed decision by decision in turn with its numpy reference (fresh
+    memories each repeat): the per-repeat p50 / p99 in microseconds of one decision
+    (``score_one`` + ``learn_one``; the retrieval pair: ``score_one`` alone) and their medians,
+    the median over repeats of the p50 ratio to the reference, and whether the transcriptions
+    agree with gae. A reference's latencies are pooled over its pairings."""
     stream = decisions(n)
     made = contestants()
-    progress(f"one decision at a time: score_one + learn_one over {n:,} decisions, {len(made)} memories")
-    for name, make in made.items():  # load compiled code and warm caches, untimed
-        time_decisions(make(), stream[:300], score_only="retrieval" in name)
+    progress(f"one decision at a time: score_one + learn_one over {n:,} decisions, {len(REFERENCES)} pairs")
+    for name, reference in REFERENCES.items():  # load compiled code and warm caches, untimed
+        time_pair(made[name](), made[reference](), stream[:300], score_only="retrieval" in name)
     p50: dict[str, list[float]] = {name: [] for name in made}
     p99: dict[str, list[float]] = {name: [] for name in made}
+    ratios: dict[str, list[float]] = {name: [] for name in REFERENCES}
     for _ in range(repeats):
-        memories = {name: make() for name, make in made.items()}
-        ns: dict[str, list[np.ndarray]] = {name: [] for name in made}
-        for start in range(0, n, BLOCK):  # the memories take turns block by block: the same machine load for each
-            block = stream[start:start + BLOCK]
-            for name, memory in memories.items():
-                ns[name].append(time_decisions(memory, block, score_only="retrieval" in name))
-        for name in made:
-            us = np.concatenate(ns[name])[n // 10:] / 1e3  # past the start, when the memories are still empty
-            p50[name].append(float(np.percentile(us, 50)))
-            p99[name].append(float(np.percentile(us, 99)))
+        for name, reference in REFERENCES.items():
+            timed = time_pair(made[name](), made[reference](), stream, score_only="retrieval" in name)
+            for who, ns in zip((name, reference), timed, strict=True):
+                us = ns[n // 10:] / 1e3  # past the start, when the memories are still empty
+                p50[who].append(float(np.percentile(us, 50)))
+                p99[who].append(float(np.percentile(us, 99)))
+            ratios[name].append(p50[name][-1] / p50[reference][-1])
     latency = {name: {"p50": p50[name], "p99": p99[name], "median_p50": statistics.median(p50[name]),
                       "median_p99": statistics.median(p99[name])} for name in made}
-
-    def ratio(name: str, reference: str) -> float:
-        return latency[name]["median_p50"] / latency[reference]["median_p50"]
-
-    ratios = {name: ratio(name, "numpy judgment, seed rule") for name in made if name.startswith("gae judgment")}
-    ratios["gae k-NN"] = ratio("gae k-NN", "numpy ring-buffer k-NN")
-    ratios["gae retrieval"] = ratio("gae retrieval", "numpy retrieval score")
-    return {"n": n, "latency_us": latency, "ratio_p50": ratios, "agree": agree(stream[:2000])}
+    return {"n": n, "latency_us": latency, "ratio_p50": {name: statistics.median(r) for name, r in ratios.items()},
+            "ratios": ratios, "agree": agree(stream[:2000])}
 
 
 def measure_river(repeats: int, progress: Callable[[str], None] = print) -> dict | None:
