@@ -199,6 +199,22 @@ class DecisionMemory(nn.Module):
             return None
         return row if row.shape == (self.n_factors,) else None
 
+    def _decision(self, factors: Any, category: Any, action: Any, learn: bool) -> tuple[np.ndarray, int, int] | None:
+        """For the single-decision paths: ``(row, category index, action index)`` of one call
+        (action 0 when it only scores), or None when the checked path must look at it."""
+        c = self._category_position(category)
+        a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
+        if c is None or a is None:
+            return None
+        row = self._fast_row(factors)
+        return None if row is None else (row, c, a)
+
+    @staticmethod
+    def _stored(skipped: bool) -> dict[str, Any]:
+        """``learn_one``'s answer for a memory that stores decisions whole (no gate, no prototype)."""
+        return {"skipped": True} if skipped else {"skipped": False, "gated": False, "eta": 1.0, "disp": 0.0,
+                                                  "initialized": False}
+
     def _category_position(self, category: Any) -> int | None:
         """For the single-decision paths: the index of a category name or index (when the memory
         ignores categories, 0 for a name and the index itself, as the checked path does), else None."""

@@ -148,8 +148,7 @@ class KNNMemory(DecisionMemory):
         if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
             done = self._one(factors, category, action, outcome == INCORRECT, True)
             if done is not None:
-                return {"skipped": True} if done[8][0] else {"skipped": False, "gated": False, "eta": 1.0,
-                                                             "disp": 0.0, "initialized": False}
+                return self._stored(bool(done[8][0]))
         return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _one(self, factors: Any, category: Any, action: Any, skip: bool, learn: bool) -> tuple | None:
@@ -158,13 +157,10 @@ class KNNMemory(DecisionMemory):
         host = self._host.get(self._buffers, len(self.action_names), self.k)
         if host is None or (learn and self.backend != "compiled"):  # the reference backend learns in torch
             return None
-        c = self._category_position(category)
-        a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
-        if c is None or a is None:
+        decision = self._decision(factors, category, action, learn)
+        if decision is None:
             return None
-        row = self._fast_row(factors)
-        if row is None:
-            return None
+        row, c, a = decision
         limit = check.LEARN_LIMIT if learn else np.inf
         if host.run(row, limit, c, a, skip, learn, self.k, self.scoped, self.respect_skip) != 0:
             return None

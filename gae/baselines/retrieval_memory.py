@@ -202,21 +202,13 @@ class RetrievalMemory(DecisionMemory):
             one = self._one(factors, category, action, True)
             host = None if one is None else self._host.get(self)
             if host is not None and one is not None and host.learn(self, one[0], one[1], one[2], skip):
-                return {"skipped": True} if skip and self.respect_skip else {
-                    "skipped": False, "gated": False, "eta": 1.0, "disp": 0.0, "initialized": False}
+                return self._stored(skip and self.respect_skip)
         return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _one(self, factors: Any, category: Any, action: Any, learn: bool) -> tuple[np.ndarray, int, int] | None:
         """``(factors as an array of K real numbers, category index, action index)`` of one decision
         for the compiled path, or None when it must take the checked path (which validates and raises)."""
-        if self.backend != "compiled":
-            return None
-        c = self._category_position(category)
-        a = self._position(action, self._action_positions, len(self.action_names)) if learn else 0
-        if c is None or a is None:
-            return None
-        row = self._fast_row(factors)
-        return None if row is None else (row, c, a)
+        return None if self.backend != "compiled" else self._decision(factors, category, action, learn)
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""
