@@ -257,7 +257,9 @@ class DecisionMemory(nn.Module):
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> DecisionMemory:
         """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
         tensor's data without replacing the tensor, so the single-decision views (``_host``,
-        which every memory that has them keeps) are built again."""
+        which every memory that has them keeps) are built again, as after any replacement of a
+        buffer or parameter (assignment, ``register_buffer``, a load, a growth): the views then
+        need not compare every tensor on every call."""
         result = super()._apply(fn, recurse)
         self._drop_views()
         return result
@@ -266,6 +268,23 @@ class DecisionMemory(nn.Module):
         host = self.__dict__.get("_host")
         if host is not None:
             self.__dict__["_host"] = type(host)()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self.__dict__.get("_buffers", ()) or name in self.__dict__.get("_parameters", ()):
+            self._drop_views()  # a tensor the views point into was replaced
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        self._drop_views()
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        super().register_buffer(name, tensor, persistent)
+        self._drop_views()
+
+    def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
+        super().register_parameter(name, param)
+        self._drop_views()
 
     # -- validation helpers -----------------------------------------------------------
     @property

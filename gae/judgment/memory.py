@@ -278,7 +278,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
         yet abstains.
         """
-        host = self._host.get(self._buffers, self._parameters)
+        host = self._host.get(self._buffers, self._parameters, scoring=True)
         index = (self._category_positions.get(category) if category.__class__ is str
                  else self._category_position(category))
         if host is None or index is None:
@@ -312,21 +312,19 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             if host is not None and c is not None and a is not None:
                 row = self._fast_row(factors)
                 if row is not None:
-                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT)
+                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
                     if learned is not None:
-                        staged = cast(online.Staged, self.history.staged)
-                        if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
-                            self.history.flush(self, self._relearn)
                         _, skipped, gated, eta, disp, initialized = learned
                         return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
                                                                   "disp": disp, "initialized": initialized}
         return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _stage(self, host: online.HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
-               skip: bool) -> tuple | None:
+               skip: bool, flush_full: bool = False) -> tuple | None:
         """Learn one decision on the single-decision path as the staged batch's next row: the
         kernel's ``(0, skipped, gated, eta, displacement, initialized)``, or None when it must
-        take the checked path. The caller reads the row, then sends a full batch to the logs."""
+        take the checked path. A full batch goes to the logs here with ``flush_full``; else the
+        caller reads the row first, then sends it."""
         history = self.history
         staged = history.staged
         if staged is None or staged.shape[0] != len(self.action_names):  # the factors never change
@@ -346,6 +344,8 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             return None
         staged.n += 1
         self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
+        if flush_full and staged.n == staged.capacity:
+            history.flush(self, self._relearn)
         return learned
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
@@ -455,6 +455,7 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
                              self._config)
         self.history.grow(*sizes, self._config)
         self._buffers.update(grown)
+        self._drop_views()
         logits = self.criterion_logits
         if new_categories:  # the same Parameter object: build optimizers again (their state has the old shape)
             with torch.no_grad():

@@ -22,7 +22,6 @@ takes the checked batched path, which gives the full error messages.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,6 +37,7 @@ from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
 DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the kernels read it
           layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
+SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead")  # what score_one_at reads
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
 MAX_STAGED = 1024  # rows staged before they go to the logs
 
@@ -182,6 +182,8 @@ class HostState:
         self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
         self.storages: tuple[torch.UntypedStorage, ...] = ()  # the storages of those with data
         self.pointers: tuple[int, ...] = ()  # where their data was
+        self.scored: tuple[torch.UntypedStorage, ...] = ()  # the storages score_one reads, of those
+        self.scored_pointers: tuple[int, ...] = ()
         self.logits_ptr = -1
         self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
         self.bound: tuple = ()  # learn_one_at's arguments fixed for a staged run
@@ -192,13 +194,15 @@ class HostState:
         self.score_bound: tuple = ()  # its arguments fixed for the memory: options, the arrays' addresses
         self.score_table: ArrayTable | None = None  # the arrays they address
 
-    def get(self, buffers: dict[str, Any], parameters: dict[str, Any]) -> HostState | None:
-        # the module's dicts directly (nn.Module.__getattr__ costs a microsecond a name): the same tensors, in C,
-        # and their data still where the views point (Tensor.share_memory_, alone or through torch.multiprocessing,
-        # moves a tensor's data and frees the old block without replacing the tensor or its storage)
-        if (parameters["criterion_logits"].data_ptr() == self.logits_ptr and len(buffers) == len(self.held)
-                and all(map(operator.is_, buffers.values(), self.held))
-                and tuple(map(torch.UntypedStorage.data_ptr, self.storages)) == self.pointers):
+    def get(self, buffers: dict[str, Any], parameters: dict[str, Any], scoring: bool = False) -> HostState | None:
+        """Itself while its views are valid (``scoring``: those ``score_one`` reads), else the
+        views built again; None when a tensor is not as the kernels need it (see the class)."""
+        # a replaced tensor drops the whole HostState (DecisionMemory._drop_views); what is left to see is data
+        # that moved under the same tensors (Tensor.share_memory_, alone or through torch.multiprocessing, moves
+        # it and frees the old block without replacing the tensor or its storage)
+        storages, pointers = (self.scored, self.scored_pointers) if scoring else (self.storages, self.pointers)
+        if (parameters["criterion_logits"].data_ptr() == self.logits_ptr
+                and tuple(map(torch.UntypedStorage.data_ptr, storages)) == pointers):
             return self
         return self._build(buffers, parameters["criterion_logits"])
 
@@ -215,6 +219,8 @@ class HostState:
         # swapped by hand (``.data =``, ``set_``) then leaves the views valid, if stale, instead of dangling
         self.storages = tuple(tensor.untyped_storage() for tensor in self.held if tensor.numel())
         self.pointers = tuple(storage.data_ptr() for storage in self.storages)
+        self.scored = tuple(buffers[name].untyped_storage() for name in SCORED if buffers[name].numel())
+        self.scored_pointers = tuple(storage.data_ptr() for storage in self.scored)
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
         self.num_decisions = buffers["num_decisions"].detach().numpy()
@@ -242,8 +248,11 @@ class HostState:
         with its tracking prototypes while they lead (``drift_mode='adaptive'``)."""
         if self.score is None:  # the options are the memory's, fixed: bound once with the arrays
             state = self.state
+            n_actions, n_factors = state.centroids.shape[1], state.centroids.shape[3]
+            scratch = (np.zeros(n_factors, np.float32), np.zeros((1, n_factors), np.float32),
+                       np.zeros(n_actions, np.float32))  # row, alpha, logits
             table = ArrayTable([state.centroids, state.initialized, state.wins, state.tracking_centroids,
-                                state.tracking_lead, self.logits])
+                                state.tracking_lead, self.logits, *scratch])
             self.score_bound = (options.adaptive, options.tau, options.spawn_support, options.min_confidence,
                                 table.addresses, table.shapes)
             self.score_table = table

@@ -252,19 +252,19 @@ def score(x, category, estimates, initialized, wins, alpha, options, out):  # pr
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support, min_confidence):  # pragma: no cover
+def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support, min_confidence, row, alpha,
+              logits):  # pragma: no cover
     """One decision's factors ``x`` (any real dtype, rounded to float32 here as the checked path
     does): (action, or -1 to abstain, or NOT_FINITE; confidence). The attention
     ``K softmax(criterion_logits[c])`` is computed here from the live parameter
-    (``rule.attention``), so no cached copy can go stale."""
+    (``rule.attention``), so no cached copy can go stale. ``row`` (K,), ``alpha`` (1, K) and
+    ``logits`` (A,) are float32 scratch space, overwritten."""
     n_actions, n_slots, n_factors = estimates.shape[1], estimates.shape[2], estimates.shape[3]
-    row = np.empty(n_factors, np.float32)
     for k in range(n_factors):
         row[k] = np.float32(x[k])  # a value beyond float32 becomes inf, refused below
         if not math.isfinite(row[k]):
             return NOT_FINITE, 0.0
-    alpha = np.empty((1, n_factors), np.float32)  # row 0: category c's
-    top = criterion_logits[c, 0]
+    top = criterion_logits[c, 0]  # alpha's row 0: category c's
     for k in range(1, n_factors):
         top = max(top, criterion_logits[c, k])
     total = np.float32(0.0)
@@ -276,7 +276,6 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
     tau32 = np.float32(tau)
     best = -1
     best_logit = NEG_INF
-    logits = np.empty(n_actions, np.float32)
     for a in range(n_actions):
         logits[a] = NEG_INF
         for p in range(n_slots):
@@ -303,12 +302,15 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def score_one_at(x, c, adaptive, tau, support, min_confidence, addresses, shapes):  # pragma: no cover
     """:func:`score_one` with the state given by address (a :class:`gae.compiled.ArrayTable` of
-    centroids, initialized, wins, tracking_centroids, tracking_lead and criterion_logits):
-    category ``c`` scores with its tracking prototypes while they lead (``rule.scoring_estimates``)."""
+    centroids, initialized, wins, tracking_centroids, tracking_lead and criterion_logits, then its
+    float32 scratch row, alpha and logits): category ``c`` scores with its tracking prototypes
+    while they lead (``rule.scoring_estimates``)."""
     s = shapes
     lead = view(addresses[4], (s[4, 0],), np.float32)
     which = 3 if adaptive and lead[c] > 0 else 0
     estimates = view(addresses[which], (s[which, 0], s[which, 1], s[which, 2], s[which, 3]), np.float32)
     return score_one(x, c, estimates, view(addresses[1], (s[1, 0], s[1, 1], s[1, 2]), np.bool_),
                      view(addresses[2], (s[2, 0], s[2, 1], s[2, 2]), np.float32),
-                     view(addresses[5], (s[5, 0], s[5, 1]), np.float32), tau, support, min_confidence)
+                     view(addresses[5], (s[5, 0], s[5, 1]), np.float32), tau, support, min_confidence,
+                     view(addresses[6], (s[6, 0],), np.float32), view(addresses[7], (s[7, 0], s[7, 1]), np.float32),
+                     view(addresses[8], (s[8, 0],), np.float32))
