@@ -11,12 +11,12 @@ the state in place.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch._C import TensorBase
 
 from gae.baselines import knn_kernels
 from gae.compiled import entry_point
@@ -174,25 +174,24 @@ class KNNHost:
 
     def __init__(self) -> None:
         self.held: tuple[Tensor, ...] = ()
-        self.storages: tuple[torch.UntypedStorage, ...] = ()
-        self.pointers: tuple[int, ...] = ()
+        self.touched: tuple[Tensor, ...] = ()
+        self.pointers: tuple[int, ...] = (-1,)
         self.shape = (0, 0)  # (actions, k) the batch of one was made for
         self.call: Any = None
 
     def get(self, buffers: dict[str, Any], n_actions: int, k: int) -> KNNHost | None:
         """Itself while the memory's buffers are the ones it viewed; None when one is not a
         contiguous CPU tensor of the engine's dtypes (the caller takes the checked path)."""
-        if (len(buffers) == len(self.held) and all(map(operator.is_, buffers.values(), self.held))
-                and tuple(map(torch.UntypedStorage.data_ptr, self.storages)) == self.pointers
+        if (tuple(map(TensorBase.data_ptr, self.touched)) == self.pointers
                 and self.shape == (n_actions, k)):  # (a growth adds actions without touching the ring)
-            return self  # the same tensors, their data where the views point: see gae.judgment.online.HostState
+            return self  # replaced tensors drop the host: see gae.judgment.online.HostState.get
         for tensor in buffers.values():
             if (tensor.device.type != "cpu" or not tensor.is_contiguous()
                     or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
                 return None
         self.held = tuple(buffers.values())
-        self.storages = tuple(tensor.untyped_storage() for tensor in self.held if tensor.numel())
-        self.pointers = tuple(storage.data_ptr() for storage in self.storages)
+        self.touched = tuple(tensor for tensor in self.held if tensor.numel())
+        self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
         self.shape = (n_actions, k)
         self.ring = tuple(buffers[name].numpy() for name in
                           ("store_factors", "store_actions", "store_categories", "store_steps", "ring"))

@@ -331,15 +331,16 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             history.flush()
             shape = (len(self.action_names), self.n_factors)
             staged = history.staged = online.Staged(*shape, online.capacity(*shape, self._config.max_log_events))
-        if staged.n == 0:
-            staged.start(int(host.num_decisions), self.criterion_logits)
-        learned = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
-                                 confirmed is not None, skip)
+        if staged.n == 0 or host.bound_to is not staged:  # a run starts, or the views were built again
+            if staged.n == 0:
+                staged.start(int(host.num_decisions), self.criterion_logits)
+            host.bind(staged, self._options, check.LEARN_LIMIT)
+        learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
         if learned[0] == kernels.STALE:  # the attention changed: the staged run ends here
             history.flush(self, self._relearn)
             staged.start(int(host.num_decisions), self.criterion_logits)
-            learned = host.learn_row(staged, self._options, row, check.LEARN_LIMIT, c, a, bool(confirmed),
-                                     confirmed is not None, skip)
+            host.bind(staged, self._options, check.LEARN_LIMIT)
+            learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
         if learned[0] != 0:
             return None
         staged.n += 1

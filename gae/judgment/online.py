@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
+from torch._C import TensorBase
 
 from gae.compiled import ArrayTable, entry_point
 from gae.judgment import kernels, rule
@@ -95,7 +96,6 @@ class Staged:
         self._carve()
         self._reset(rows)
         self.n = 0  # rows in use
-        self.run = 0  # counts the runs started (a host binds its call to one run)
         self.first = 0  # the sequence number of row 0
         self.logits: Tensor | None = None  # the attention logits of the run (C, K)
         self.logits_array: np.ndarray | None = None  # their NumPy view
@@ -142,7 +142,6 @@ class Staged:
 
     def start(self, first: int, logits: Tensor) -> None:
         """Begin a run at sequence number ``first`` under the attention ``logits``."""
-        self.run += 1
         self.first = first
         self.logits = logits.detach().to("cpu", torch.float32, copy=True)
         self.logits_array = self.logits.numpy()
@@ -180,16 +179,15 @@ class HostState:
 
     def __init__(self) -> None:
         self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
-        self.storages: tuple[torch.UntypedStorage, ...] = ()  # the storages of those with data
+        self.touched: tuple[Tensor, ...] = ()  # those with data
         self.pointers: tuple[int, ...] = ()  # where their data was
-        self.scored: tuple[torch.UntypedStorage, ...] = ()  # the storages score_one reads, of those
+        self.scored: tuple[Tensor, ...] = ()  # those score_one reads
         self.scored_pointers: tuple[int, ...] = ()
         self.logits_ptr = -1
         self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
         self.bound: tuple = ()  # learn_one_at's arguments fixed for a staged run
         self.table: ArrayTable | None = None  # the arrays they address, held while they are used
-        self.bound_to: Staged | None = None  # the staged batch and run they were bound for
-        self.bound_run = -1
+        self.bound_to: Staged | None = None  # the staged batch they were bound for (by its current run)
         self.score: Any = None  # the entry point of kernels.score_one_at for these arrays
         self.score_bound: tuple = ()  # its arguments fixed for the memory: options, the arrays' addresses
         self.score_table: ArrayTable | None = None  # the arrays they address
@@ -199,10 +197,10 @@ class HostState:
         views built again; None when a tensor is not as the kernels need it (see the class)."""
         # a replaced tensor drops the whole HostState (DecisionMemory._drop_views); what is left to see is data
         # that moved under the same tensors (Tensor.share_memory_, alone or through torch.multiprocessing, moves
-        # it and frees the old block without replacing the tensor or its storage)
-        storages, pointers = (self.scored, self.scored_pointers) if scoring else (self.storages, self.pointers)
+        # it and frees the old block without replacing the tensor; so do ``.data =`` and ``set_``)
+        tensors, pointers = (self.scored, self.scored_pointers) if scoring else (self.touched, self.pointers)
         if (parameters["criterion_logits"].data_ptr() == self.logits_ptr
-                and tuple(map(torch.UntypedStorage.data_ptr, storages)) == pointers):
+                and tuple(map(TensorBase.data_ptr, tensors)) == pointers):
             return self
         return self._build(buffers, parameters["criterion_logits"])
 
@@ -215,12 +213,11 @@ class HostState:
         if logits.device.type != "cpu" or not logits.is_contiguous() or logits.dtype != torch.float32:
             return None
         self.held = tuple(buffers.values())
-        # the storages of the buffers that hold data (a feature that is off keeps empty ones), held: a tensor
-        # swapped by hand (``.data =``, ``set_``) then leaves the views valid, if stale, instead of dangling
-        self.storages = tuple(tensor.untyped_storage() for tensor in self.held if tensor.numel())
-        self.pointers = tuple(storage.data_ptr() for storage in self.storages)
-        self.scored = tuple(buffers[name].untyped_storage() for name in SCORED if buffers[name].numel())
-        self.scored_pointers = tuple(storage.data_ptr() for storage in self.scored)
+        # the buffers that hold data (a feature that is off keeps empty ones), and where it is
+        self.touched = tuple(tensor for tensor in self.held if tensor.numel())
+        self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
+        self.scored = tuple(buffers[name] for name in SCORED if buffers[name].numel())
+        self.scored_pointers = tuple(map(TensorBase.data_ptr, self.scored))
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
         self.num_decisions = buffers["num_decisions"].detach().numpy()
@@ -229,19 +226,18 @@ class HostState:
         self.logits_ptr = logits.data_ptr()
         return self
 
-    def learn_row(self, staged: Staged, options: kernels.Options, row: np.ndarray, limit: float, c: int, a: int,
-                  confirmed: bool, given: bool, skip: bool) -> tuple[int, bool, bool, float, float, bool]:
-        """Learn one decision as row ``staged.n`` and count it: ``(0, skipped, gated, eta,
-        displacement, initialized)`` or a code first (:func:`~gae.judgment.kernels.learning.learn_one`)."""
-        if self.bound_to is not staged or self.bound_run != staged.run:  # the arrays fixed for the run
-            assert staged.alpha is not None and staged.logits_array is not None, "a run starts with its attention"
-            table = ArrayTable([*self.state, self.num_decisions, staged.alpha, self.logits, staged.logits_array,
-                                *staged.arrays])
-            self.bound = (limit, options, table.addresses, table.shapes)
-            self.table, self.bound_to, self.bound_run = table, staged, staged.run
-            if self.learn is None:  # the argument types are the same for every run: resolve them once
-                self.learn = entry_point(learn_one_at, row, c, a, confirmed, given, skip, staged.n, *self.bound)
-        return self.learn(row, c, a, confirmed, given, skip, staged.n, *self.bound)
+    def bind(self, staged: Staged, options: kernels.Options, limit: float) -> None:
+        """Fix ``learn``'s arguments for the current run of ``staged``: ``learn(row, c, a,
+        confirmed, given, skip, staged.n, *bound)`` then learns one decision as row ``staged.n``
+        and counts it, returning ``(0, skipped, gated, eta, displacement, initialized)`` or a code
+        first (:func:`~gae.judgment.kernels.learning.learn_one_at`)."""
+        assert staged.alpha is not None and staged.logits_array is not None, "a run starts with its attention"
+        table = ArrayTable([*self.state, self.num_decisions, staged.alpha, self.logits, staged.logits_array,
+                            *staged.arrays])
+        self.bound = (limit, options, table.addresses, table.shapes)
+        self.table, self.bound_to = table, staged
+        if self.learn is None:  # the argument types are the same for every run: resolve them once
+            self.learn = entry_point(learn_one_at, np.zeros(1), 0, 0, False, False, False, 0, *self.bound)
 
     def score_row(self, row: np.ndarray, c: int, options: kernels.Options) -> tuple[int, float]:
         """``kernels.score_one`` on this state (through ``score_one_at``): category ``c`` scores
