@@ -179,15 +179,11 @@ def decisions(n: int, seed: int = 0) -> list[tuple[list[float], str, str]]:
     return [(row, CATEGORIES[c], ACTIONS[a]) for row, c, a in zip(x.tolist(), category, action, strict=True)]
 
 
-def time_decisions(memory, stream: list, score_only: bool = False) -> np.ndarray:
-    """Nanoseconds of each decision's ``score_one`` + ``learn_one`` (only ``score_one`` with
-    ``score_only``; the decision is learned untimed, so every memory sees the same stream)."""
-    return time_pair(memory, None, stream, score_only)[0]
-
-
 def time_pair(memory, reference, stream: list, score_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`time_decisions` of two memories taking turns decision by decision (who goes first
-    alternates), so that both meet the same machine load; ``reference`` may be None."""
+    """Nanoseconds of each decision's ``score_one`` + ``learn_one`` (only ``score_one`` with
+    ``score_only``: the decision is learned untimed, so every memory sees the same stream), for
+    two memories taking turns decision by decision (who goes first alternates), so that both
+    meet the same machine load; ``reference`` may be None."""
     ns = (np.empty(len(stream)), np.empty(len(stream)))
     clock = time.perf_counter_ns
     pair = (memory, reference)

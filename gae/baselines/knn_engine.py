@@ -173,7 +173,6 @@ class KNNHost:
     entry point of :func:`~gae.baselines.knn_kernels.knn_one` for them."""
 
     def __init__(self) -> None:
-        self.held: tuple[Tensor, ...] = ()
         self.touched: tuple[Tensor, ...] = ()
         self.pointers: tuple[int, ...] = (-1,)
         self.shape = (0, 0)  # (actions, k) the batch of one was made for
@@ -189,8 +188,7 @@ class KNNHost:
             if (tensor.device.type != "cpu" or not tensor.is_contiguous()
                     or (tensor.is_floating_point() and tensor.dtype != torch.float32)):
                 return None
-        self.held = tuple(buffers.values())
-        self.touched = tuple(tensor for tensor in self.held if tensor.numel())
+        self.touched = tuple(tensor for tensor in buffers.values() if tensor.numel())
         self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
         self.shape = (n_actions, k)
         self.ring = tuple(buffers[name].numpy() for name in

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gae._base import check_state_dict, load_all_or_nothing
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.records import COLUMNS, AuditRecord
 from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot
+from gae.state_dicts import check_state_dict, load_all_or_nothing
 
 
 class Persistence(nn.Module):

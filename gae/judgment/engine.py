@@ -76,34 +76,3 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
         cast(Any, type(events))(*(t.numpy() for t in events)), tuple(t.numpy() for t in promotions), 0, n)
     step = StreamStep(out, events, sq_diff, nearest, before)
     return step, rule.promotions_of(events, category, *promotions)
-
-
-class HostViews:
-    """NumPy views of a CPU memory's scoring state for ``score_one``, kept between calls.
-
-    Views follow in-place writes; they are rebuilt when a tensor or its storage is replaced
-    (``.to()``, assignment). ``get`` returns ``(centroids, initialized, wins, criterion_logits,
-    tracking_centroids, tracking_lead)``, or None when a tensor is not a contiguous float32
-    CPU tensor (the caller then takes the checked torch path).
-    """
-
-    def __init__(self) -> None:
-        self._cache: tuple | None = None
-
-    def get(self, buffers: dict[str, Any], parameters: dict[str, Any]) -> tuple[Any, ...] | None:
-        # the module's dicts directly: nn.Module.__getattr__ would cost a microsecond per name
-        centroids, initialized, wins = buffers["centroids"], buffers["initialized"], buffers["wins"]
-        tracking, lead, logits = buffers["tracking_centroids"], buffers["tracking_lead"], parameters["criterion_logits"]
-        key = (centroids.data_ptr(), initialized.data_ptr(), wins.data_ptr(), tracking.data_ptr(), lead.data_ptr(),
-               logits.data_ptr())
-        cache = self._cache
-        if (cache is not None and cache[0] is centroids and cache[1] is initialized and cache[2] is wins
-                and cache[3] is tracking and cache[4] is lead and cache[5] is logits and cache[6] == key):
-            return cache[7]
-        tensors = (centroids, initialized, wins, tracking, lead, logits)
-        if any(t.device.type != "cpu" or (t.is_floating_point() and t.dtype != torch.float32) or not t.is_contiguous()
-               for t in tensors):
-            return None
-        views = tuple(t.detach().numpy() for t in (centroids, initialized, wins, logits, tracking, lead))
-        self._cache = (*tensors, key, views)
-        return views

@@ -11,18 +11,18 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae._base import INCORRECT, DecisionMemory
+from gae._base import DecisionMemory
 from gae.judgment import engine, kernels, online, rule
 from gae.judgment import state as layout
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, HistoryMixin, buffer_state
-from gae.types import LearnEvents, MemoryOutput, StreamStep
+from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
 
-class JudgmentMemory(HistoryMixin, DecisionMemory):
+class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
     A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
@@ -270,85 +270,6 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
             return explain_batch(self.state(), self._config, self.criterion_attention(), x, category_t,
                                    (self.category_names, self.action_names, self.factor_names))
 
-    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
-        """Score one decision: ``(action name or None when abstaining, confidence)``.
-
-        On a CPU module this is one compiled call of a few microseconds on views of the
-        memory's own buffers (:mod:`gae.judgment.online`); anything unusual (bad input, another
-        device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
-        yet abstains.
-        """
-        host = self._host.get(self._buffers, self._parameters, scoring=True)
-        index = (self._category_positions.get(category) if category.__class__ is str
-                 else self._category_position(category))
-        if host is None or index is None:
-            return super().score_one(factors, category)
-        row = self._fast_row(factors)
-        if row is None:
-            return super().score_one(factors, category)  # the checks, with the full error message
-        action, confidence = host.score_row(row, index, self._options)
-        if action == kernels.NOT_FINITE:
-            return super().score_one(factors, category)
-        return None if action < 0 else self.action_names[action], confidence
-
-    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
-                  outcome: str | None = None) -> dict[str, Any]:
-        """Learn one verified decision (see :meth:`DecisionMemory.learn_one`).
-
-        On a CPU module this is one compiled call on views of the memory's own buffers: the
-        decision is learned in place as the next row of a staged batch that goes to the logs
-        as one call (:mod:`gae.judgment.online`), so a run of ``learn_one`` calls ends exactly
-        where one :meth:`prequential_` over the same decisions ends, logs included. Anything
-        unusual takes the checked batched path.
-        """
-        if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
-                and self.backend == "compiled" and not self.history.replaying):
-            host = self._host.get(self._buffers, self._parameters)
-            # names, the common case, looked up here: a call costs a tenth of a microsecond
-            c = (self._category_positions.get(category) if category.__class__ is str
-                 else self._category_position(category))
-            a = (self._action_positions.get(action) if action.__class__ is str
-                 else self._position(action, self._action_positions, len(self.action_names)))
-            if host is not None and c is not None and a is not None:
-                row = self._fast_row(factors)
-                if row is not None:
-                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
-                    if learned is not None:
-                        _, skipped, gated, eta, disp, initialized = learned
-                        return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
-                                                                  "disp": disp, "initialized": initialized}
-        return super().learn_one(factors, action, category, confirmed, outcome)
-
-    def _stage(self, host: online.HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
-               skip: bool, flush_full: bool = False) -> tuple | None:
-        """Learn one decision on the single-decision path as the staged batch's next row: the
-        kernel's ``(0, skipped, gated, eta, displacement, initialized)``, or None when it must
-        take the checked path. A full batch goes to the logs here with ``flush_full``; else the
-        caller reads the row first, then sends it."""
-        history = self.history
-        staged = history.staged
-        if staged is None or staged.shape[0] != len(self.action_names):  # the factors never change
-            history.flush()
-            shape = (len(self.action_names), self.n_factors)
-            staged = history.staged = online.Staged(*shape, online.capacity(*shape, self._config.max_log_events))
-        if staged.n == 0 or host.bound_to is not staged:  # a run starts, or the views were built again
-            if staged.n == 0:
-                staged.start(int(host.num_decisions), self.criterion_logits)
-            host.bind(staged, self._options, check.LEARN_LIMIT)
-        learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
-        if learned[0] == kernels.STALE:  # the attention changed: the staged run ends here
-            history.flush(self, self._relearn)
-            staged.start(int(host.num_decisions), self.criterion_logits)
-            host.bind(staged, self._options, check.LEARN_LIMIT)
-            learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
-        if learned[0] != 0:
-            return None
-        staged.n += 1
-        self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
-        if flush_full and staged.n == staged.capacity:
-            history.flush(self, self._relearn)
-        return learned
-
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
         """Differentiable (B, A) logits of a prequential step under the current attention.
 
@@ -417,26 +338,6 @@ class JudgmentMemory(HistoryMixin, DecisionMemory):
         self.history.record(self, self._relearn, first, x, category, action, used, given, step, promotions,
                             source_ids, self.criterion_logits)
         return step if device.type == "cpu" else step.to(device)
-
-    def _prequential_one(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                         skip: Tensor) -> StreamStep | None:
-        """A checked batch of one decision on the single-decision path (:meth:`_stage`)."""
-        host = self._host.get(self._buffers, self._parameters)
-        if host is None or self.history.replaying or self.backend != "compiled":
-            return None
-        flag = None if confirmed is None else bool(confirmed[0])
-        if self._stage(host, x[0].numpy().astype(np.float64), int(category[0]), int(action[0]), flag,
-                       bool(skip[0])) is None:
-            return None
-        staged = self.history.staged
-        assert staged is not None
-        row = slice(staged.n - 1, staged.n)
-        step = StreamStep(MemoryOutput(*(t[row].clone() for t in staged.output)),
-                          LearnEvents(*(t[row].clone() for t in staged.events)), staged.sq_diff[row].clone(),
-                          staged.nearest[row].clone(), staged.before[row].clone())
-        if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
-            self.history.flush(self, self._relearn)
-        return step
 
     def _relearn(self, columns: dict[str, Tensor], logits: Tensor) -> None:
         """Learn logged decisions again (a replay), with the attention logits they had; a derived

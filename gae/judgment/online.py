@@ -14,6 +14,8 @@ copies of the state, tensors for every input and output, a log chunk. Instead th
   (:meth:`gae.judgment.history.History.flush`) whenever anything reads the logs, before a
   batched call, when the attention changes and when the batch is full.
 
+:class:`SingleDecisionMixin` is the memory's ``score_one`` / ``learn_one`` on them.
+
 A run of ``learn_one`` calls therefore leaves the state, the logs and the outputs bit for bit
 what one ``prequential_`` call over the same decisions leaves (tests/test_single_decision.py).
 Anything unusual (another device or dtype, an input that needs converting or fails a check)
@@ -22,13 +24,15 @@ takes the checked batched path, which gives the full error messages.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch._C import TensorBase
 
+from gae import validation as check
+from gae._base import INCORRECT
 from gae.compiled import ArrayTable, entry_point
 from gae.judgment import kernels, rule
 from gae.judgment.config import JudgmentConfig
@@ -115,8 +119,6 @@ class Staged:
     def _views(self) -> None:
         self.arrays = tuple(t.numpy() for t in (self.x, self.ints, self.flags, self.reals, self.evidence, self.scores,
                                                 self.sq_diff, self.nearest, self.before))
-        events: Any = LearnEvents
-        self.event_arrays = events(*(t.numpy() for t in self.events))
 
     @torch.inference_mode(False)
     def _reset(self, n: int) -> None:
@@ -130,7 +132,7 @@ class Staged:
     def __getstate__(self) -> dict[str, Any]:
         # views travel as what they view: pickle (unlike deepcopy) would copy each view's data apart
         state = dict(self.__dict__)
-        for name in ("arrays", "event_arrays", "logits_array", "inputs", "output", "events", "promotions"):
+        for name in ("arrays", "logits_array", "inputs", "output", "events", "promotions"):
             del state[name]
         return state
 
@@ -178,7 +180,6 @@ class HostState:
     """
 
     def __init__(self) -> None:
-        self.held: tuple[Tensor, ...] = ()  # every buffer of the module when the views were built, in order
         self.touched: tuple[Tensor, ...] = ()  # those with data
         self.pointers: tuple[int, ...] = ()  # where their data was
         self.scored: tuple[Tensor, ...] = ()  # those score_one reads
@@ -212,9 +213,8 @@ class HostState:
                 return None
         if logits.device.type != "cpu" or not logits.is_contiguous() or logits.dtype != torch.float32:
             return None
-        self.held = tuple(buffers.values())
         # the buffers that hold data (a feature that is off keeps empty ones), and where it is
-        self.touched = tuple(tensor for tensor in self.held if tensor.numel())
+        self.touched = tuple(tensor for tensor in buffers.values() if tensor.numel())
         self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
         self.scored = tuple(buffers[name] for name in SCORED if buffers[name].numel())
         self.scored_pointers = tuple(map(TensorBase.data_ptr, self.scored))
@@ -254,3 +254,129 @@ class HostState:
             self.score_table = table
             self.score = entry_point(kernels.score_one_at, row, c, *self.score_bound)
         return self.score(row, c, *self.score_bound)
+
+
+class SingleDecisionMixin:
+    """The judgment memory's ``score_one``, ``learn_one`` and ``prequential_`` of one decision
+    on this module's path (its public face, as :class:`~gae.judgment.history.HistoryMixin` is the
+    history's). Mixed into :class:`~gae.JudgmentMemory`, which provides the attributes below and,
+    after it in the method order, :class:`~gae.DecisionMemory`'s checked single-decision API
+    (``super()``), which anything unusual takes."""
+
+    _host: HostState
+    history: Any
+    backend: str
+    grow: bool
+    n_factors: int
+    action_names: tuple[str, ...]
+    category_names: tuple[str, ...]
+    criterion_logits: Tensor
+    _buffers: dict[str, Any]
+    _parameters: dict[str, Any]
+    _config: JudgmentConfig
+    _options: kernels.Options
+    _category_positions: dict[str, int]
+    _action_positions: dict[str, int]
+    _relearn: Any
+    _category_position: Any
+    _position: Any
+    _fast_row: Any
+
+    def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
+        """Score one decision: ``(action name or None when abstaining, confidence)``.
+
+        On a CPU module this is one compiled call of a few microseconds on views of the
+        memory's own buffers (:mod:`gae.judgment.online`); anything unusual (bad input, another
+        device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
+        yet abstains.
+        """
+        host = self._host.get(self._buffers, self._parameters, scoring=True)
+        index = (self._category_positions.get(category) if category.__class__ is str
+                 else self._category_position(category))
+        if host is None or index is None:
+            return cast(Any, super()).score_one(factors, category)
+        row = self._fast_row(factors)
+        if row is None:
+            return cast(Any, super()).score_one(factors, category)  # the checks, with the full error message
+        action, confidence = host.score_row(row, index, self._options)
+        if action == kernels.NOT_FINITE:
+            return cast(Any, super()).score_one(factors, category)
+        return None if action < 0 else self.action_names[action], confidence
+
+    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None) -> dict[str, Any]:
+        """Learn one verified decision (see :meth:`DecisionMemory.learn_one`).
+
+        On a CPU module this is one compiled call on views of the memory's own buffers: the
+        decision is learned in place as the next row of a staged batch that goes to the logs
+        as one call (:mod:`gae.judgment.online`), so a run of ``learn_one`` calls ends exactly
+        where one :meth:`prequential_` over the same decisions ends, logs included. Anything
+        unusual takes the checked batched path.
+        """
+        if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
+                and self.backend == "compiled" and not self.history.replaying):
+            host = self._host.get(self._buffers, self._parameters)
+            # names, the common case, looked up here: a call costs a tenth of a microsecond
+            c = (self._category_positions.get(category) if category.__class__ is str
+                 else self._category_position(category))
+            a = (self._action_positions.get(action) if action.__class__ is str
+                 else self._position(action, self._action_positions, len(self.action_names)))
+            if host is not None and c is not None and a is not None:
+                row = self._fast_row(factors)
+                if row is not None:
+                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
+                    if learned is not None:
+                        _, skipped, gated, eta, disp, initialized = learned
+                        return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
+                                                                  "disp": disp, "initialized": initialized}
+        return cast(Any, super()).learn_one(factors, action, category, confirmed, outcome)
+
+    def _stage(self, host: HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
+               skip: bool, flush_full: bool = False) -> tuple | None:
+        """Learn one decision on the single-decision path as the staged batch's next row: the
+        kernel's ``(0, skipped, gated, eta, displacement, initialized)``, or None when it must
+        take the checked path. A full batch goes to the logs here with ``flush_full``; else the
+        caller reads the row first, then sends it."""
+        history = self.history
+        staged = history.staged
+        if staged is None or staged.shape[0] != len(self.action_names):  # the factors never change
+            history.flush()
+            shape = (len(self.action_names), self.n_factors)
+            staged = history.staged = Staged(*shape, capacity(*shape, self._config.max_log_events))
+        if staged.n == 0 or host.bound_to is not staged:  # a run starts, or the views were built again
+            if staged.n == 0:
+                staged.start(int(host.num_decisions), self.criterion_logits)
+            host.bind(staged, self._options, check.LEARN_LIMIT)
+        learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
+        if learned[0] == kernels.STALE:  # the attention changed: the staged run ends here
+            history.flush(self, self._relearn)
+            staged.start(int(host.num_decisions), self.criterion_logits)
+            host.bind(staged, self._options, check.LEARN_LIMIT)
+            learned = host.learn(row, c, a, bool(confirmed), confirmed is not None, skip, staged.n, *host.bound)
+        if learned[0] != 0:
+            return None
+        staged.n += 1
+        self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
+        if flush_full and staged.n == staged.capacity:
+            history.flush(self, self._relearn)
+        return learned
+
+    def _prequential_one(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                         skip: Tensor) -> StreamStep | None:
+        """A checked batch of one decision on the single-decision path (:meth:`_stage`)."""
+        host = self._host.get(self._buffers, self._parameters)
+        if host is None or self.history.replaying or self.backend != "compiled":
+            return None
+        flag = None if confirmed is None else bool(confirmed[0])
+        if self._stage(host, x[0].numpy().astype(np.float64), int(category[0]), int(action[0]), flag,
+                       bool(skip[0])) is None:
+            return None
+        staged = self.history.staged
+        assert staged is not None
+        row = slice(staged.n - 1, staged.n)
+        step = StreamStep(MemoryOutput(*(t[row].clone() for t in staged.output)),
+                          LearnEvents(*(t[row].clone() for t in staged.events)), staged.sq_diff[row].clone(),
+                          staged.nearest[row].clone(), staged.before[row].clone())
+        if staged.n == staged.capacity:  # full: to the logs (its last row has been read)
+            self.history.flush(self, self._relearn)
+        return step
