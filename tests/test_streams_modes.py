@@ -102,7 +102,7 @@ def test_bad_modes_raise_naming_the_argument(modes, error):
 # -- SklearnDecisionStream -------------------------------------------------------------------
 @needs_sklearn
 @pytest.mark.parametrize(("generator", "actions", "factors"), [("classification", 4, 8), ("moons", 2, 2),
-                                                               ("blobs", 4, 8)])
+                                                               ("blobs", 4, 8), ("circles", 2, 2), ("rotating", 2, 4)])
 def test_sklearn_streams_have_the_decision_stream_fields(generator, actions, factors):
     from training.streams_sklearn import SklearnDecisionStream
 
@@ -148,7 +148,7 @@ def test_sklearn_label_noise_and_uncertain_rates_are_honoured():
 @needs_sklearn
 @pytest.mark.parametrize(("options", "error", "name"), [
     ({"n_decisions": 0}, ValueError, "n_decisions"),
-    ({"n_decisions": 10, "generator": "circles"}, ValueError, "generator"),
+    ({"n_decisions": 10, "generator": "swiss_roll"}, ValueError, "generator"),
     ({"n_decisions": 10, "categories": 0}, ValueError, "categories"),
     ({"n_decisions": 10, "label_noise": 1.5}, ValueError, "label_noise"),
     ({"n_decisions": 10, "uncertain": "a"}, TypeError, "uncertain"),
