@@ -29,7 +29,8 @@ class KNNMemory(DecisionMemory):
 
     Like the original it learns every decision whatever its outcome; ``respect_skip=True``
     drops the uncertain ones. ``scoped=True`` lets a decision see only traces of its own
-    category (the store and its FIFO order stay shared).
+    category (the store and its FIFO order stay shared). :meth:`keep_newest_` cuts the window
+    to the newest traces (what a drift detector does on a change).
 
     Args:
         factors: number of factors, or their names.
@@ -86,13 +87,43 @@ class KNNMemory(DecisionMemory):
 
     @property
     def version(self) -> int:
-        """The update counter: decisions seen (the store only changes by learning them)."""
+        """The update counter: decisions seen (a window cut, :meth:`keep_newest_`, is not counted)."""
         return int(self.num_decisions)
 
     def _age_order(self) -> Tensor:
         """Slots of the stored traces, oldest first."""
         size, head = int(self.ring[0]), int(self.ring[1])
         return (head - size + torch.arange(size, device=self.ring.device)) % self.capacity
+
+    @torch.no_grad()
+    def keep_newest_(self, n: int) -> int:
+        r"""Cut the window: keep only the ``n`` newest traces, forget the older ones.
+
+        The forgotten traces' slots are zeroed. The kept traces stay in their slots and the ring
+        keeps its head (``ring = [n, head]``): they are still visited oldest first and the next
+        decision is still written at ``head``, so scoring and learning go on exactly as in a
+        ring that had learned only those traces, in that order (distance ties still go to the
+        older trace). The decisions seen (``num_decisions``) do not change. The single-decision
+        path reads the ring in place, so it sees the cut at once.
+
+        Args:
+            n: traces to keep, an int >= 0; ``n >= len(self)`` changes nothing.
+
+        Returns:
+            The number of traces forgotten.
+
+        Raises:
+            TypeError / ValueError: ``n`` is not an int >= 0; nothing changes.
+        """
+        n = check.check_int("n", n, low=0)
+        size = len(self)
+        if n >= size:
+            return 0
+        forgotten = self._age_order()[:size - n]
+        for buffer in (self.store_factors, self.store_actions, self.store_categories, self.store_steps):
+            buffer.index_fill_(0, forgotten, 0)
+        self.ring[0] = n
+        return size - n
 
     def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
         """Score a batch against the current store (no side effects), in chunks of queries."""
