@@ -23,6 +23,12 @@ of its state and writes them back only after the whole batch is done, and a step
 between steps, from the process that learns. So a checkpoint holds the state after a whole
 number of batches, and a run killed at any moment (even SIGKILL) resumes from its last
 checkpoint to the same end state as an uninterrupted run.
+
+In TensorBoard the memories are compared on shared charts: at its first logged step the module
+writes a Custom Scalars layout with one chart per metric that every memory logs (``acc/rolling``
+holds ``acc/rolling_jm`` and ``acc/rolling_knn``, and so on), and, when the data module's stream
+drifts, a ``drift/marker`` scalar (0 before the drift, 1 after) drawn on every one of those
+charts; :mod:`training.tensorboard_layout` derives the charts and the marker.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from gae.traces.writer import TraceWriter
 from gae.types import StreamStep
 from gae.validation import Names
 from training import metrics as M
+from training import tensorboard_layout as board
 from training.batch import DecisionBatch, gather_decisions
 from training.distributed import broadcast_gradients_hook
 from training.plots import attention_heatmap
@@ -85,6 +92,16 @@ class DecisionMemoryModule(L.LightningModule):
             ``gae/traces/writer.py`` and docs/trace.md; runs ``jm`` and ``knn``), with the state each
             writer started from in ``<trace>.<run>-<stream position>.pt`` for
             ``scripts/replay_trace.py``. Rank 0 writes it. Default: None (no trace).
+
+    TensorBoard (rank 0, when the logger's experiment is a ``SummaryWriter``): every metric of
+    :meth:`metric_values` against the decision index, the rolling curve (``curve/rolling_jm``,
+    ``curve/rolling_knn``), the attention, prototypes, promotions and the gate log, and, at the
+    first logged step of each fit, a Custom Scalars layout (category ``jm vs knn``, or ``jm``
+    without the k-NN) with one chart per metric holding every memory's tag. When the data
+    module's stream has drift points (its ``drift_at``, or a ``permute_at``), ``drift/marker``
+    is logged at every step the curves are, and at both sides of each drift, and is drawn on
+    every chart; it is the fraction of the drift points before the step (0, then 1 after a
+    single drift). A fit without a data module, or a stream that never drifts, has no marker.
     """
 
     def __init__(self, categories: Names = 4, actions: Names = 4, factors: Names = 8, *,
@@ -115,6 +132,8 @@ class DecisionMemoryModule(L.LightningModule):
         self._curve_points = curve_points_per_batch
         self._figure_every = figure_every_n_steps
         self._tracers: dict[str, TraceWriter] | None = None  # opened at the first step (on a resume too)
+        self._drift_points: tuple[int, ...] = ()  # of the data module's stream, read at each fit's start
+        self._layout_written = False  # each fit writes the Custom Scalars layout at its first logged step
 
     stream_position: Tensor
 
@@ -152,7 +171,10 @@ class DecisionMemoryModule(L.LightningModule):
         return torch.optim.Adam([self.memory.criterion_logits], lr=self.hparams["lr"])
 
     def on_fit_start(self) -> None:
-        """Under DDP, share rank 0's attention gradient instead of averaging identical ones."""
+        """Read the stream's drift points for the marker; under DDP, share rank 0's attention gradient
+        instead of averaging identical ones."""
+        self._drift_points = board.drift_points(getattr(getattr(self.trainer, "datamodule", None), "stream", None))
+        self._layout_written = False  # a resumed fit may log to a new event file: it gets the layout too
         model = self.trainer.strategy.model
         if not isinstance(model, DistributedDataParallel):
             return
@@ -248,7 +270,8 @@ class DecisionMemoryModule(L.LightningModule):
             return
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), decision)
-        self._log_rolling_curve(writer, batch)
+        curve_steps, curve_tags = self._log_rolling_curve(writer, batch)
+        self._log_comparison(writer, batch, [*curve_steps, decision], [*scalars, *curve_tags])
         if self.memory.config.adaptive:  # how many categories score with their tracking prototypes, and
             lead = self.memory.tracking_lead.detach().cpu()  # each one's lead (its evidence: above 0, they score)
             writer.add_scalar("gate/tracking_categories", float((lead > 0).sum()), decision)
@@ -262,18 +285,37 @@ class DecisionMemoryModule(L.LightningModule):
             self._log_figures(writer, decision)
             self._log_explanation(writer, batch, decision)
 
-    def _log_rolling_curve(self, writer: Any, batch: DecisionBatch) -> None:
-        """Rolling accuracy at evenly spaced decisions of the batch, against the decision index."""
-        collections = [("jm", self.jm_metrics)]
-        if self.knn_metrics is not None:
-            collections.append(("knn", self.knn_metrics))
+    def _memory_metrics(self) -> dict[str, M.StreamMetrics]:
+        """Each memory's metrics by its short name in the tags: ``jm``, and ``knn`` when the k-NN runs."""
+        return {"jm": self.jm_metrics, **({"knn": self.knn_metrics} if self.knn_metrics is not None else {})}
+
+    def _log_rolling_curve(self, writer: Any, batch: DecisionBatch) -> tuple[list[int], list[str]]:
+        """Rolling accuracy at evenly spaced decisions of the batch, against the decision index;
+        returns the steps and the tags it logged."""
+        collections = self._memory_metrics()
         n = len(batch.position)
         stride = max(1, n // max(1, self._curve_points))
-        positions = torch.arange(stride - 1, n, stride)
-        for name, collection in collections:
+        positions = torch.arange(stride - 1, n, stride).tolist()
+        steps = [int(batch.position[position]) + 1 for position in positions]
+        for name, collection in collections.items():
             curve = collection.rolling_curve()  # (n,) rolling accuracy after each decision of the batch
-            for position in positions.tolist():
-                writer.add_scalar(f"curve/rolling_{name}", float(curve[position]), int(batch.position[position]) + 1)
+            for position, step in zip(positions, steps, strict=True):
+                writer.add_scalar(f"curve/rolling_{name}", float(curve[position]), step)
+        return steps, [f"curve/rolling_{name}" for name in collections]
+
+    def _log_comparison(self, writer: Any, batch: DecisionBatch, steps: list[int], tags: list[str]) -> None:
+        """The drift marker at the batch's logged ``steps`` and drift edges, and, once per fit, the
+        Custom Scalars layout of the ``tags`` logged (see :mod:`training.tensorboard_layout`)."""
+        points = self._drift_points
+        if points:
+            first, last = int(batch.position[0]) + 1, int(batch.position[-1]) + 1
+            for step in board.marker_steps(points, first=first, last=last, steps=steps):
+                writer.add_scalar(board.DRIFT_MARKER, board.drift_marker(points, step), step)
+        if not self._layout_written and hasattr(writer, "add_custom_scalars"):
+            memories = tuple(self._memory_metrics())
+            charts = board.compared_charts(tags, memories)
+            writer.add_custom_scalars(board.custom_scalars_layout(charts, memories, marker=bool(points)))
+            self._layout_written = True
 
     def _log_promotions(self, writer: Any, count: int) -> None:
         """Each promotion of the latest batch as TensorBoard text at its decision, with its evidence."""
