@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # never the multi-GB CUDA download that a bare `pip install torch` would pick.
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: install test demo bench train lint clean
+.PHONY: install test demo report bench train lint clean
 
 install: $(STAMP)
 
@@ -21,8 +21,15 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest
 
+# the head-to-head in short (under 2 minutes): 5 report seeds, 3 tuning seeds, six settings
 demo: $(STAMP)
-	$(PY) scripts/evaluate.py
+	$(PY) scripts/evaluate.py --seeds 5 --tuning-seeds 3 --out results/demo \
+		--settings '[permute,shift,none,multimodal,classification_2_permute,moons_permute]' \
+		--contestants '[jm,jm_adaptive,jm_prototypes,knn,knn_scoped,knn_best,knn_adwin]'
+
+# the whole protocol of docs/protocol.md (about 15 minutes on 2 cores), refreshing README and docs
+report: $(STAMP)
+	$(PY) scripts/evaluate.py --readme README.md
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

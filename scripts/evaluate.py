@@ -1,18 +1,24 @@
-"""The head-to-head report: judgment memory vs k-NN retrieval, drift recovery, ablations with CIs.
+"""The head-to-head report: judgment memory vs the strongest k-NN, drift recovery, ablations with CIs.
 
-    python scripts/evaluate.py                       # the protocol of docs/protocol.md (make demo)
-    python scripts/evaluate.py --seeds 5 --n_decisions 600 --out /tmp/quick
-    python scripts/evaluate.py --readme README.md    # also refresh the README's and docs' sections
+    python scripts/evaluate.py                       # the protocol of docs/protocol.md
+    python scripts/evaluate.py --readme README.md    # ... and refresh the README's and docs' sections (make report)
+    python scripts/evaluate.py --seeds 5 --tuning-seeds 3 --settings '[permute,moons_permute]'   # in short
+    python scripts/evaluate.py --seeds 40 --seed-offset 200   # other report seeds, still none a tuning seed
 
-Writes report.md, report.json, rolling_accuracy.png (and one per further drift setting),
-ablations.png and the TensorBoard logs of one seed (tensorboard/) to ``--out``; with ``--readme``,
-also the README's ``report`` section, the ``report-drift`` and ``report-prototypes`` sections of
-docs/drift.md and docs/prototypes.md, and the record they are rendered from,
-docs/results/report.json (``tests/test_generated_docs.py`` renders them from it again).
+First the k-NN grid (capacity x k x scope, plain and with an ADWIN window cut) runs on the
+tuning seeds and ``knn_best`` / ``knn_adwin`` take each setting's best point
+(training/tuning.py); then every contestant runs on the report seeds. Writes report.md,
+report.json, rolling_accuracy.png (and one per further setting), ablations.png, sensitivity.png
+and the TensorBoard logs of one seed (tensorboard/) to ``--out``; with ``--readme``, also the
+README's ``report`` section, the ``report-drift``, ``report-prototypes`` and ``report-tuning``
+sections of docs/drift.md, docs/prototypes.md and docs/protocol.md, and the record they are
+rendered from, docs/results/report.json (``tests/test_generated_docs.py`` renders them from it
+again). Options may be spelled with dashes or underscores (``--tuning-seeds``, ``--tuning_seeds``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -31,10 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
+from training import bars as B  # noqa: E402
 from training import evaluation as E  # noqa: E402
 from training import report as R  # noqa: E402
+from training import tuning as T  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
-from training.report_plots import ablations_figure, rolling_accuracy_figure  # noqa: E402
+from training.report_plots import ablations_figure, rolling_accuracy_figure, sensitivity_figure  # noqa: E402
 from training.stats import Interval  # noqa: E402
 
 START, END = markers("report")
@@ -43,96 +51,126 @@ START, END = markers("report")
 def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | None = None,
              contestants: list[str] | None = None, resamples: int = 500, out: Path = Path("results"),
              readme: Path | None = None, tensorboard: bool = True, workers: int | None = None,
-             trace: Path | None = None, trace_seeds: int = 1) -> dict[str, Any]:
+             trace: Path | None = None, trace_seeds: int = 1, tuning_seeds: int = 20,
+             seed_offset: int = 100) -> dict[str, Any]:
     """Run the head-to-head and write the report.
 
     Args:
-        seeds: stream seeds (0..seeds-1); every figure is a mean over them with a bootstrap CI.
+        seeds: report seeds (``seed_offset .. seed_offset + seeds - 1``); every figure is a mean
+            over them with a bootstrap CI.
         n_decisions: stream length; the drift is at its middle (1,000 in the protocol).
         settings: among ``permute`` (the harshest drift), ``shift``, ``gradual`` (the permutation
             over 500 decisions), ``none`` (no drift), ``outliers`` (no drift, 5% outliers),
-            ``multimodal`` (no drift, 3 clusters per action), and scikit-learn's ``classification``
-            (3 clusters per class) and ``moons``. Default: all.
-        contestants: among jm, jm_attention, jm_adaptive, jm_prototypes, knn, knn_scoped, retrieval. Default: all;
-            ablation variants run whenever an ablation's two sides are available. The retrieval
-            memory runs in the permute and shift settings only (it is 200x slower).
+            ``multimodal`` (no drift, 3 clusters per action), scikit-learn's ``classification``
+            (3 clusters per class), ``classification_1`` / ``classification_2`` (1 / 2 clusters),
+            ``moons``, ``circles``, and ``rotating`` (a boundary turning all along), each of the
+            last five also as ``<name>_permute`` (its labels permuted at the middle). Default: all.
+        contestants: among jm, jm_attention, jm_adaptive, jm_prototypes, knn, knn_scoped, knn_best,
+            knn_adwin, retrieval. Default: all; ablation variants run whenever an ablation's two
+            sides are available. The retrieval memory runs in the permute and shift settings only
+            (it is 200x slower).
         resamples: bootstrap resamples over seeds.
         out: folder for the report files.
         readme: a README with report markers to refresh (table and figures under docs/figures/, the
             record under docs/results/, and the sections of docs/drift.md and docs/prototypes.md).
-        tensorboard: also write the Lightning loop's TensorBoard logs of seed 0.
+        tensorboard: also write the Lightning loop's TensorBoard logs of the first report seed.
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
-        trace: write the evaluation trace of the first ``trace_seeds`` seeds here (JSONL, one line
-            per scored decision of every memory, see gae/traces/writer.py), with each run's starting
-            checkpoint in ``<trace>.checkpoints/`` for ``scripts/replay_trace.py``.
+        trace: write the evaluation trace of the first ``trace_seeds`` report seeds here (JSONL, one
+            line per scored decision of every memory, see gae/traces/writer.py), with each run's
+            starting checkpoint in ``<trace>.checkpoints/`` for ``scripts/replay_trace.py``.
         trace_seeds: how many seeds are traced (each adds about 60 MB of trace at the defaults).
+        tuning_seeds: the seeds ``0 .. tuning_seeds - 1`` on which ``knn_best`` and ``knn_adwin``
+            choose their capacity, k and scope per setting (the sensitivity table), and on which
+            every constant of the judgment memory chosen from evaluation runs was chosen.
+        seed_offset: the first report seed; the report seeds must not overlap the tuning seeds.
     """
     settings = settings or list(E.SETTINGS)
     chosen = contestants or list(E.CONTESTANTS)
+    if importlib.util.find_spec("river") is None and "knn_adwin" in chosen:  # its detector is river's ADWIN
+        if contestants is not None:
+            raise ImportError("the knn_adwin contestant needs river (pip install river, Python >= 3.11); "
+                              "leave it out of --contestants to run without it")
+        print("river is not installed: the knn_adwin contestant is left out (pip install river)")
+        chosen.remove("knn_adwin")
     unknown = [name for name in [*settings, *chosen] if name not in {**E.SETTINGS, **E.CONTESTANTS}]
-    if unknown or seeds < 2 or n_decisions < 200 or not 0 <= trace_seeds <= seeds:
+    tuned = [name for name in chosen if name in E.TUNED]
+    if (unknown or seeds < 2 or n_decisions < 200 or not 0 <= trace_seeds <= seeds
+            or (tuned and tuning_seeds < 2) or tuning_seeds < 0 or seed_offset < tuning_seeds):
         raise ValueError(f"bad arguments: unknown names {unknown}, seeds={seeds} (>= 2), "
-                         f"n_decisions={n_decisions} (>= 200), trace_seeds={trace_seeds} (0..seeds)")
+                         f"n_decisions={n_decisions} (>= 200), trace_seeds={trace_seeds} (0..seeds), "
+                         f"tuning_seeds={tuning_seeds} (>= 2 with {tuned or 'no tuned contestant'}), "
+                         f"seed_offset={seed_offset} (>= tuning_seeds: the report seeds must not be tuning seeds)")
     roster = {name: E.CONTESTANTS[name] for name in chosen}
     roster.update({name: variant for name, variant in E.VARIANTS.items()
                    if any(without == name and with_ in roster for _, with_, without in E.ABLATIONS)})
     drift_at = n_decisions // 2
+    tuning, report_seeds = list(range(tuning_seeds)), list(range(seed_offset, seed_offset + seeds))
     began = time.perf_counter()
+    workers = min(os.cpu_count() or 1, 8) if workers is None else workers
+    grid = [name for name, point in E.GRID.items() if point.kind in {E.TUNED[t] for t in tuned}]
+    sensitivity: dict[str, Any] = {}
+    if grid:
+        tuning_tasks = [(setting, seed) for setting in settings for seed in tuning]
+        results = run_tasks("tuning k-NN", tuning_tasks, workers, n_decisions,
+                            {task: grid for task in tuning_tasks})
+        by_point: dict[str, dict[str, list]] = {setting: {name: [] for name in grid} for setting in settings}
+        for (setting, _), by_name in zip(tuning_tasks, results, strict=True):
+            for name, figures in by_name.items():
+                by_point[setting][name].append(figures)
+        sensitivity = T.sensitivity(by_point, resamples)
+    options = T.chosen_options(sensitivity)
     runs: dict[str, dict[str, list]] = {
         setting: {name: [] for name in [*roster, R.CEILING]
                   if (E.has_ceiling(setting) if name == R.CEILING else E.runs_in(name, setting))}
         for setting in settings}
-    tasks = [(setting, seed) for setting in settings for seed in range(seeds)]
+    tasks = [(setting, seed) for setting in settings for seed in report_seeds]
     parts = None if trace is None else Path(f"{trace}.checkpoints")
     if parts is not None:
         parts.mkdir(parents=True, exist_ok=True)
-    traced = {task: None if parts is None or task[1] >= trace_seeds else str(parts) for task in tasks}
-    workers = min(os.cpu_count() or 1, 8) if workers is None else workers
-    with tqdm(total=len(tasks), desc="head-to-head", unit="stream") as progress:
-        if workers <= 1:
-            results = []
-            for setting, seed in tasks:
-                results.append(E.run_stream(setting, seed, n_decisions, list(runs[setting]), traced[setting, seed]))
-                progress.update()
-        else:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(E.run_stream, setting, seed, n_decisions, list(runs[setting]),
-                                       traced[setting, seed])
-                           for setting, seed in tasks]
-                for future in futures:
-                    future.add_done_callback(lambda _: progress.update())
-                results = [future.result() for future in futures]
+    traced = {task: None if parts is None or task[1] >= seed_offset + trace_seeds else str(parts) for task in tasks}
+    results = run_tasks("head-to-head", tasks, workers, n_decisions, {task: list(runs[task[0]]) for task in tasks},
+                        traced, {task: {n: o for n, o in options.get(task[0], {}).items() if n in roster}
+                                 for task in tasks})
     for (setting, _), by_name in zip(tasks, results, strict=True):  # in seed order, whatever finished first
         for name, figures in by_name.items():
             runs[setting][name].append(figures)
     trace_report = None if trace is None else gather_trace(trace, tasks, traced, results)
     summary = R.summarize(runs, drift_at, n_decisions, resamples)
-    claim_list = R.claims(summary)
-    bars = R.drift_bars(summary)
-    several = R.prototype_bars(summary)
-    protocol = {"seeds": seeds, "n_decisions": n_decisions, "drift_at": drift_at, "settings": settings,
+    drift, several = B.drift_bars(summary), B.prototype_bars(summary)
+    protocol = {"seeds": seeds, "tuning_seeds": tuning, "report_seeds": report_seeds, "n_decisions": n_decisions,
+                "drift_at": drift_at, "settings": settings,
                 "stream": {**E.STREAM, "n_decisions": n_decisions, "drift_at": drift_at},
                 "drift_settings": {s: E.SETTINGS[s] for s in settings}, "window": E.WINDOW,
                 "batch": E.BATCH, "recovery_after": E.RECOVERY_AFTER, "resamples": resamples, "level": 0.95,
-                "ablation_metric": R.ABLATION_METRIC, "seconds": time.perf_counter() - began}
+                "ablation_metric": R.ABLATION_METRIC, "tuning_metric": T.CHOICE_METRIC,
+                "knn_grid": {"capacity": list(E.KNN_CAPACITIES), "k": list(E.KNN_KS), "scoped": [False, True]},
+                "seconds": time.perf_counter() - began}
     report = {"protocol": protocol,
-              "contestants": {name: {"label": c.label, "kind": c.kind, "options": c.options,
+              "contestants": {name: {"label": c.label, "kind": c.kind,
+                                     "options": ({s: options[s][name] for s in options if name in options[s]}
+                                                 if name in E.TUNED else c.options),
+                                     "options_per_setting": name in E.TUNED,
                                      "learn_attention": c.learn_attention, "skip_uncertain": c.skip_uncertain}
                               for name, c in roster.items()},
               "metrics": summary["metrics"], "differences": summary["differences"],
-              "ablations": summary["ablations"], "claims": claim_list, "drift_bars": bars,
-              "prototype_bars": several, "trace": trace_report}
+              "ablations": summary["ablations"], "recovery_ratios": summary["recovery_ratios"],
+              "claims": R.claims(summary), "drift_bars": drift, "prototype_bars": several,
+              "bars_tested": B.count(drift, several), "standing": B.standing(summary),
+              "sensitivity": sensitivity, "trace": trace_report}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    (out / "report.md").write_text(R.markdown(summary, claim_list, protocol))
-    figures = write_figures(summary, settings, drift_at, out)
+    (out / "report.md").write_text(R.markdown(report))
+    figures = write_figures(summary, sensitivity, settings, drift_at, out)
     if tensorboard:
-        log_tensorboard(settings[0], n_decisions, out / "tensorboard")
-    print(R.claims_table(claim_list))
-    for table in (bars, several):
+        log_tensorboard(settings[0], seed_offset, n_decisions, out / "tensorboard")
+    print(R.claims_table(report["claims"]))
+    for table in (drift, several):
         if table:
-            print(f"\n{R.bars_table(table)}")
+            print(f"\n{B.bars_table(table)}")
+    count = report["bars_tested"]
+    print(f"\n{count['tested']} bars tested, {count['met']} met, {count['reported']} reported")
+    print(f"\n{B.standing_table(report['standing'])}")
     print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
     if trace_report is not None:
         print(f"\n{trace_table(trace_report)}")
@@ -141,6 +179,27 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     if readme is not None:
         update_readme(readme, report, figures)
     return report
+
+
+def run_tasks(description: str, tasks: list[tuple[str, int]], workers: int, n_decisions: int,
+              names: dict[tuple[str, int], list[str]], traced: dict[tuple[str, int], str | None] | None = None,
+              tuned: dict[tuple[str, int], dict[str, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """:func:`training.evaluation.run_stream` on every (setting, seed) task, in ``workers``
+    processes, with a progress bar; the results in task order."""
+    arguments = [(setting, seed, n_decisions, names[setting, seed], (traced or {}).get((setting, seed)),
+                  (tuned or {}).get((setting, seed))) for setting, seed in tasks]
+    with tqdm(total=len(tasks), desc=description, unit="stream") as progress:
+        if workers <= 1:
+            results = []
+            for argument in arguments:
+                results.append(E.run_stream(*argument))
+                progress.update()
+            return results
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(E.run_stream, *argument) for argument in arguments]
+            for future in futures:
+                future.add_done_callback(lambda _: progress.update())
+            return [future.result() for future in futures]
 
 
 def gather_trace(trace: Path, tasks: list[tuple[str, int]], traced: dict[tuple[str, int], str | None],
@@ -187,7 +246,8 @@ def trace_table(report: dict[str, Any]) -> str:
             + (f"\n| all traced streams | {total * 100:+.0f}% |" if total is not None else ""))
 
 
-def write_figures(summary: dict[str, Any], settings: list[str], drift_at: int, out: Path) -> list[Path]:
+def write_figures(summary: dict[str, Any], sensitivity: dict[str, Any], settings: list[str], drift_at: int,
+                  out: Path) -> list[Path]:
     paths = []
     for i, setting in enumerate(settings):
         curves = {E.CONTESTANTS[name].label: ci for name, ci in summary["curves"][setting].items()}
@@ -205,10 +265,13 @@ def write_figures(summary: dict[str, Any], settings: list[str], drift_at: int, o
                               title="ablations: paired difference in cumulative accuracy, 95% CI")
     paths.append(out / "ablations.png")
     figure.savefig(paths[-1], dpi=110)
+    if sensitivity:
+        paths.append(out / "sensitivity.png")
+        sensitivity_figure(sensitivity).savefig(paths[-1], dpi=90)
     return paths
 
 
-def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
+def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path) -> None:
     """One seed through the Lightning loop, so its TensorBoard logs sit next to the report."""
     import lightning as L
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -218,7 +281,7 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
     from training.module import DecisionMemoryModule
 
     for drift_mode in ("seed", "adaptive"):
-        data = DecisionStreamDataModule(E.make_stream(setting, 0, n_decisions), batch_size=E.BATCH)
+        data = DecisionStreamDataModule(E.make_stream(setting, seed, n_decisions), batch_size=E.BATCH)
         model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
                                      judgment=JudgmentConfig(drift_mode=drift_mode), curve_points_per_batch=E.BATCH)
         logger = TensorBoardLogger(folder, name=setting if drift_mode == "seed" else f"{setting}_adaptive",
@@ -228,26 +291,51 @@ def log_tensorboard(setting: str, n_decisions: int, folder: Path) -> None:
         trainer.fit(model, datamodule=data)
 
 
+def _verdict_bars(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars with a verdict (the README shows these; the docs pages show the reported ones too)."""
+    return [bar for bar in report["drift_bars"] + report["prototype_bars"] if bar["met"] is not None]
+
+
+def _count(report: dict[str, Any]) -> str:
+    count = report["bars_tested"]
+    return (f"{count['tested']} bars tested, {count['met']} met, {count['tested'] - count['met']} not met "
+            f"({count['reported']} further comparisons reported without a verdict).")
+
+
+def _seeds(report: dict[str, Any]) -> str:
+    protocol = report["protocol"]
+    return (f"{len(protocol['report_seeds'])} report seeds ({R._seed_range(protocol['report_seeds'])}) x "
+            f"{protocol['n_decisions']:,} decisions, mean [95% CI] over seeds; `knn_best` and `knn_adwin` chose "
+            f"their capacity, k and scope per setting on the tuning {R._seed_range(protocol['tuning_seeds'])}")
+
+
 def readme_section(report: dict[str, Any]) -> str:
     """The README's head-to-head section, rendered from a ``report.json`` record."""
     summary, setting = R.summary_of(report), report["protocol"]["settings"][0]
-    bars = report["drift_bars"] + report["prototype_bars"]
-    adaptive = (f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
-                f"action (`prototypes=4`, docs/prototypes.md) against their bars:\n\n"
-                f"{R.bars_table(bars)}\n\n{R.promotions_table(summary)}\n\n") if bars else ""
+    parts = [f"{_seeds(report)}. The original page's claims, judged against the strongest k-NN:",
+             R.claims_table(report["claims"])]
+    if report["standing"]["settings"]:
+        parts += ["Where the judgment memory stands against `knn_best` (cumulative accuracy, paired by seed):",
+                  B.standing_table(report["standing"])]
+    if report["drift_bars"] or report["prototype_bars"]:
+        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
+                  f"action (`prototypes=4`, docs/prototypes.md) against their bars. {_count(report)} The "
+                  "comparisons without a verdict are in docs/drift.md and docs/prototypes.md.",
+                  B.bars_table(_verdict_bars(report))]
     if "multimodal" in summary["metrics"]:
-        adaptive += ("Cost in the multi-modal setting, from the same run:\n\n"
-                     f"{R.cost_table(summary, 'multimodal')}\n\n")
-    return (f"{R.claims_table(report['claims'])}\n\n{adaptive}{setting} drift, mean [95% CI] over seeds:\n\n"
-            f"{R.headline_table(summary, setting)}\n\n{R.ablation_table(summary, setting)}\n\n"
-            "![rolling accuracy](docs/figures/rolling_accuracy.png)\n\n![ablations](docs/figures/ablations.png)\n\n"
-            f"Regenerate with `{REGENERATE}`.")
+        parts += ["Cost in the multi-modal setting, from the same run:", R.cost_table(summary, "multimodal")]
+    parts += [f"{setting} drift, mean [95% CI] over seeds:", R.headline_table(summary, setting),
+              R.ablation_table(summary, setting), "![rolling accuracy](docs/figures/rolling_accuracy.png)",
+              "![ablations](docs/figures/ablations.png)"]
+    if report["sensitivity"]:
+        parts += ["k-NN's accuracy over capacity and k on the tuning seeds (the choices and every table: "
+                  "docs/protocol.md):", "![k-NN sensitivity](docs/figures/sensitivity.png)"]
+    return "\n\n".join([*parts, f"Regenerate with `{REGENERATE}`."])
 
 
 def _provenance(report: dict[str, Any]) -> str:
-    protocol = report["protocol"]
-    return (f"From the head-to-head's record (`docs/results/report.json`: {protocol['seeds']} seeds x "
-            f"{protocol['n_decisions']:,} decisions, mean [95% CI] over seeds); regenerate with `{REGENERATE}`.")
+    return (f"From the head-to-head's record (`docs/results/report.json`: {_seeds(report)}); "
+            f"regenerate with `{REGENERATE}`.")
 
 
 def drift_section(report: dict[str, Any]) -> str:
@@ -257,10 +345,12 @@ def drift_section(report: dict[str, Any]) -> str:
     if "permute" in summary["metrics"]:
         columns = {key: R.METRICS[key][0] for key in ("before_drift", "at_recovery_point", "recovery_decisions")}
         parts += [f"Permute drift at decision {protocol['drift_at']:,}:",
-                  R.figures_table(summary, "permute", ("jm", "jm_adaptive", "knn", "knn_scoped", R.CEILING), columns)]
+                  R.figures_table(summary, "permute", ("jm", "jm_adaptive", "knn", "knn_scoped", "knn_best",
+                                                       "knn_adwin", R.CEILING), columns)]
     if report["drift_bars"]:
-        parts += ["The bars of `drift_mode='adaptive'`, paired differences by seed:",
-                  R.bars_table(report["drift_bars"]), "Promotions per stream:", R.promotions_table(summary)]
+        parts += ["The bars of `drift_mode='adaptive'`, paired differences by seed (recovery: the ratio of mean "
+                  "recovery times with a paired bootstrap CI):", B.bars_table(report["drift_bars"]),
+                  "Promotions per stream:", R.promotions_table(summary)]
     for setting in ("shift", "gradual"):
         room = R.headroom(summary, setting)
         if room:
@@ -276,7 +366,7 @@ def prototypes_section(report: dict[str, Any]) -> str:
     parts = [_provenance(report)]
     if report["prototype_bars"]:
         parts += ["The bars of `prototypes=4`, paired differences in cumulative accuracy by seed:",
-                  R.bars_table(report["prototype_bars"])]
+                  B.bars_table(report["prototype_bars"])]
     if "multimodal" in summary["metrics"]:
         split, n = protocol["drift_at"], protocol["n_decisions"]
         columns = {"cumulative": "cumulative accuracy", "before_drift": f"accuracy, decisions 1-{split:,}",
@@ -287,7 +377,25 @@ def prototypes_section(report: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section)}
+def tuning_section(report: dict[str, Any]) -> str:
+    """docs/protocol.md's results: the points ``knn_best`` and ``knn_adwin`` chose, and every
+    setting's sensitivity table."""
+    protocol, table = report["protocol"], report["sensitivity"]
+    parts = [f"From the head-to-head's record (`docs/results/report.json`), tuning "
+             f"{R._seed_range(protocol['tuning_seeds'])}, mean [95% CI] over them; regenerate with `{REGENERATE}`."]
+    if table:
+        parts += ["The points chosen (best mean cumulative accuracy over the tuning seeds):", T.choices_table(table),
+                  "![k-NN sensitivity](figures/sensitivity.png)"]
+        for setting in table:
+            parts += [f"Plain k-NN in `{setting}`, cumulative accuracy (%) / rolling accuracy 150 decisions after the "
+                      "middle (%), tuning seeds; the chosen point in bold:",
+                      T.sensitivity_table(table, setting, metric="cumulative"),
+                      T.sensitivity_table(table, setting, metric="at_recovery_point")]
+    return "\n\n".join(parts)
+
+
+DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section),
+                "report-tuning": ("protocol.md", tuning_section)}
 REGENERATE = "python scripts/evaluate.py --readme README.md"
 
 
@@ -308,8 +416,15 @@ def update_readme(path: Path, report: dict[str, Any], figures: list[Path]) -> No
     print(f"updated {path}, {record_path(path, 'report')}, its doc sections and {target}")
 
 
+def cli_arguments(argv: list[str]) -> list[str]:
+    """Options spelled with dashes (``--tuning-seeds 20``) as the underscores jsonargparse knows."""
+    return [argument.split("=", 1)[0].replace("-", "_").replace("__", "--", 1)
+            + (argument[len(argument.split("=", 1)[0]):]) if argument.startswith("--") else argument
+            for argument in argv]
+
+
 if __name__ == "__main__":
     import torch
 
     torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
-    auto_cli(evaluate)
+    auto_cli(evaluate, args=cli_arguments(sys.argv[1:]))

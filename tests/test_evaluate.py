@@ -16,14 +16,15 @@ def small_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     readme = out / "README.md"
     readme.write_text(f"# title\n\n{START}\nold\n{END}\n\ntail\n")
-    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme, trace=out / "trace.jsonl")
+    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme, trace=out / "trace.jsonl",
+                      tuning_seeds=2, seed_offset=5)
     return out, report
 
 
 def test_every_file_is_written(small_report):
     out, _ = small_report
     for name in ("report.md", "report.json", "rolling_accuracy.png", "rolling_accuracy_shift.png",
-                 "rolling_accuracy_outliers.png", "ablations.png"):
+                 "rolling_accuracy_outliers.png", "ablations.png", "sensitivity.png"):
         assert (out / name).stat().st_size > 0, name
     assert list((out / "tensorboard" / "permute").rglob("events.out.tfevents.*"))
     assert list((out / "tensorboard" / "permute_adaptive").rglob("events.out.tfevents.*"))
@@ -33,9 +34,12 @@ def test_every_file_is_written(small_report):
 def test_report_schema(small_report):
     out, report = small_report
     on_disk = json.loads((out / "report.json").read_text())
-    assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "claims",
-                            "drift_bars", "prototype_bars", "trace"}
-    assert on_disk["protocol"]["seeds"] == 2 and on_disk["protocol"]["drift_at"] == 150
+    assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "recovery_ratios",
+                            "claims", "drift_bars", "prototype_bars", "bars_tested", "standing", "sensitivity",
+                            "trace"}
+    protocol = on_disk["protocol"]
+    assert protocol["seeds"] == 2 and protocol["drift_at"] == 150
+    assert protocol["tuning_seeds"] == [0, 1] and protocol["report_seeds"] == [5, 6]
     assert set(on_disk["contestants"]) == {*E.CONTESTANTS, *E.VARIANTS}
     assert set(on_disk["metrics"]) == set(E.SETTINGS)
     for setting in E.SETTINGS:
@@ -46,7 +50,7 @@ def test_report_schema(small_report):
                 low, mean, high = figures[key]["low"], figures[key]["mean"], figures[key]["high"]
                 assert low <= mean <= high, (setting, name, key)
         assert len(on_disk["ablations"][setting]) == len(E.ABLATIONS)
-        assert "jm - knn" in on_disk["differences"][setting]
+        assert "jm - knn" in on_disk["differences"][setting] and "jm - knn_best" in on_disk["differences"][setting]
         if not E.has_ceiling(setting):  # scikit-learn's streams do not know their true prototypes
             assert "ceiling" not in on_disk["metrics"][setting]
             continue
@@ -56,26 +60,61 @@ def test_report_schema(small_report):
     assert "retrieval" not in on_disk["metrics"]["none"] and "retrieval" in on_disk["metrics"]["permute"]
     assert len(on_disk["claims"]) == 3
     for claim in on_disk["claims"]:
-        assert set(claim["settings"]) == set(E.CLAIM_SETTINGS)
+        assert set(claim["settings"]) == set(E.CLAIM_SETTINGS) and claim["comparison"] == "jm - knn_best"
         assert {entry["verdict"] for entry in claim["settings"].values()} <= {"reproduced", "not reproduced"}
+        assert all("against_original" in entry for entry in claim["settings"].values())
     bars = on_disk["drift_bars"]
-    assert {bar["setting"] for bar in bars} == {"permute", "shift", "gradual", "none", "outliers"}
+    assert {bar["setting"] for bar in bars} == set(E.SETTINGS)  # every setting has its drift-kind's bars
     for bar in bars:
         assert (bar["met"] is None) == bar["bar"].startswith("reported") and bar["comparison"].startswith("jm_adaptive")
         assert bar["met"] is None or isinstance(bar["met"], bool)
         if "value_pp" in bar:
             assert bar["value_pp"]["low"] <= bar["value_pp"]["mean"] <= bar["value_pp"]["high"]
+        else:  # a recovery ratio, with its bootstrap CI; met only when the whole CI is at most 1/3
+            assert bar["ratio"]["low"] <= bar["ratio"]["mean"] <= bar["ratio"]["high"]
+            assert bar["met"] is None or bar["met"] == (bar["ratio"]["high"] <= 1 / 3)
+    tested = [bar for bar in bars if bar["met"] is not None]
+    for permuted in [s for s in E.SETTINGS if s == "permute" or s.endswith("_permute")]:
+        assert {bar["comparison"] for bar in tested if bar["setting"] == permuted} == {
+            "jm_adaptive - knn_best", "jm_adaptive - knn_adwin", "jm_adaptive / knn_best", "jm_adaptive / knn_adwin"}
     promotions = [on_disk["metrics"][s]["jm_adaptive"]["promotions_after"]["mean"] for s in E.SETTINGS]
     assert all(p >= 0 for p in promotions) and on_disk["metrics"]["permute"]["jm"]["promotions_after"]["mean"] == 0
     several = on_disk["prototype_bars"]
     assert [bar["bar"] for bar in several if bar["met"] is not None] == [
-        "within 2 pp of knn_scoped (cap 400)", "ahead of prototypes=1 by >= 20 pp",
-        "within 1 pp of prototypes=1 (uni-modal)"]
+        "no worse than 2 pp below knn_best", "ahead of prototypes=1 by >= 20 pp",
+        "no worse than 1 pp below prototypes=1 (uni-modal)"]
     assert all(bar["comparison"].startswith("jm_prototypes") for bar in several)
-    assert {bar["setting"] for bar in several} == {"multimodal", "none", "classification", "moons", "permute",
-                                                  "shift"}
+    assert {bar["setting"] for bar in several} == set(E.SETTINGS)
+    everything = bars + several
+    assert on_disk["bars_tested"] == {"tested": sum(b["met"] is not None for b in everything),
+                                      "met": sum(b["met"] is True for b in everything),
+                                      "reported": sum(b["met"] is None for b in everything)}
     sizes = {name: on_disk["metrics"]["multimodal"][name]["state_bytes"]["mean"] for name in ("jm", "jm_prototypes")}
     assert sizes["jm_prototypes"] > sizes["jm"] > 0  # four slots cost more, and every byte is counted
+
+
+def test_knn_best_is_the_best_grid_point_on_the_tuning_seeds_and_runs_with_its_options(small_report):
+    _, report = small_report
+    table = report["sensitivity"]
+    assert set(table) == set(E.SETTINGS)
+    for setting, entry in table.items():
+        assert len(entry["rows"]) == len(E.GRID)  # every capacity x k x scope, plain and with ADWIN
+        for contestant, kind in E.TUNED.items():
+            rows = [row for row in entry["rows"] if row["kind"] == kind]
+            best = max(row["cumulative"]["mean"] for row in rows)
+            chosen = next(row for row in rows if row["name"] == entry["chosen"][contestant])
+            assert chosen["cumulative"]["mean"] == best
+            options = report["contestants"][contestant]["options"][setting]
+            assert options == {"k": chosen["k"], "capacity": chosen["capacity"], "scoped": chosen["scoped"]}
+        for row in entry["rows"]:
+            for key in ("cumulative", "at_recovery_point"):
+                assert row[key]["low"] <= row[key]["mean"] <= row[key]["high"]
+    # run on the report seeds with the chosen options: the plain k-NN's figure there is that grid point's
+    setting = "none"
+    options = report["contestants"]["knn_best"]["options"][setting]
+    again = [E.run_stream(setting, seed, 300, ["knn_best"], tuned={"knn_best": options})["knn_best"]["cumulative"]
+             for seed in report["protocol"]["report_seeds"]]
+    assert report["metrics"][setting]["knn_best"]["cumulative"]["mean"] == pytest.approx(sum(again) / len(again))
 
 
 def test_trace_holds_every_decision_of_the_traced_seed_and_replays(small_report):
@@ -84,14 +123,16 @@ def test_trace_holds_every_decision_of_the_traced_seed_and_replays(small_report)
     records = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
     decisions = [r for r in records if r["kind"] == "decision"]
     runs = {r["run"] for r in records if r["kind"] == "header"}
-    memories = sum(E.runs_in(name, setting) for setting in E.SETTINGS for name in [*E.CONTESTANTS, *E.VARIANTS])
-    assert len(runs) == memories and all(run.split("/")[1] == "0" for run in runs)  # seed 0 only
+    traced = [name for name in [*E.CONTESTANTS, *E.VARIANTS] if E.traceable(name)]
+    assert "knn_adwin" not in traced and "knn_best" in traced
+    memories = sum(E.runs_in(name, setting) for setting in E.SETTINGS for name in traced)
+    assert len(runs) == memories and all(run.split("/")[1] == "5" for run in runs)  # the first report seed only
     assert len(decisions) == 300 * memories == trace["lines"] - len(runs) - sum(r["kind"] == "parameters"
                                                                                  for r in records)
-    assert set(trace["overhead_by_contestant"]) == {*E.CONTESTANTS, *E.VARIANTS}
+    assert set(trace["overhead_by_contestant"]) == set(traced)
     assert not list((out / "trace.jsonl.checkpoints").glob("*.jsonl"))  # the parts were joined
-    result = replay(out / "trace.jsonl", out / "trace.jsonl.checkpoints" / "permute-0-jm_attention.pt")
-    assert result.ok and result.checked >= 300 and "permute/0/jm_attention" in result.runs
+    result = replay(out / "trace.jsonl", out / "trace.jsonl.checkpoints" / "permute-5-jm_attention.pt")
+    assert result.ok and result.checked >= 300 and "permute/5/jm_attention" in result.runs
 
 
 def test_state_bytes_counts_parameters_and_buffers():
@@ -113,3 +154,12 @@ def test_readme_section_is_replaced(small_report):
 def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown names \\['sideways'\\]"):
         evaluate(seeds=2, n_decisions=300, settings=["sideways"], out=tmp_path)
+    with pytest.raises(ValueError, match="seed_offset=3 \\(>= tuning_seeds"):  # report seeds must not be tuned on
+        evaluate(seeds=2, n_decisions=300, tuning_seeds=5, seed_offset=3, out=tmp_path)
+
+
+def test_dashed_options_reach_the_cli():
+    from scripts.evaluate import cli_arguments
+
+    assert cli_arguments(["--tuning-seeds", "3", "--seed-offset=50", "--settings", "[moons_permute]"]) == [
+        "--tuning_seeds", "3", "--seed_offset=50", "--settings", "[moons_permute]"]

@@ -8,7 +8,7 @@ reason for every choice is written down in ``docs/protocol.md``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -31,15 +31,17 @@ class Contestant:
 
     Attributes:
         label: how tables and plots name it.
-        kind: ``'judgment'``, ``'knn'`` or ``'retrieval'``.
+        kind: ``'judgment'``, ``'knn'``, ``'knn_adwin'`` (k-NN whose window ADWIN cuts,
+            :class:`training.knn_adwin.ADWINKNNMemory`) or ``'retrieval'``.
         options: keyword arguments of the memory's constructor; for a judgment memory, its whole
             :class:`~gae.JudgmentConfig` as a dict (:func:`judgment`), so the report lists every option.
+            Empty for a contestant in :data:`TUNED`, whose options are chosen per setting.
         learn_attention: train the criterion attention online (Adam on the prequential loss).
         skip_uncertain: pass the stream's uncertain-outcome flags on (False learns from them).
     """
 
     label: str
-    kind: Literal["judgment", "knn", "retrieval"]
+    kind: Literal["judgment", "knn", "knn_adwin", "retrieval"]
     options: dict[str, Any] = field(default_factory=dict)
     learn_attention: bool = False
     skip_uncertain: bool = True
@@ -55,11 +57,38 @@ CONTESTANTS: dict[str, Contestant] = {
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", judgment(), learn_attention=True),
     "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", judgment(drift_mode="adaptive")),
     "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", judgment(prototypes=4)),
-    "knn": Contestant("KNNMemory (k=5, cap 400, flat)", "knn", {"k": 5, "capacity": 400}),
-    "knn_scoped": Contestant("KNNMemory scoped by category", "knn", {"k": 5, "capacity": 400, "scoped": True}),
+    # the original design's baseline as its pseudocode defines it (cap = 200), and its fair variant
+    "knn": Contestant("KNNMemory (k=5, cap 200, flat)", "knn", {"k": 5, "capacity": 200}),
+    "knn_scoped": Contestant("KNNMemory (k=5, cap 200) scoped by category", "knn",
+                             {"k": 5, "capacity": 200, "scoped": True}),
+    # the strongest k-NN: capacity, k and scope chosen per setting on the tuning seeds (training/tuning.py)
+    "knn_best": Contestant("k-NN, capacity, k and scope tuned per setting", "knn"),
+    "knn_adwin": Contestant("k-NN + ADWIN window cut, tuned per setting", "knn_adwin"),
     "retrieval": Contestant("RetrievalMemory (recency-weighted score, cap 400, scoped)", "retrieval",
                             {"k": 5, "capacity": 400, "scoped": True}),
 }
+# the contestants whose options are chosen per setting on the tuning seeds, and the kind of grid they come from
+TUNED: dict[str, str] = {"knn_best": "knn", "knn_adwin": "knn_adwin"}
+# the grid they are chosen from: every capacity and k, flat and scoped (issue 20's sensitivity table)
+KNN_CAPACITIES = (50, 100, 200, 400, 800, 1600)
+KNN_KS = (1, 3, 5, 10)
+
+
+def grid_name(kind: str, capacity: int, k: int, scoped: bool) -> str:
+    """The name of one point of a k-NN grid, e.g. ``knn_scoped_c200_k5``."""
+    return f"{kind}_{'scoped' if scoped else 'flat'}_c{capacity}_k{k}"
+
+
+def knn_grid(kind: str) -> dict[str, Contestant]:
+    """Every point of the k-NN grid of one kind (``'knn'`` or ``'knn_adwin'``), by :func:`grid_name`."""
+    return {grid_name(kind, capacity, k, scoped): Contestant(grid_name(kind, capacity, k, scoped), kind,  # type: ignore[arg-type]
+                                                             {"k": k, "capacity": capacity, "scoped": scoped})
+            for scoped in (False, True) for capacity in KNN_CAPACITIES for k in KNN_KS}
+
+
+GRID: dict[str, Contestant] = {name: c for kind in sorted(set(TUNED.values())) for name, c in knn_grid(kind).items()}
+# the adaptive mode's real shadow rate: its "shadow rule alone" comparator uses it, not a stand-in
+SHADOW_ETA = JudgmentConfig.seed().replace(drift_mode="adaptive").shadow_eta
 # variants of JudgmentMemory that exist only to be ablated against "jm"
 VARIANTS: dict[str, Contestant] = {
     "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", judgment(gate_damping=1.0)),
@@ -67,8 +96,8 @@ VARIANTS: dict[str, Contestant] = {
     "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment", judgment(),
                                      skip_uncertain=False),
     # the adaptive mode's shadow rule on its own: fast and ungated, with no change test in front of it
-    "jm_fast": Contestant("JudgmentMemory, ungated fast rule (eta 0.3, gate off)", "judgment",
-                          judgment(eta_confirmed=0.3, eta_override=0.3, gate_damping=1.0)),
+    "jm_fast": Contestant(f"JudgmentMemory, ungated shadow rule (eta {SHADOW_ETA:g}, gate off)", "judgment",
+                          judgment(eta_confirmed=SHADOW_ETA, eta_override=SHADOW_ETA, gate_damping=1.0)),
 }
 # (name, with, without): each ablation is the paired difference with - without
 ABLATIONS: list[tuple[str, str, str]] = [
@@ -78,7 +107,7 @@ ABLATIONS: list[tuple[str, str, str]] = [
     ("attention learned vs fixed", "jm_attention", "jm"),
     ("uncertain outcomes skipped vs learned", "jm", "jm_learn_uncertain"),
     ("drift-aware (adaptive) vs seed rule", "jm_adaptive", "jm"),
-    ("change test vs its shadow rule alone (ungated, eta 0.3)", "jm_adaptive", "jm_fast"),
+    (f"change test vs its shadow rule alone (ungated, eta {SHADOW_ETA:g})", "jm_adaptive", "jm_fast"),
     ("four prototypes per action vs one", "jm_prototypes", "jm"),
 ]
 # The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
@@ -91,14 +120,31 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "none": {"drift_at": None},
     "outliers": {"drift_at": None, "outliers": 0.05},  # no drift; 5% far points with random actions
     "multimodal": {"drift_at": None, "modes": 3},  # no drift; every action has 3 clusters per category
-    # scikit-learn's generators, 4 categories (one independent draw each), no drift
+    # scikit-learn's generators (and a rotating boundary), 4 categories (one independent draw each);
+    # "permute": the ground truth's labels shift cyclically at the middle of the stream (training.streams_sklearn)
     "classification": {"sklearn": "classification", "categories": 4},  # 3 clusters per class
     "moons": {"sklearn": "moons", "categories": 4},  # two interleaved half-moons: a curved boundary
 }
+_SKLEARN: dict[str, dict[str, Any]] = {  # each also as "<name>_permute", its labels permuted at the middle
+    "classification_1": {"sklearn": "classification", "n_clusters_per_class": 1},  # one mode per action
+    "classification_2": {"sklearn": "classification", "n_clusters_per_class": 2},
+    "moons": {"sklearn": "moons"},
+    "circles": {"sklearn": "circles"},  # a ring around a disc: no prototype describes the ring
+    "rotating": {"sklearn": "rotating"},  # a linear boundary turning all along (training/streams_rotating.py)
+}
+for _name, _options in _SKLEARN.items():
+    SETTINGS[_name] = {**_options, "categories": 4}
+    SETTINGS[f"{_name}_permute"] = {**_options, "categories": 4, "permute": True}
 # the settings in which the original page's claims are judged (both have a drift at the middle)
 CLAIM_SETTINGS = ("permute", "shift")
 # RetrievalMemory costs ~1 ms a decision (200x the others): it runs in the two original drift settings only
 SLOW_CONTESTANTS: dict[str, tuple[str, ...]] = {"retrieval": ("permute", "shift")}
+
+
+def traceable(name: str) -> bool:
+    """Whether a contestant's run can be traced and replayed: not a grid point (those only tune),
+    and not a k-NN with ADWIN, whose detector is not part of the memory's saved state."""
+    return name not in GRID and (name not in CONTESTANTS or CONTESTANTS[name].kind != "knn_adwin")
 
 
 def runs_in(name: str, setting: str) -> bool:
@@ -109,10 +155,11 @@ def runs_in(name: str, setting: str) -> bool:
 def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> BaseDecisionStream:
     """The protocol's stream for a setting and seed (any drift starts at the middle of the stream)."""
     if "sklearn" in SETTINGS[setting]:
-        options = {key: value for key, value in SETTINGS[setting].items() if key != "sklearn"}
-        return SklearnDecisionStream(n_decisions or STREAM["n_decisions"], generator=SETTINGS[setting]["sklearn"],
-                                     label_noise=STREAM["label_noise"], uncertain=STREAM["uncertain"], seed=seed,
-                                     **options)
+        n = n_decisions or STREAM["n_decisions"]
+        options = {key: value for key, value in SETTINGS[setting].items() if key not in ("sklearn", "permute")}
+        return SklearnDecisionStream(n, generator=SETTINGS[setting]["sklearn"], label_noise=STREAM["label_noise"],
+                                     uncertain=STREAM["uncertain"], seed=seed,
+                                     permute_at=n // 2 if SETTINGS[setting].get("permute") else None, **options)
     spec = {**STREAM, **SETTINGS[setting], "seed": seed}
     if n_decisions is not None:
         spec["n_decisions"] = n_decisions
@@ -151,6 +198,10 @@ def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory 
         return JudgmentMemory(*names, JudgmentConfig.from_dict(contestant.options))
     if contestant.kind == "retrieval":
         return RetrievalMemory(names[2], names[1], categories=names[0], **contestant.options)
+    if contestant.kind == "knn_adwin":
+        from training.knn_adwin import ADWINKNNMemory  # needs river, an optional dependency
+
+        return ADWINKNNMemory(names[2], names[1], categories=names[0], **contestant.options)
     return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
 
 
@@ -239,28 +290,39 @@ def figures(result: dict[str, Any], drift_at: int) -> dict[str, Any]:
     }
 
 
-def run_stream(setting: str, seed: int, n_decisions: int, names: list[str],
-               trace_dir: str | None = None) -> dict[str, dict[str, Any]]:
-    """The figures of every named contestant (or variant, or ``'ceiling'``) on one stream.
+def run_stream(setting: str, seed: int, n_decisions: int, names: list[str], trace_dir: str | None = None,
+               tuned: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The figures of every named contestant (or variant, grid point of :data:`GRID`, or
+    ``'ceiling'``) on one stream.
 
     One task of the head-to-head: a process pool runs these in parallel, one stream each.
-    With ``trace_dir``, every memory's run is traced to ``{setting}-{seed}-{name}.jsonl`` there,
-    from the state saved in ``{setting}-{seed}-{name}.pt``.
+    ``tuned`` gives the options chosen for this setting of each contestant in :data:`TUNED`
+    that is named. A grid point returns only its cumulative accuracy and its accuracy
+    :data:`RECOVERY_AFTER` decisions after the middle (what the tuning and the sensitivity table
+    need). With ``trace_dir``, every memory's run is traced to ``{setting}-{seed}-{name}.jsonl``
+    there, from the state saved in ``{setting}-{seed}-{name}.pt``.
     """
     torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
     stream = make_stream(setting, seed, n_decisions)
     drift_at = n_decisions // 2
-    roster = {**CONTESTANTS, **VARIANTS}
+    roster = {**CONTESTANTS, **VARIANTS, **GRID}
+    for name, options in (tuned or {}).items():
+        roster[name] = replace(roster[name], options=options)
     results = {}
     for name in names:
         if name == "ceiling":
             results[name] = figures(ceiling(stream), drift_at)
             continue
+        if name in TUNED and not roster[name].options:
+            raise ValueError(f"{name} is tuned per setting: pass its options for {setting!r} in tuned=")
         trace = None
-        if trace_dir is not None:
+        if trace_dir is not None and traceable(name):
             stem = f"{trace_dir}/{setting}-{seed}-{name}"
             trace = TraceSpec(f"{stem}.jsonl", f"{setting}/{seed}/{name}", f"{stem}.pt")
         result = run(roster[name], stream, trace=trace)
-        results[name] = {**figures(result, drift_at), "seconds": result["seconds"]}
+        if name in GRID:
+            result = figures(result, drift_at)
+            results[name] = {key: result[key] for key in ("cumulative", "at_recovery_point")}
+        else:
+            results[name] = {**figures(result, drift_at), "seconds": result["seconds"]}
     return results
-

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from training.bars import bars_table, standing_table
 from training.evaluation import ABLATIONS, CLAIM_SETTINGS, CONTESTANTS, RECOVERY_AFTER, VARIANTS
-from training.stats import Interval, bootstrap_ci, paired_difference, recovery_decisions
+from training.stats import Interval, bootstrap_ci, paired_difference, ratio_of_means, recovery_decisions
+from training.tuning import choices_table, sensitivity_table
 
 METRICS = {  # key: (table label, unit); accuracies are fractions, shown in % / pp
     "cumulative": ("cumulative accuracy", "%"),
@@ -28,6 +30,9 @@ METRICS = {  # key: (table label, unit); accuracies are fractions, shown in % / 
     "promotions_after": ("promotions after the drift", "count"),
     "state_bytes": ("state (bytes)", "bytes"),
 }
+# the ratio of mean recovery times (with a paired bootstrap CI) of these contestants to those
+RECOVERING = ("jm_adaptive",)
+RECOVERY_BASELINES = ("knn", "knn_scoped", "knn_best", "knn_adwin")
 CEILING = "ceiling"  # the pseudo-contestant of evaluation.ceiling: nearest true prototype
 CEILING_LABEL = "ceiling: nearest true prototype (Bayes rule, not a memory)"
 ABLATION_METRIC = "cumulative"
@@ -60,6 +65,7 @@ def summarize(runs: dict[str, dict[str, list]], drift_at: int, n_decisions: int,
     differences: dict[str, Any] = {}
     ablations: dict[str, Any] = {}
     curves: dict[str, Any] = {}
+    ratios: dict[str, Any] = {}
     for setting, by_contestant in runs.items():
         table = per_seed(by_contestant, drift_at, n_decisions)
         metrics[setting] = {name: {**{key: interval(bootstrap_ci(values, resamples=resamples))
@@ -79,15 +85,29 @@ def summarize(runs: dict[str, dict[str, list]], drift_at: int, n_decisions: int,
                     **interval(paired_difference(table[with_]["columns"][ABLATION_METRIC],
                                                  table[without]["columns"][ABLATION_METRIC], resamples=resamples))}
             for label, with_, without in ABLATIONS if with_ in table and without in table}
-    return {"metrics": metrics, "differences": differences, "ablations": ablations, "curves": curves}
+        ratios[setting] = {f"{a} / {b}": interval(ratio_of_means(table[a]["columns"]["recovery_decisions"],
+                                                                table[b]["columns"]["recovery_decisions"],
+                                                                resamples=resamples))
+                           for a in RECOVERING if a in table for b in RECOVERY_BASELINES
+                           if b in table and table[b]["columns"]["recovery_decisions"].any()}
+    return {"metrics": metrics, "differences": differences, "ablations": ablations, "curves": curves,
+            "recovery_ratios": ratios}
 
 
-def claims(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def claims(summary: dict[str, Any], against: str = "knn_best", original: str = "knn") -> list[dict[str, Any]]:
     """The original page's three claims, each with our paired difference and a verdict per setting.
 
-    A claim is *reproduced* in a setting when the 95% CI of our difference excludes zero in the
-    claimed direction; whether the original magnitude lies inside our CI is reported apart.
+    A claim is judged against the strongest k-NN (``against``: capacity, k and scope tuned on
+    the tuning seeds) and *reproduced* in a setting when the 95% CI of ``jm - against`` excludes
+    zero in the claimed direction; whether the original magnitude lies inside our CI is reported
+    apart. The same difference against the original design's k-NN (``original``, capacity 200)
+    is printed next to it (``against_original``).
     """
+    def entry(ci: dict[str, float], magnitude: float | None) -> dict[str, Any]:
+        pp = {name: 100 * ci[name] for name in ("mean", "low", "high")}
+        return {"difference_pp": pp, "verdict": "reproduced" if ci["low"] > 0 else "not reproduced",
+                "original_magnitude_inside_ci": None if magnitude is None else pp["low"] <= magnitude <= pp["high"]}
+
     result = []
     specs = [
         ("Judgment memory has higher rolling accuracy than k-NN retrieval on the same stream",
@@ -97,20 +117,16 @@ def claims(summary: dict[str, Any]) -> list[dict[str, Any]]:
         ("Ablation, judgment memory present vs removed: +9.2 pp, 95% CI [+7.2, +11.3]",
          "+9.2 pp [+7.2, +11.3]", ORIGINAL_ABLATION[0], ABLATION_METRIC),
     ]
-    for text, original, magnitude, key in specs:
+    for text, claimed, magnitude, key in specs:
         verdicts = {}
         for setting, pairs in summary["differences"].items():
-            if "jm - knn" not in pairs or setting not in CLAIM_SETTINGS:
+            if f"jm - {against}" not in pairs or setting not in CLAIM_SETTINGS:
                 continue
-            ci = pairs["jm - knn"][key]
-            pp = {name: 100 * ci[name] for name in ("mean", "low", "high")}
-            verdicts[setting] = {
-                "difference_pp": pp,
-                "verdict": "reproduced" if ci["low"] > 0 else "not reproduced",
-                "original_magnitude_inside_ci": None if magnitude is None else pp["low"] <= magnitude <= pp["high"],
-            }
-        result.append({"claim": text, "original": original, "comparison": "jm - knn", "metric": key,
-                       "settings": verdicts})
+            verdicts[setting] = entry(pairs[f"jm - {against}"][key], magnitude)
+            if f"jm - {original}" in pairs:
+                verdicts[setting]["against_original"] = entry(pairs[f"jm - {original}"][key], magnitude)
+        result.append({"claim": text, "original": claimed, "comparison": f"jm - {against}",
+                       "original_comparison": f"jm - {original}", "metric": key, "settings": verdicts})
     return result
 
 
@@ -136,95 +152,13 @@ def headline_table(summary: dict[str, Any], setting: str) -> str:
     return "\n".join(lines)
 
 
-# -- the bars of the drift-aware mode --------------------------------------------------------
-def _difference(summary: dict[str, Any], setting: str, a: str, b: str, key: str) -> dict[str, float] | None:
-    pairs = summary["differences"].get(setting, {})
-    if f"{a} - {b}" in pairs:
-        return pairs[f"{a} - {b}"][key]
-    if f"{b} - {a}" in pairs:
-        flipped = pairs[f"{b} - {a}"][key]
-        return {"mean": -flipped["mean"], "low": -flipped["high"], "high": -flipped["low"]}
-    return None
-
-
-def _bar_adder(summary: dict[str, Any], bars: list[dict[str, Any]]):
-    """``add(setting, text, a, b, key, margin=0, non_inferior=None)``: append the bar on the paired
-    difference ``a - b`` (pp, 95% CI) when both ran. "ahead" means the CI's low end is above zero
-    (and, where a margin is named, the mean is at least that margin); "within X pp of" is read
-    as non-inferiority: the CI's low end above -X pp (being better does not fail it)."""
-
-    def add(setting: str, text: str, a: str, b: str, key: str, margin: float = 0.0,
-            non_inferior: float | None = None) -> None:
-        ci = _difference(summary, setting, a, b, key)
-        if ci is None:
-            return
-        pp = {name: 100 * value for name, value in ci.items()}
-        met = pp["low"] > -non_inferior if non_inferior is not None else pp["low"] > 0 and pp["mean"] >= margin
-        bars.append({"setting": setting, "bar": text, "comparison": f"{a} - {b}", "metric": key,
-                     "value_pp": pp, "met": bool(met)})
-
-    return add
-
-
-def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars ``drift_mode='adaptive'`` is held to, each with its measured value and verdict
-    (paired differences, read as in :func:`_bar_adder`)."""
-    bars: list[dict[str, Any]] = []
-    add = _bar_adder(summary, bars)
-
-    at = "at_recovery_point"
-    for knn in ("knn", "knn_scoped"):
-        add("permute", f"ahead of {knn} by >= 14 pp at N=1,150", "jm_adaptive", knn, at, margin=14.0)
-    metrics = summary["metrics"].get("permute", {})
-    for knn in ("knn", "knn_scoped"):
-        if "jm_adaptive" in metrics and knn in metrics:
-            ours, theirs = (metrics[n]["recovery_decisions"]["mean"] for n in ("jm_adaptive", knn))
-            bars.append({"setting": "permute", "bar": f"decisions to recover <= 1/3 of {knn}'s",
-                         "comparison": f"jm_adaptive / {knn}", "metric": "recovery_decisions",
-                         "ratio": ours / theirs, "value": {"jm_adaptive": ours, knn: theirs},
-                         "met": bool(ours <= theirs / 3)})
-    for other in ("knn", "knn_scoped", "jm"):
-        add("shift", f"ahead of {other} at N=1,150", "jm_adaptive", other, at)
-    add("none", "within 1 pp of the seed rule (cumulative)", "jm_adaptive", "jm", "cumulative", non_inferior=1.0)
-    add("outliers", "within 1 pp of the seed rule (cumulative)", "jm_adaptive", "jm", "cumulative",
-        non_inferior=1.0)
-    add("outliers", "ahead of the ungated seed rule (cumulative)", "jm_adaptive", "jm_no_gate", "cumulative")
-    add("outliers", "ahead of its shadow rule alone, ungated (cumulative)", "jm_adaptive", "jm_fast", "cumulative")
-    for other in ("knn", "knn_scoped", "jm"):
-        add("gradual", f"reported: vs {other} at N=1,150", "jm_adaptive", other, at)
-    return _reported(bars)
-
-
-def prototype_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars ``prototypes=4`` is held to (cumulative accuracy, paired by seed), and what it
-    does on scikit-learn's streams and under drift (reported, no bar)."""
-    bars: list[dict[str, Any]] = []
-    add = _bar_adder(summary, bars)
-    key = "cumulative"
-    add("multimodal", "within 2 pp of knn_scoped (cap 400)", "jm_prototypes", "knn_scoped", key, non_inferior=2.0)
-    add("multimodal", "ahead of prototypes=1 by >= 20 pp", "jm_prototypes", "jm", key, margin=20.0)
-    add("none", "within 1 pp of prototypes=1 (uni-modal)", "jm_prototypes", "jm", key, non_inferior=1.0)
-    for setting in ("classification", "moons", "permute", "shift"):
-        for other in ("knn_scoped", "jm"):
-            add(setting, f"reported: vs {other}", "jm_prototypes", other, key)
-    return _reported(bars)
-
-
-def _reported(bars: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A comparison that is only reported has no verdict: its ``met`` is None."""
-    for bar in bars:
-        if bar["bar"].startswith("reported"):
-            bar["met"] = None
-    return bars
-
-
-COST_CONTESTANTS = ("jm", "jm_prototypes", "knn", "knn_scoped")
+COST_CONTESTANTS = ("jm", "jm_prototypes", "knn", "knn_scoped", "knn_best")
 
 
 def summary_of(report: dict[str, Any]) -> dict[str, Any]:
     """The parts of :func:`summarize` that a saved ``report.json`` keeps (all but the curves),
     which is all the tables need."""
-    return {key: report[key] for key in ("metrics", "differences", "ablations")}
+    return {key: report[key] for key in ("metrics", "differences", "ablations", "recovery_ratios")}
 
 
 def figures_table(summary: dict[str, Any], setting: str, names: tuple[str, ...], columns: dict[str, str]) -> str:
@@ -259,21 +193,7 @@ def headroom(summary: dict[str, Any], setting: str, at: str = "at_recovery_point
     if CEILING not in metrics:
         return None
     return {knn: 100 * (metrics[CEILING][at]["mean"] - metrics[knn][at]["mean"])
-            for knn in ("knn", "knn_scoped") if knn in metrics}
-
-
-def bars_table(bars: list[dict[str, Any]]) -> str:
-    lines = ["| setting | bar | measured | verdict |", "|---|---|---|---|"]
-    for bar in bars:
-        if "ratio" in bar:
-            (name, ours), (other, theirs) = bar["value"].items()
-            value = f"{ours:.0f} vs {theirs:.0f} decisions (ratio {bar['ratio']:.2f})"
-        else:
-            pp = bar["value_pp"]
-            value = f"{pp['mean']:+.1f} [{pp['low']:+.1f}, {pp['high']:+.1f}] pp"
-        verdict = "reported" if bar["met"] is None else "**met**" if bar["met"] else "**not met**"
-        lines.append(f"| {bar['setting']} | {bar['bar']} | {value} | {verdict} |")
-    return "\n".join(lines)
+            for knn in ("knn", "knn_scoped", "knn_best", "knn_adwin") if knn in metrics}
 
 
 def promotions_table(summary: dict[str, Any]) -> str:
@@ -296,32 +216,48 @@ def ablation_table(summary: dict[str, Any], setting: str) -> str:
 
 
 def claims_table(claim_list: list[dict[str, Any]]) -> str:
+    """Markdown: each claim's verdict against the strongest k-NN per setting, and the same
+    difference against the original's k-NN (capacity 200), which decides nothing."""
     settings = sorted({s for claim in claim_list for s in claim["settings"]})
-    lines = ["| original claim | " + " | ".join(f"ours, {s} drift (pp)" for s in settings) + " |",
-             "|---" + "|---" * len(settings) + "|"]
+    against = claim_list[0]["comparison"].split(" - ")[1] if claim_list else "knn_best"
+    original = claim_list[0]["original_comparison"].split(" - ")[1] if claim_list else "knn"
+    head = [f"vs {against}, {s} drift (pp)" for s in settings] + [f"vs {original} (cap 200), {s} (pp)"
+                                                                  for s in settings]
+    lines = ["| original claim | " + " | ".join(head) + " |", "|---" + "|---" * len(head) + "|"]
     for claim in claim_list:
-        cells = []
+        cells, reference = [], []
         for setting in settings:
             entry = claim["settings"].get(setting)
             if entry is None:
                 cells.append("—")
+                reference.append("—")
                 continue
             pp = entry["difference_pp"]
             cells.append(f"{pp['mean']:+.1f} [{pp['low']:+.1f}, {pp['high']:+.1f}]: **{entry['verdict']}**")
-        lines.append(f"| {claim['claim']} | " + " | ".join(cells) + " |")
+            other = entry.get("against_original")
+            reference.append("—" if other is None else
+                             "{mean:+.1f} [{low:+.1f}, {high:+.1f}]".format(**other["difference_pp"]))
+        lines.append(f"| {claim['claim']} | " + " | ".join(cells + reference) + " |")
     return "\n".join(lines)
 
 
-def markdown(summary: dict[str, Any], claim_list: list[dict[str, Any]], protocol: dict[str, Any]) -> str:
-    """The whole report.md."""
+def markdown(report: dict[str, Any]) -> str:
+    """The whole report.md, from the report's record (:func:`scripts.evaluate.evaluate`)."""
+    summary, protocol = summary_of(report), report["protocol"]
+    count = report["bars_tested"]
     parts = ["# Head-to-head: judgment memory vs k-NN retrieval", "",
-             f"{protocol['seeds']} stream seeds x {protocol['n_decisions']} decisions, drift at decision "
-             f"{protocol['drift_at']}; every figure is the mean over seeds with a 95% bootstrap CI "
-             f"({protocol['resamples']} resamples over seeds). Abstentions count as wrong. Protocol: "
-             "docs/protocol.md.", "", "## The original claims", "", claims_table(claim_list), ""]
-    bars = drift_bars(summary)
-    if bars:
-        parts += ["## Drift-aware judgment (`drift_mode='adaptive'`)", "", bars_table(bars), "",
+             f"{len(protocol['report_seeds'])} report seeds ({_seed_range(protocol['report_seeds'])}) x "
+             f"{protocol['n_decisions']} decisions, drift (where there is one) at decision {protocol['drift_at']}; "
+             f"every figure is the mean over seeds with a 95% bootstrap CI ({protocol['resamples']} resamples "
+             "over seeds). Abstentions count as wrong. The tuned k-NN contestants chose their capacity, k and "
+             f"scope on the tuning seeds ({_seed_range(protocol['tuning_seeds'])}), which no report figure uses. "
+             "Protocol: docs/protocol.md.", "",
+             f"{count['tested']} bars tested, {count['met']} met; {count['reported']} comparisons reported "
+             "without a verdict.", "", "## The original claims", "", claims_table(report["claims"]), "",
+             f"## Where the judgment memory stands against {report['standing']['against']}", "",
+             standing_table(report["standing"]), ""]
+    if report["drift_bars"]:
+        parts += ["## Drift-aware judgment (`drift_mode='adaptive'`)", "", bars_table(report["drift_bars"]), "",
                   "Promotions per stream (mean [95% CI]); outliers spoil the shadows, "
                   "so they rarely win the change test, while a drift makes them right where the prototypes "
                   "are wrong (docs/drift.md):", "", promotions_table(summary), ""]
@@ -332,13 +268,25 @@ def markdown(summary: dict[str, Any], claim_list: list[dict[str, Any]], protocol
                           + ", ".join(f"{name} {value:.1f} pp" for name, value in room.items())
                           + (": the +14 pp claim is out of reach of any memory there."
                              if max(room.values()) < 14 else "."), ""]
-    several = prototype_bars(summary)
-    if several:
-        parts += ["## Several prototypes per action (`prototypes=4`)", "", bars_table(several), "",
+    if report["prototype_bars"]:
+        parts += ["## Several prototypes per action (`prototypes=4`)", "", bars_table(report["prototype_bars"]), "",
                   "Cost, multi-modal setting (docs/prototypes.md):", "", cost_table(summary, "multimodal"), ""]
+    if report["sensitivity"]:
+        parts += ["## k-NN sensitivity (tuning seeds)", "", "The points the tuned contestants chose:", "",
+                  choices_table(report["sensitivity"]), ""]
+        for setting in report["sensitivity"]:
+            parts += [f"Plain k-NN in {setting}, cumulative accuracy (%) over the tuning seeds:", "",
+                      sensitivity_table(report["sensitivity"], setting), ""]
     for setting in summary["metrics"]:
         parts += [f"## {setting}", "", headline_table(summary, setting), "",
                   "Ablations:", "", ablation_table(summary, setting), ""]
     variants = ", ".join(f"`{name}` = {variant.label}" for name, variant in VARIANTS.items())
     parts += [f"Ablation variants: {variants}.", ""]
     return "\n".join(parts)
+
+
+def _seed_range(seeds: list[int]) -> str:
+    """``"seeds 100-119"`` for a contiguous list, else the list."""
+    if seeds and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return f"seeds {seeds}"

@@ -1,4 +1,5 @@
-"""Report figures over stream seeds: rolling accuracy with bootstrap bands, and an ablation forest plot.
+"""Report figures over stream seeds: rolling accuracy with bootstrap bands, an ablation forest plot, and
+the k-NN sensitivity panels.
 
 matplotlib is imported lazily, with the Agg backend; each function returns a Figure and the
 caller saves it (``fig.savefig(path, dpi=100)``). Intervals come from :mod:`training.stats`.
@@ -124,6 +125,70 @@ def ablations_figure(differences: Mapping[str, Sequence[Any]], *, reference: Map
     axes.set_title(title)
     axes.grid(axis="x", alpha=0.3)
     figure.legend(loc="outside lower center", ncols=2, frameon=False, fontsize=9)
+    return figure
+
+
+def sensitivity_figure(table: Mapping[str, Any], *, metric: str = "cumulative",
+                       title: str = "k-NN sensitivity: cumulative accuracy over the tuning seeds") -> Any:
+    """One panel per setting: a k-NN grid's metric against its capacity (log scale), one line per
+    k, scoped solid and flat dashed, and the best k-NN with an ADWIN window cut per capacity
+    dotted in black; the points the tuned contestants chose are circled.
+
+    Args:
+        table: :func:`training.tuning.sensitivity`'s record, ``{setting: {"rows", "chosen"}}``.
+        metric: the row figure drawn (its ``mean``).
+        title: the figure's title.
+
+    Returns:
+        a ``matplotlib.figure.Figure``, four panels a row.
+    """
+    _use_agg()
+    from matplotlib.figure import Figure
+
+    if not table:
+        raise ValueError("table must hold at least one setting")
+    columns = min(4, len(table))
+    rows = -(-len(table) // columns)
+    figure = Figure(figsize=(3.6 * columns, 2.9 * rows + 0.8), layout="constrained")
+    grid = figure.subplots(rows, columns, squeeze=False, sharex=True)
+    ks = sorted({row["k"] for entry in table.values() for row in entry["rows"]})
+    colours = dict(zip(ks, _colours(len(ks)), strict=True))
+    for axes, (setting, entry) in zip(grid.flat, table.items(), strict=False):
+        plain = [row for row in entry["rows"] if row["kind"] == "knn"]
+        for k in ks:
+            for scoped in (True, False):
+                points = sorted((row["capacity"], row[metric]["mean"]) for row in plain
+                                if row["k"] == k and row["scoped"] == scoped)
+                if points:
+                    x, y = zip(*points, strict=True)
+                    axes.plot(x, y, color=colours[k], linestyle="-" if scoped else "--", linewidth=1.3,
+                              label=f"k={k}, {'scoped' if scoped else 'flat'}")
+        adwin: dict[int, float] = {}
+        for row in entry["rows"]:
+            if row["kind"] == "knn_adwin":
+                adwin[row["capacity"]] = max(adwin.get(row["capacity"], -np.inf), row[metric]["mean"])
+        if adwin:
+            x, y = zip(*sorted(adwin.items()), strict=True)
+            axes.plot(x, y, color="black", linestyle=":", linewidth=1.5, label="k-NN + ADWIN (best k, scope)")
+        by_name = {row["name"]: row for row in entry["rows"]}
+        for name in entry["chosen"].values():
+            axes.plot(by_name[name]["capacity"], by_name[name][metric]["mean"], marker="o", markersize=9,
+                      markerfacecolor="none", markeredgecolor="red", linestyle="none")
+        axes.set_xscale("log", base=2)
+        capacities = sorted({row["capacity"] for row in entry["rows"]})
+        axes.set_xticks(capacities, labels=[str(c) for c in capacities], fontsize=8)
+        axes.minorticks_off()
+        axes.set_title(setting, fontsize=10)
+        axes.grid(alpha=0.3)
+    for axes in list(grid.flat)[len(table):]:
+        axes.set_visible(False)
+    for axes in grid[:, 0]:
+        axes.set_ylabel("accuracy")
+    for axes in grid[-1, :]:
+        axes.set_xlabel("capacity")
+    handles, labels = grid.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(5, len(labels)), frameon=False, fontsize=8)
+    figure.suptitle(f"{title} (red circles: the chosen points)")
     return figure
 
 

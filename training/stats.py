@@ -86,6 +86,39 @@ def paired_difference(a: Any, b: Any, *, resamples: int = 500, level: float = 0.
     return _interval(difference, resamples, level, seed, statistic)
 
 
+def ratio_of_means(a: Any, b: Any, *, resamples: int = 500, level: float = 0.95, seed: int = 0) -> Interval:
+    """Bootstrap interval of ``mean(a) / mean(b)`` paired by seed (the same seeds drawn for both).
+
+    For a bar such as "recovers in at most a third of the decisions k-NN needs", where the
+    ratio of the two means is the figure and the difference would not say it.
+
+    Args:
+        a: (S,) the first contestant per seed.
+        b: (S,) the second contestant on the same seeds, in the same order; its mean and every
+            resampled mean must be positive (non-negative values, not all zero).
+        resamples, level, seed: as in :func:`bootstrap_ci`.
+
+    Returns:
+        :class:`Interval` of the ratio of means.
+
+    Examples::
+
+        >>> ratio_of_means([1.0, 2.0, 3.0], [3.0, 6.0, 9.0]).mean
+        0.3333333333333333
+    """
+    first, second = _as_sample("a", a), _as_sample("b", b)
+    if first.ndim != 1 or first.shape != second.shape:
+        raise ValueError(f"a and b must both be (S,) on the same seeds, got shapes {first.shape} and {second.shape}")
+    if (second < 0).any() or not second.any():
+        raise ValueError(f"b must be non-negative and not all zero (its means divide), got {second.tolist()}")
+    _check_options(resamples, level, seed, np.mean, first)
+    index = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))  # (R, S)
+    below = second[index].mean(axis=1)
+    thetas = first[index].mean(axis=1) / np.where(below > 0, below, np.nan)
+    low, high = np.nanquantile(thetas, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(float(first.mean() / second.mean()), float(low), float(high), resamples, float(level))
+
+
 def recovery_decisions(rolling: Any, drift_at: int, *, fraction: float = 0.9, baseline_window: int = 200) -> Any:
     """Decisions after a drift until the rolling accuracy is back at ``fraction`` of its pre-drift level.
 
