@@ -275,7 +275,9 @@ def measure_trace(results: dict, n: int, repeats: int) -> None:
     from training import evaluation as E
 
     progress(f"evaluation trace: one seed of the head-to-head ({n:,} decisions a stream), with and without")
-    roster = {**E.CONTESTANTS, **E.VARIANTS}
+    # what can be traced and replayed, as declared (the tuned contestants run with per-setting options)
+    roster = {name: contestant for name, contestant in {**E.CONTESTANTS, **E.VARIANTS}.items()
+              if E.traceable(name) and name not in E.TUNED}
     streams = {setting: E.make_stream(setting, 0, n) for setting in E.SETTINGS}
     plain: dict[str, list[float]] = {name: [] for name in roster}
     traced: dict[str, list[float]] = {name: [] for name in roster}

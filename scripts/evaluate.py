@@ -85,30 +85,16 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
             every constant of the judgment memory chosen from evaluation runs was chosen.
         seed_offset: the first report seed; the report seeds must not overlap the tuning seeds.
     """
-    settings = settings or list(E.SETTINGS)
-    chosen = contestants or list(E.CONTESTANTS)
-    if importlib.util.find_spec("river") is None and "knn_adwin" in chosen:  # its detector is river's ADWIN
-        if contestants is not None:
-            raise ImportError("the knn_adwin contestant needs river (pip install river, Python >= 3.11); "
-                              "leave it out of --contestants to run without it")
-        print("river is not installed: the knn_adwin contestant is left out (pip install river)")
-        chosen.remove("knn_adwin")
-    unknown = [name for name in [*settings, *chosen] if name not in {**E.SETTINGS, **E.CONTESTANTS}]
-    tuned = [name for name in chosen if name in E.TUNED]
-    if (unknown or seeds < 2 or n_decisions < 200 or not 0 <= trace_seeds <= seeds
-            or (tuned and tuning_seeds < 2) or tuning_seeds < 0 or seed_offset < tuning_seeds):
-        raise ValueError(f"bad arguments: unknown names {unknown}, seeds={seeds} (>= 2), "
-                         f"n_decisions={n_decisions} (>= 200), trace_seeds={trace_seeds} (0..seeds), "
-                         f"tuning_seeds={tuning_seeds} (>= 2 with {tuned or 'no tuned contestant'}), "
-                         f"seed_offset={seed_offset} (>= tuning_seeds: the report seeds must not be tuning seeds)")
+    settings, chosen = check_arguments(settings, contestants, seeds, n_decisions, resamples, workers, trace_seeds,
+                                       tuning_seeds, seed_offset)
     roster = {name: E.CONTESTANTS[name] for name in chosen}
     roster.update({name: variant for name, variant in E.VARIANTS.items()
                    if any(without == name and with_ in roster for _, with_, without in E.ABLATIONS)})
-    drift_at = n_decisions // 2
+    drift_at = E.middle(n_decisions)
     tuning, report_seeds = list(range(tuning_seeds)), list(range(seed_offset, seed_offset + seeds))
     began = time.perf_counter()
     workers = min(os.cpu_count() or 1, 8) if workers is None else workers
-    grid = [name for name, point in E.GRID.items() if point.kind in {E.TUNED[t] for t in tuned}]
+    grid = [name for name, point in E.GRID.items() if point.kind in {E.TUNED[t] for t in chosen if t in E.TUNED}]
     sensitivity: dict[str, Any] = {}
     if grid:
         tuning_tasks = [(setting, seed) for setting in settings for seed in tuning]
@@ -163,7 +149,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     (out / "report.md").write_text(R.markdown(report))
     figures = write_figures(summary, sensitivity, settings, drift_at, out)
     if tensorboard:
-        log_tensorboard(settings[0], seed_offset, n_decisions, out / "tensorboard")
+        knn = options.get(settings[0], {}).get("knn_best", E.CONTESTANTS["knn"].options)
+        log_tensorboard(settings[0], seed_offset, n_decisions, out / "tensorboard", knn)
     print(R.claims_table(report["claims"]))
     for table in (drift, several):
         if table:
@@ -179,6 +166,34 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     if readme is not None:
         update_readme(readme, report, figures)
     return report
+
+
+def check_arguments(settings: list[str] | None, contestants: list[str] | None, seeds: int, n_decisions: int,
+                    resamples: int, workers: int | None, trace_seeds: int, tuning_seeds: int,
+                    seed_offset: int) -> tuple[list[str], list[str]]:
+    """The settings and contestants to run (all by default), after checking every argument of
+    :func:`evaluate` before anything runs; a ValueError names the first bad one and its value."""
+    settings = list(E.SETTINGS) if settings is None else list(settings)
+    chosen = list(E.CONTESTANTS) if contestants is None else list(contestants)
+    for name, values, known in (("settings", settings, E.SETTINGS), ("contestants", chosen, E.CONTESTANTS)):
+        unknown = [value for value in values if value not in known]
+        if unknown or not values or len(set(values)) < len(values):
+            raise ValueError(f"{name} must be distinct names among {list(known)}, got {values} "
+                             f"(unknown names {unknown})")
+    for name, value, low in (("seeds", seeds, 2), ("n_decisions", n_decisions, 200), ("resamples", resamples, 1),
+                             ("workers", 1 if workers is None else workers, 1), ("trace_seeds", trace_seeds, 0),
+                             ("tuning_seeds", tuning_seeds, 2 if any(n in E.TUNED for n in chosen) else 0),
+                             ("seed_offset", seed_offset, tuning_seeds)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            why = {"tuning_seeds": f" with a tuned contestant ({', '.join(E.TUNED)})",
+                   "seed_offset": ": the report seeds must not be tuning seeds"}.get(name, "")
+            raise ValueError(f"{name} must be an int >= {low}{why}, got {value!r}")
+    if trace_seeds > seeds:
+        raise ValueError(f"trace_seeds must be at most seeds={seeds}, got {trace_seeds}")
+    if "knn_adwin" in chosen and importlib.util.find_spec("river") is None:  # its detector is river's ADWIN
+        print("river is not installed: the knn_adwin contestant is left out (pip install river, Python >= 3.11)")
+        chosen.remove("knn_adwin")
+    return settings, chosen
 
 
 def run_tasks(description: str, tasks: list[tuple[str, int]], workers: int, n_decisions: int,
@@ -271,8 +286,9 @@ def write_figures(summary: dict[str, Any], sensitivity: dict[str, Any], settings
     return paths
 
 
-def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path) -> None:
-    """One seed through the Lightning loop, so its TensorBoard logs sit next to the report."""
+def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path, knn: dict[str, Any]) -> None:
+    """One seed through the Lightning loop, so its TensorBoard logs sit next to the report; its
+    k-NN has the ``knn`` options (``k``, ``capacity``, ``scoped``: the setting's ``knn_best``)."""
     import lightning as L
     from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -283,7 +299,9 @@ def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path) -> 
     for drift_mode in ("seed", "adaptive"):
         data = DecisionStreamDataModule(E.make_stream(setting, seed, n_decisions), batch_size=E.BATCH)
         model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
-                                     judgment=JudgmentConfig(drift_mode=drift_mode), curve_points_per_batch=E.BATCH)
+                                     judgment=JudgmentConfig(drift_mode=drift_mode), curve_points_per_batch=E.BATCH,
+                                     knn_k=knn["k"], knn_capacity=knn["capacity"],
+                                     knn_scoped=knn.get("scoped", False))
         logger = TensorBoardLogger(folder, name=setting if drift_mode == "seed" else f"{setting}_adaptive",
                                    default_hp_metric=False)
         trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, enable_checkpointing=False,
@@ -299,7 +317,8 @@ def _verdict_bars(report: dict[str, Any]) -> list[dict[str, Any]]:
 def _count(report: dict[str, Any]) -> str:
     count = report["bars_tested"]
     return (f"{count['tested']} bars tested, {count['met']} met, {count['tested'] - count['met']} not met "
-            f"({count['reported']} further comparisons reported without a verdict).")
+            f"({count['reported']} further comparisons reported without a verdict; the claims and the table "
+            "above are tests of their own, not counted here).")
 
 
 def _seeds(report: dict[str, Any]) -> str:
@@ -387,8 +406,8 @@ def tuning_section(report: dict[str, Any]) -> str:
         parts += ["The points chosen (best mean cumulative accuracy over the tuning seeds):", T.choices_table(table),
                   "![k-NN sensitivity](figures/sensitivity.png)"]
         for setting in table:
-            parts += [f"Plain k-NN in `{setting}`, cumulative accuracy (%) / rolling accuracy 150 decisions after the "
-                      "middle (%), tuning seeds; the chosen point in bold:",
+            parts += [f"Plain k-NN in `{setting}`, cumulative accuracy (%) / rolling accuracy {E.RECOVERY_AFTER} "
+                      "decisions after the middle (%), tuning seeds; the chosen point in bold:",
                       T.sensitivity_table(table, setting, metric="cumulative"),
                       T.sensitivity_table(table, setting, metric="at_recovery_point")]
     return "\n\n".join(parts)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.evaluate import DOC_SECTIONS
 from training.readme import RESULTS, sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +50,9 @@ def output(fence: str | None = None) -> Callable[[Path], str]:
 
 RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record in docs/results/, renderer)
     "report": ("report.json", script("scripts.evaluate", "readme_section")),
-    "report-drift": ("report.json", script("scripts.evaluate", "drift_section")),
-    "report-prototypes": ("report.json", script("scripts.evaluate", "prototypes_section")),
+    # the docs pages' sections of the head-to-head, each rendered by the function the script writes it with
+    **{name: ("report.json", script("scripts.evaluate", render.__name__))
+       for name, (_, render) in DOC_SECTIONS.items()},
     "scaling": ("scaling.json", script("scripts.scaling", "section")),
     "bench": ("bench.json", script("scripts.bench", "section")),
     "bench-decisions": ("bench.json", script("scripts.bench", "decisions_section")),

@@ -210,3 +210,42 @@ def test_figures_render_with_nan(tmp_path):
 def test_figure_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# -- the ratio of means (the recovery bar) -----------------------------------------------------
+def test_ratio_of_means_matches_the_exact_paired_bootstrap():
+    a, b = np.array([60.0, 90.0, 75.0]), np.array([200.0, 240.0, 400.0])
+    interval = S.ratio_of_means(a, b, resamples=20_000, level=0.8, seed=3)
+    thetas = np.sort([a[list(i)].mean() / b[list(i)].mean() for i in itertools.product(range(3), repeat=3)])
+
+    def exact(p: float) -> float:
+        return float(thetas[max(math.ceil(p * len(thetas)) - 1, 0)])
+
+    for estimate, p in [(interval.low, 0.1), (interval.high, 0.9)]:
+        assert exact(p - 0.015) <= estimate <= exact(p + 0.015)  # the same seeds drawn for a and b
+    assert interval.mean == pytest.approx(a.mean() / b.mean())
+
+
+def test_a_resample_where_b_never_needed_a_decision_counts_as_infinite_not_dropped():
+    a, b = np.full(5, 30.0), np.array([0.0, 0.0, 0.0, 0.0, 400.0])
+    interval = S.ratio_of_means(a, b, resamples=2000)
+    # a resample misses seed 4 with probability (4/5)^5 = 0.33 > 0.025: the high end is infinite
+    assert interval.high == np.inf and np.isfinite(interval.low)
+    assert S.ratio_of_means(np.zeros(3), np.zeros(3)).mean == 1.0  # neither needed a decision
+
+
+def test_ratio_of_means_pairs_the_seeds():
+    b = np.array([100.0, 300.0, 500.0, 700.0])
+    interval = S.ratio_of_means(b / 4, b)  # a quarter of b on every seed: every resample says exactly 1/4
+    assert (interval.low, interval.mean, interval.high) == pytest.approx((0.25, 0.25, 0.25))
+
+
+@pytest.mark.parametrize(("a", "b", "match"), [
+    ([1.0, 2.0], [1.0, 2.0, 3.0], "both be \\(S,\\)"),
+    ([1.0, 2.0], [-1.0, 3.0], "b must be non-negative"),
+    ([-1.0, 2.0], [1.0, 3.0], "a must be non-negative"),
+    ([1.0, float("nan")], [1.0, 2.0], "a must be finite"),
+])
+def test_ratio_of_means_errors(a, b, match):
+    with pytest.raises(ValueError, match=match):
+        S.ratio_of_means(a, b)

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from lightning import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -166,9 +167,10 @@ def test_a_resumed_fit_writes_the_layout_to_its_own_run_and_marks_the_drift_on(t
 
 @pytest.mark.parametrize(("stream", "points"), [
     (SimpleNamespace(drift_at=(500,)), (500,)),
-    (SimpleNamespace(drift_at=(), permute_at=300), (300,)),
-    (SimpleNamespace(drift_at=[900, 100], permute_at=[100, 400]), (100, 400, 900)),
-    (SimpleNamespace(permute_at=None), ()),
+    (SimpleNamespace(drift_at=np.int64(300)), (300,)),
+    (SimpleNamespace(drift_at=(), permute_at=0), ()),  # a permutation at the start is no change inside the stream
+    (SimpleNamespace(drift_at=[900, 100]), (100, 900)),
+    (SimpleNamespace(drift_at=None), ()),
     (SimpleNamespace(), ()),
     (None, ()),
 ])

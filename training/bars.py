@@ -5,21 +5,22 @@ with the capacity, k and scope chosen per setting on the tuning seeds) and, for 
 bars, ``knn_adwin`` (k-NN whose window ADWIN cuts) too. The original design's k-NN (capacity
 200) is printed next to them, with no verdict. How a bar is read:
 
-- "ahead of X": the CI's low end above zero, and the mean at or above any margin it names;
+- "ahead of X (by >= m pp on average)": the CI's low end above zero, and the mean at least m;
 - "no worse than X pp below Y" (non-inferiority): the CI's low end above -X pp; being better
   does not fail it;
 - "recovers in at most a third of X's decisions": the ratio of mean recovery times, with a
   paired bootstrap CI whose high end is at most 1/3;
 - "reported": no verdict (``met`` is None).
 
-Input is :func:`training.report.summarize`'s summary (or the parts a saved report keeps).
+Input is :func:`training.report.summarize`'s summary (or the parts a saved report keeps). A bar
+whose comparator did not run (left out of ``--contestants``) is left out, and so not counted.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from training.evaluation import RECOVERY_AFTER, SETTINGS
+from training.evaluation import CONTESTANTS, RECOVERY_AFTER, SETTINGS
 
 STRONGEST = ("knn_best", "knn_adwin")  # every drift bar is judged against both
 ORIGINAL = "knn"  # the original design's baseline (capacity 200): printed, no verdict
@@ -45,7 +46,13 @@ def drift_kind(setting: str) -> str:
     return "none"
 
 
-def _difference(summary: dict[str, Any], setting: str, a: str, b: str, key: str) -> dict[str, float] | None:
+def labelled(name: str) -> str:
+    """A k-NN contestant's name with its capacity, e.g. ``knn (cap 200)``, for the comparisons
+    printed against the original's baseline."""
+    return f"{name} (cap {CONTESTANTS[name].options['capacity']})"
+
+
+def difference(summary: dict[str, Any], setting: str, a: str, b: str, key: str) -> dict[str, float] | None:
     pairs = summary["differences"].get(setting, {})
     if f"{a} - {b}" in pairs:
         return pairs[f"{a} - {b}"][key]
@@ -64,7 +71,7 @@ class _Bars:
 
     def paired(self, setting: str, text: str, b: str, key: str, *, margin: float = 0.0,
                no_worse_than: float | None = None, reported: bool = False) -> None:
-        ci = _difference(self.summary, setting, self.a, b, key)
+        ci = difference(self.summary, setting, self.a, b, key)
         if ci is None:
             return
         pp = {name: 100 * value for name, value in ci.items()}
@@ -93,15 +100,16 @@ def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
         kind = drift_kind(setting)
         if kind == "permute":
             for b in STRONGEST:
-                bars.paired(setting, f"ahead of {b} by >= {MARGIN_PP:g} pp {at_n}", b, AT, margin=MARGIN_PP)
-            bars.paired(setting, f"reported: vs {ORIGINAL} (cap 200) {at_n}", ORIGINAL, AT, reported=True)
+                bars.paired(setting, f"ahead of {b}, by >= {MARGIN_PP:g} pp on average, {at_n}", b, AT,
+                            margin=MARGIN_PP)
+            bars.paired(setting, f"reported: vs {labelled(ORIGINAL)} {at_n}", ORIGINAL, AT, reported=True)
             for b in STRONGEST:
                 bars.recovery(setting, b)
             bars.recovery(setting, ORIGINAL, reported=True)
         elif kind == "shift":
             for b in (*STRONGEST, "jm"):
                 bars.paired(setting, f"ahead of {b} {at_n}", b, AT)
-            bars.paired(setting, f"reported: vs {ORIGINAL} (cap 200) {at_n}", ORIGINAL, AT, reported=True)
+            bars.paired(setting, f"reported: vs {labelled(ORIGINAL)} {at_n}", ORIGINAL, AT, reported=True)
         elif kind in ("gradual", "rotating"):
             key, where = (AT, at_n) if kind == "gradual" else ("cumulative", "(cumulative)")
             for b in (*STRONGEST, "jm"):
@@ -122,7 +130,7 @@ def prototype_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
     bars = _Bars(summary, "jm_prototypes")
     key = "cumulative"
     bars.paired("multimodal", "no worse than 2 pp below knn_best", "knn_best", key, no_worse_than=2.0)
-    bars.paired("multimodal", "reported: vs knn_scoped (cap 200)", "knn_scoped", key, reported=True)
+    bars.paired("multimodal", f"reported: vs {labelled('knn_scoped')}", "knn_scoped", key, reported=True)
     bars.paired("multimodal", "ahead of prototypes=1 by >= 20 pp", "jm", key, margin=20.0)
     bars.paired("none", "no worse than 1 pp below prototypes=1 (uni-modal)", "jm", key, no_worse_than=1.0)
     for setting in summary["metrics"]:
@@ -148,7 +156,7 @@ def standing(summary: dict[str, Any], against: str = "knn_best", key: str = "cum
     result: dict[str, Any] = {}
     for setting in summary["metrics"]:
         for name in STANDING:
-            ci = _difference(summary, setting, name, against, key)
+            ci = difference(summary, setting, name, against, key)
             if ci is None:
                 continue
             pp = {part: 100 * value for part, value in ci.items()}

@@ -123,12 +123,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # scikit-learn's generators (and a rotating boundary), 4 categories (one independent draw each);
     # "permute": the ground truth's labels shift cyclically at the middle of the stream (training.streams_sklearn)
     "classification": {"sklearn": "classification", "categories": 4},  # 3 clusters per class
-    "moons": {"sklearn": "moons", "categories": 4},  # two interleaved half-moons: a curved boundary
 }
 _SKLEARN: dict[str, dict[str, Any]] = {  # each also as "<name>_permute", its labels permuted at the middle
     "classification_1": {"sklearn": "classification", "n_clusters_per_class": 1},  # one mode per action
     "classification_2": {"sklearn": "classification", "n_clusters_per_class": 2},
-    "moons": {"sklearn": "moons"},
+    "moons": {"sklearn": "moons"},  # two interleaved half-moons: a curved boundary
     "circles": {"sklearn": "circles"},  # a ring around a disc: no prototype describes the ring
     "rotating": {"sklearn": "rotating"},  # a linear boundary turning all along (training/streams_rotating.py)
 }
@@ -159,14 +158,19 @@ def make_stream(setting: str, seed: int, n_decisions: int | None = None) -> Base
         options = {key: value for key, value in SETTINGS[setting].items() if key not in ("sklearn", "permute")}
         return SklearnDecisionStream(n, generator=SETTINGS[setting]["sklearn"], label_noise=STREAM["label_noise"],
                                      uncertain=STREAM["uncertain"], seed=seed,
-                                     permute_at=n // 2 if SETTINGS[setting].get("permute") else None, **options)
+                                     permute_at=middle(n) if SETTINGS[setting].get("permute") else None, **options)
     spec = {**STREAM, **SETTINGS[setting], "seed": seed}
     if n_decisions is not None:
         spec["n_decisions"] = n_decisions
         if spec["drift_at"] is not None:
-            spec["drift_at"] = n_decisions // 2
+            spec["drift_at"] = middle(n_decisions)
             spec["drift_duration"] = min(spec.get("drift_duration", 0), n_decisions // 4)
     return DecisionStream(**spec)
+
+
+def middle(n_decisions: int) -> int:
+    """The decision at which a setting's drift (or permutation) starts, and "before" ends: the middle."""
+    return n_decisions // 2
 
 
 def has_ceiling(setting: str) -> bool:
@@ -193,6 +197,10 @@ def ceiling(stream: BaseDecisionStream) -> dict[str, Any]:
 
 
 def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
+    tuned = [name for name in TUNED if contestant is CONTESTANTS[name]]
+    if tuned:
+        raise ValueError(f"{tuned[0]} is tuned per setting: it runs with the options chosen for its setting "
+                         "(run_stream's tuned=), not as declared")
     names = stream.category_names, stream.action_names, stream.factor_names
     if contestant.kind == "judgment":
         return JudgmentMemory(*names, JudgmentConfig.from_dict(contestant.options))
@@ -304,7 +312,7 @@ def run_stream(setting: str, seed: int, n_decisions: int, names: list[str], trac
     """
     torch.set_num_threads(1)  # the memories' work is tiny: thread hand-offs would cost more than they save
     stream = make_stream(setting, seed, n_decisions)
-    drift_at = n_decisions // 2
+    drift_at = middle(n_decisions)
     roster = {**CONTESTANTS, **VARIANTS, **GRID}
     for name, options in (tuned or {}).items():
         roster[name] = replace(roster[name], options=options)
@@ -313,8 +321,6 @@ def run_stream(setting: str, seed: int, n_decisions: int, names: list[str], trac
         if name == "ceiling":
             results[name] = figures(ceiling(stream), drift_at)
             continue
-        if name in TUNED and not roster[name].options:
-            raise ValueError(f"{name} is tuned per setting: pass its options for {setting!r} in tuned=")
         trace = None
         if trace_dir is not None and traceable(name):
             stem = f"{trace_dir}/{setting}-{seed}-{name}"

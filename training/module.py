@@ -98,7 +98,7 @@ class DecisionMemoryModule(L.LightningModule):
     ``curve/rolling_knn``), the attention, prototypes, promotions and the gate log, and, at the
     first logged step of each fit, a Custom Scalars layout (category ``jm vs knn``, or ``jm``
     without the k-NN) with one chart per metric holding every memory's tag. When the data
-    module's stream has drift points (its ``drift_at``, or a ``permute_at``), ``drift/marker``
+    module's stream has drift points (its ``drift_at``: a scikit-learn stream's holds its permutation), ``drift/marker``
     is logged at every step the curves are, and at both sides of each drift, and is drawn on
     every chart; it is the fraction of the drift points before the step (0, then 1 after a
     single drift). A fit without a data module, or a stream that never drifts, has no marker.

@@ -90,12 +90,15 @@ def ratio_of_means(a: Any, b: Any, *, resamples: int = 500, level: float = 0.95,
     """Bootstrap interval of ``mean(a) / mean(b)`` paired by seed (the same seeds drawn for both).
 
     For a bar such as "recovers in at most a third of the decisions k-NN needs", where the
-    ratio of the two means is the figure and the difference would not say it.
+    ratio of the two means is the figure and the difference would not say it. A mean of ``b``
+    of zero (``b`` never needed a decision) makes the ratio infinite, or 1 when ``a``'s mean is
+    zero too; so no resample is dropped. The interval's ends are order statistics of the
+    resampled ratios (``numpy.quantile(method='inverted_cdf')``), which stay defined when some
+    of them are infinite.
 
     Args:
-        a: (S,) the first contestant per seed.
-        b: (S,) the second contestant on the same seeds, in the same order; its mean and every
-            resampled mean must be positive (non-negative values, not all zero).
+        a: (S,) the first contestant per seed, non-negative.
+        b: (S,) the second contestant on the same seeds, in the same order, non-negative.
         resamples, level, seed: as in :func:`bootstrap_ci`.
 
     Returns:
@@ -105,18 +108,29 @@ def ratio_of_means(a: Any, b: Any, *, resamples: int = 500, level: float = 0.95,
 
         >>> ratio_of_means([1.0, 2.0, 3.0], [3.0, 6.0, 9.0]).mean
         0.3333333333333333
+        >>> ratio_of_means([5.0, 5.0], [0.0, 0.0]).high
+        inf
     """
     first, second = _as_sample("a", a), _as_sample("b", b)
     if first.ndim != 1 or first.shape != second.shape:
         raise ValueError(f"a and b must both be (S,) on the same seeds, got shapes {first.shape} and {second.shape}")
-    if (second < 0).any() or not second.any():
-        raise ValueError(f"b must be non-negative and not all zero (its means divide), got {second.tolist()}")
+    for name, sample in (("a", first), ("b", second)):
+        if (sample < 0).any():
+            raise ValueError(f"{name} must be non-negative (the ratio of its means is read as a ratio of sizes), "
+                             f"got {sample.tolist()}")
     _check_options(resamples, level, seed, np.mean, first)
     index = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))  # (R, S)
-    below = second[index].mean(axis=1)
-    thetas = first[index].mean(axis=1) / np.where(below > 0, below, np.nan)
-    low, high = np.nanquantile(thetas, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(float(first.mean() / second.mean()), float(low), float(high), resamples, float(level))
+    thetas = _ratio(first[index].mean(axis=1), second[index].mean(axis=1))
+    low, high = np.quantile(thetas, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    mean = float(_ratio(np.array([first.mean()]), np.array([second.mean()]))[0])
+    return Interval(mean, float(low), float(high), resamples, float(level))
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """``numerator / denominator`` of non-negative means, with x / 0 = inf and 0 / 0 = 1."""
+    ratio = np.where(numerator > 0, np.inf, 1.0)
+    np.divide(numerator, denominator, out=ratio, where=denominator > 0)
+    return ratio
 
 
 def recovery_decisions(rolling: Any, drift_at: int, *, fraction: float = 0.9, baseline_window: int = 200) -> Any:

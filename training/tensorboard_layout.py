@@ -39,6 +39,7 @@ Examples::
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -47,8 +48,9 @@ __all__ = ["DRIFT_ATTRIBUTES", "DRIFT_MARKER", "compared_charts", "custom_scalar
            "drift_points", "marker_steps"]
 
 DRIFT_MARKER = "drift/marker"
-# the stream attributes that name its drift points: DecisionStream's, and the scikit-learn streams' permutation
-DRIFT_ATTRIBUTES = ("drift_at", "permute_at")
+# the stream attribute that names its drift points (DecisionStream's; a scikit-learn stream's
+# drift_at holds its permutation, when that falls inside the stream)
+DRIFT_ATTRIBUTES = ("drift_at",)
 
 
 def compared_charts(tags: Iterable[str], memories: Sequence[str]) -> dict[str, list[str]]:
@@ -80,7 +82,7 @@ def drift_points(stream: object) -> tuple[int, ...]:
         value = getattr(stream, name, None)
         if value is None:
             continue
-        points.update([int(value)] if isinstance(value, int) else (int(point) for point in value))
+        points.update([int(value)] if isinstance(value, numbers.Integral) else (int(point) for point in value))
     return tuple(sorted(points))
 
 

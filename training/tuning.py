@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation import GRID, KNN_CAPACITIES, KNN_KS, TUNED
+from training.evaluation import GRID, KNN_CAPACITIES, KNN_KS, RECOVERY_AFTER, TUNED
 from training.stats import bootstrap_ci
 
 CHOICE_METRIC = "cumulative"  # what the tuning maximises (the mean over the tuning seeds)
@@ -87,7 +87,8 @@ def sensitivity_table(table: dict[str, Any], setting: str, kind: str = "knn",
 def choices_table(table: dict[str, Any]) -> str:
     """Markdown: per setting, the point each tuned contestant chose and its figures on the tuning seeds."""
     lines = ["| setting | contestant | capacity | k | scoped | cumulative accuracy, tuning seeds (%) | "
-             "rolling accuracy 150 after the middle, tuning seeds (%) |", "|---|---|---:|---:|---|---:|---:|"]
+             f"rolling accuracy {RECOVERY_AFTER} after the middle, tuning seeds (%) |",
+             "|---|---|---:|---:|---|---:|---:|"]
     for setting, entry in table.items():
         rows = {row["name"]: row for row in entry["rows"]}
         for contestant, name in entry["chosen"].items():
