@@ -21,13 +21,13 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest
 
-# the head-to-head in short (under 2 minutes): 5 report seeds, 3 tuning seeds, six settings
+# the head-to-head in short (meant to take under 2 minutes): 5 report seeds, 3 tuning seeds, six settings
 demo: $(STAMP)
 	$(PY) scripts/evaluate.py --seeds 5 --tuning-seeds 3 --out results/demo \
 		--settings '[permute,shift,none,multimodal,classification_2_permute,moons_permute]' \
 		--contestants '[jm,jm_adaptive,jm_prototypes,knn,knn_scoped,knn_best,knn_adwin]'
 
-# the whole protocol of docs/protocol.md (about 15 minutes on 2 cores), refreshing README and docs
+# the whole protocol of docs/protocol.md, refreshing README and docs
 report: $(STAMP)
 	$(PY) scripts/evaluate.py --readme README.md
 

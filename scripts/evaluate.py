@@ -43,6 +43,7 @@ from training import report as R  # noqa: E402
 from training import tuning as T  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
 from training.report_plots import ablations_figure, rolling_accuracy_figure, sensitivity_figure  # noqa: E402
+from training.report_sections import DOC_SECTIONS, readme_section  # noqa: E402
 from training.stats import Interval  # noqa: E402
 
 START, END = markers("report")
@@ -271,19 +272,26 @@ def write_figures(summary: dict[str, Any], sensitivity: dict[str, Any], settings
                                                "mean and 95% CI over seeds")
         paths.append(out / ("rolling_accuracy.png" if i == 0 else f"rolling_accuracy_{setting}.png"))
         figure.savefig(paths[-1], dpi=110)
+    paths.append(ablations_png(summary["ablations"], settings, out))
+    if sensitivity:
+        paths.append(out / "sensitivity.png")
+        sensitivity_figure(sensitivity).savefig(paths[-1], dpi=90)
+    return paths
+
+
+def ablations_png(ablations: dict[str, Any], settings: list[str], out: Path) -> Path:
+    """``out/ablations.png``: the forest plot of the ablations in the settings the original claims
+    are about (every setting's are in report.md), the original claim drawn beside ours."""
+    shown = [setting for setting in settings if setting in E.CLAIM_SETTINGS] or settings[:1]
     differences = {f"{label} ({setting})": Interval(ci["mean"], ci["low"], ci["high"], 0, 0.95)
-                   for setting in settings for label, ci in summary["ablations"][setting].items()}
+                   for setting in shown for label, ci in ablations[setting].items()}
     original = R.ORIGINAL_ABLATION
     reference = {label: Interval(original[0] / 100, original[1] / 100, original[2] / 100, 500, 0.95)
                  for label in differences if label.startswith(E.ABLATIONS[0][0])}
     figure = ablations_figure(differences, reference=reference, reference_label="original claim",
                               title="ablations: paired difference in cumulative accuracy, 95% CI")
-    paths.append(out / "ablations.png")
-    figure.savefig(paths[-1], dpi=110)
-    if sensitivity:
-        paths.append(out / "sensitivity.png")
-        sensitivity_figure(sensitivity).savefig(paths[-1], dpi=90)
-    return paths
+    figure.savefig(out / "ablations.png", dpi=110)
+    return out / "ablations.png"
 
 
 def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path, knn: dict[str, Any]) -> None:
@@ -309,119 +317,10 @@ def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path, knn
         trainer.fit(model, datamodule=data)
 
 
-def _verdict_bars(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars with a verdict (the README shows these; the docs pages show the reported ones too)."""
-    return [bar for bar in report["drift_bars"] + report["prototype_bars"] if bar["met"] is not None]
-
-
-def _count(report: dict[str, Any]) -> str:
-    count = report["bars_tested"]
-    return (f"{count['tested']} bars tested, {count['met']} met, {count['tested'] - count['met']} not met "
-            f"({count['reported']} further comparisons reported without a verdict; the claims and the table "
-            "above are tests of their own, not counted here).")
-
-
-def _seeds(report: dict[str, Any]) -> str:
-    protocol = report["protocol"]
-    return (f"{len(protocol['report_seeds'])} report seeds ({R._seed_range(protocol['report_seeds'])}) x "
-            f"{protocol['n_decisions']:,} decisions, mean [95% CI] over seeds; `knn_best` and `knn_adwin` chose "
-            f"their capacity, k and scope per setting on the tuning {R._seed_range(protocol['tuning_seeds'])}")
-
-
-def readme_section(report: dict[str, Any]) -> str:
-    """The README's head-to-head section, rendered from a ``report.json`` record."""
-    summary, setting = R.summary_of(report), report["protocol"]["settings"][0]
-    parts = [f"{_seeds(report)}. The original page's claims, judged against the strongest k-NN:",
-             R.claims_table(report["claims"])]
-    if report["standing"]["settings"]:
-        parts += ["Where the judgment memory stands against `knn_best` (cumulative accuracy, paired by seed):",
-                  B.standing_table(report["standing"])]
-    if report["drift_bars"] or report["prototype_bars"]:
-        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
-                  f"action (`prototypes=4`, docs/prototypes.md) against their bars. {_count(report)} The "
-                  "comparisons without a verdict are in docs/drift.md and docs/prototypes.md.",
-                  B.bars_table(_verdict_bars(report))]
-    if "multimodal" in summary["metrics"]:
-        parts += ["Cost in the multi-modal setting, from the same run:", R.cost_table(summary, "multimodal")]
-    parts += [f"{setting} drift, mean [95% CI] over seeds:", R.headline_table(summary, setting),
-              R.ablation_table(summary, setting), "![rolling accuracy](docs/figures/rolling_accuracy.png)",
-              "![ablations](docs/figures/ablations.png)"]
-    if report["sensitivity"]:
-        parts += ["k-NN's accuracy over capacity and k on the tuning seeds (the choices and every table: "
-                  "docs/protocol.md):", "![k-NN sensitivity](docs/figures/sensitivity.png)"]
-    return "\n\n".join([*parts, f"Regenerate with `{REGENERATE}`."])
-
-
-def _provenance(report: dict[str, Any]) -> str:
-    return (f"From the head-to-head's record (`docs/results/report.json`: {_seeds(report)}); "
-            f"regenerate with `{REGENERATE}`.")
-
-
-def drift_section(report: dict[str, Any]) -> str:
-    """docs/drift.md's results: the adaptive mode's recovery, bars, promotions and the headroom."""
-    summary, protocol = R.summary_of(report), report["protocol"]
-    parts = [_provenance(report)]
-    if "permute" in summary["metrics"]:
-        columns = {key: R.METRICS[key][0] for key in ("before_drift", "at_recovery_point", "recovery_decisions")}
-        parts += [f"Permute drift at decision {protocol['drift_at']:,}:",
-                  R.figures_table(summary, "permute", ("jm", "jm_adaptive", "knn", "knn_scoped", "knn_best",
-                                                       "knn_adwin", R.CEILING), columns)]
-    if report["drift_bars"]:
-        parts += ["The bars of `drift_mode='adaptive'`, paired differences by seed (recovery: the ratio of mean "
-                  "recovery times with a paired bootstrap CI):", B.bars_table(report["drift_bars"]),
-                  "Promotions per stream:", R.promotions_table(summary)]
-    for setting in ("shift", "gradual"):
-        room = R.headroom(summary, setting)
-        if room:
-            parts.append(f"Headroom in the {setting} setting at N={protocol['drift_at'] + E.RECOVERY_AFTER:,} "
-                         "(ceiling minus k-NN): " + ", ".join(f"{name} {value:.1f} pp" for name, value in room.items())
-                         + ".")
-    return "\n\n".join(parts)
-
-
-def prototypes_section(report: dict[str, Any]) -> str:
-    """docs/prototypes.md's results: the bars of ``prototypes=4`` and the multi-modal setting's halves and cost."""
-    summary, protocol = R.summary_of(report), report["protocol"]
-    parts = [_provenance(report)]
-    if report["prototype_bars"]:
-        parts += ["The bars of `prototypes=4`, paired differences in cumulative accuracy by seed:",
-                  B.bars_table(report["prototype_bars"])]
-    if "multimodal" in summary["metrics"]:
-        split, n = protocol["drift_at"], protocol["n_decisions"]
-        columns = {"cumulative": "cumulative accuracy", "before_drift": f"accuracy, decisions 1-{split:,}",
-                   "after_drift": f"accuracy, decisions {split + 1:,}-{n:,}",
-                   "latency_us": R.METRICS["latency_us"][0], "state_bytes": R.METRICS["state_bytes"][0]}
-        parts += ["Multi-modal setting (no drift):",
-                  R.figures_table(summary, "multimodal", R.COST_CONTESTANTS, columns)]
-    return "\n\n".join(parts)
-
-
-def tuning_section(report: dict[str, Any]) -> str:
-    """docs/protocol.md's results: the points ``knn_best`` and ``knn_adwin`` chose, and every
-    setting's sensitivity table."""
-    protocol, table = report["protocol"], report["sensitivity"]
-    parts = [f"From the head-to-head's record (`docs/results/report.json`), tuning "
-             f"{R._seed_range(protocol['tuning_seeds'])}, mean [95% CI] over them; regenerate with `{REGENERATE}`."]
-    if table:
-        parts += ["The points chosen (best mean cumulative accuracy over the tuning seeds):", T.choices_table(table),
-                  "![k-NN sensitivity](figures/sensitivity.png)"]
-        for setting in table:
-            parts += [f"Plain k-NN in `{setting}`, cumulative accuracy (%) / rolling accuracy {E.RECOVERY_AFTER} "
-                      "decisions after the middle (%), tuning seeds; the chosen point in bold:",
-                      T.sensitivity_table(table, setting, metric="cumulative"),
-                      T.sensitivity_table(table, setting, metric="at_recovery_point")]
-    return "\n\n".join(parts)
-
-
-DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section),
-                "report-tuning": ("protocol.md", tuning_section)}
-REGENERATE = "python scripts/evaluate.py --readme README.md"
-
-
 def update_readme(path: Path, report: dict[str, Any], figures: list[Path]) -> None:
     """Put the headline tables between the README's report markers, commit the record they come
-    from to docs/results/report.json, refresh the sections of docs/drift.md and docs/prototypes.md
-    drawn from it, and copy the figures to docs/figures/."""
+    from to docs/results/report.json, refresh the sections of docs/drift.md, docs/prototypes.md and
+    docs/protocol.md drawn from it, and copy the figures to docs/figures/."""
     if not publish_section(path, "report", report, readme_section):
         print(f"{path} has no {START} ... {END} markers; README left alone")
         return

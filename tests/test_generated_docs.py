@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.evaluate import DOC_SECTIONS
 from training.readme import RESULTS, sections
+from training.report_sections import DOC_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -49,9 +49,9 @@ def output(fence: str | None = None) -> Callable[[Path], str]:
 
 
 RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record in docs/results/, renderer)
-    "report": ("report.json", script("scripts.evaluate", "readme_section")),
+    "report": ("report.json", script("training.report_sections", "readme_section")),
     # the docs pages' sections of the head-to-head, each rendered by the function the script writes it with
-    **{name: ("report.json", script("scripts.evaluate", render.__name__))
+    **{name: ("report.json", script("training.report_sections", render.__name__))
        for name, (_, render) in DOC_SECTIONS.items()},
     "scaling": ("scaling.json", script("scripts.scaling", "section")),
     "bench": ("bench.json", script("scripts.bench", "section")),

@@ -246,11 +246,11 @@ def markdown(report: dict[str, Any]) -> str:
     summary, protocol = summary_of(report), report["protocol"]
     count = report["bars_tested"]
     parts = ["# Head-to-head: judgment memory vs k-NN retrieval", "",
-             f"{len(protocol['report_seeds'])} report seeds ({_seed_range(protocol['report_seeds'])}) x "
+             f"{len(protocol['report_seeds'])} report seeds ({seed_range(protocol['report_seeds'])}) x "
              f"{protocol['n_decisions']} decisions, drift (where there is one) at decision {protocol['drift_at']}; "
              f"every figure is the mean over seeds with a 95% bootstrap CI ({protocol['resamples']} resamples "
              "over seeds). Abstentions count as wrong. The tuned k-NN contestants chose their capacity, k and "
-             f"scope on the tuning seeds ({_seed_range(protocol['tuning_seeds'])}), which no report figure uses. "
+             f"scope on the tuning seeds ({seed_range(protocol['tuning_seeds'])}), which no report figure uses. "
              "Protocol: docs/protocol.md.", "",
              f"{count['tested']} bars tested, {count['met']} met; {count['reported']} comparisons reported "
              "without a verdict (the claims and the standing table below are not counted).", "",
@@ -286,7 +286,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _seed_range(seeds: list[int]) -> str:
+def seed_range(seeds: list[int]) -> str:
     """``"seeds 100-119"`` for a contiguous list, else the list."""
     if seeds and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
         return f"seeds {seeds[0]}-{seeds[-1]}"
