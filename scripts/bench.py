@@ -268,7 +268,8 @@ def measure_forget(results: dict, stream, n: int, repeats: int) -> None:
 
 
 def measure_trace(results: dict, n: int, repeats: int) -> None:
-    """One seed of the head-to-head (every setting, every memory and ablation variant), untraced
+    """One seed of the head-to-head (every setting, every memory and ablation variant that runs as
+    declared and can be traced: not the tuned k-NNs), untraced
     and traced in turn; per memory and in all, the traced wall time over the untraced one."""
     import tempfile
 

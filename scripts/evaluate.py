@@ -73,7 +73,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
         resamples: bootstrap resamples over seeds.
         out: folder for the report files.
         readme: a README with report markers to refresh (table and figures under docs/figures/, the
-            record under docs/results/, and the sections of docs/drift.md and docs/prototypes.md).
+            record under docs/results/, and the sections of docs/drift.md, docs/prototypes.md and
+            docs/protocol.md).
         tensorboard: also write the Lightning loop's TensorBoard logs of the first report seed.
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
@@ -132,7 +133,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
                 "batch": E.BATCH, "recovery_after": E.RECOVERY_AFTER, "resamples": resamples, "level": 0.95,
                 "ablation_metric": R.ABLATION_METRIC, "tuning_metric": T.CHOICE_METRIC,
                 "knn_grid": {"capacity": list(E.KNN_CAPACITIES), "k": list(E.KNN_KS), "scoped": [False, True]},
-                "seconds": time.perf_counter() - began}
+                "workers": workers, "cpus": os.cpu_count(), "seconds": time.perf_counter() - began}
     report = {"protocol": protocol,
               "contestants": {name: {"label": c.label, "kind": c.kind,
                                      "options": ({s: options[s][name] for s in options if name in options[s]}
@@ -146,7 +147,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
               "bars_tested": B.count(drift, several), "standing": B.standing(summary),
               "sensitivity": sensitivity, "trace": trace_report}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    (out / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))  # strict JSON
     (out / "report.md").write_text(R.markdown(report))
     figures = write_figures(summary, sensitivity, settings, drift_at, out)
     if tensorboard:
@@ -192,6 +193,9 @@ def check_arguments(settings: list[str] | None, contestants: list[str] | None, s
     if trace_seeds > seeds:
         raise ValueError(f"trace_seeds must be at most seeds={seeds}, got {trace_seeds}")
     if "knn_adwin" in chosen and importlib.util.find_spec("river") is None:  # its detector is river's ADWIN
+        if contestants is not None:
+            raise ImportError("the knn_adwin contestant needs river (pip install river, Python >= 3.11): "
+                              f"install it or leave knn_adwin out of contestants={contestants}")
         print("river is not installed: the knn_adwin contestant is left out (pip install river, Python >= 3.11)")
         chosen.remove("knn_adwin")
     return settings, chosen

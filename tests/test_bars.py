@@ -72,6 +72,13 @@ def test_the_recovery_bar_needs_the_whole_ci_of_the_ratio_at_most_a_third(high, 
     assert verdicts == {"jm_adaptive / knn_best": met, "jm_adaptive / knn": None}  # the original's: reported
 
 
+def test_an_infinite_ratio_is_none_in_the_record_and_never_meets_the_bar():
+    ratio = {"mean": None, "low": 0.2, "high": None}  # the k-NN never needed a decision on some resamples
+    bars = B.drift_bars(summary("permute", {}, {"jm_adaptive / knn_best": ratio}))
+    (bar,) = bars
+    assert bar["met"] is False and "(ratio inf [0.20, inf])" in B.bars_table(bars)
+
+
 def test_count_and_standing():
     differences = {"jm_adaptive - knn_best": {"cumulative": ci(-4.0, -6.0, -2.0)},
                    "jm - knn_best": {"cumulative": ci(1.0, -1.0, 3.0)},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import pytest
 
@@ -75,9 +76,11 @@ def test_report_schema(small_report):
         assert bar["met"] is None or isinstance(bar["met"], bool)
         if "value_pp" in bar:
             assert bar["value_pp"]["low"] <= bar["value_pp"]["mean"] <= bar["value_pp"]["high"]
-        else:  # a recovery ratio, with its bootstrap CI; met only when the whole CI is at most 1/3
-            assert bar["ratio"]["low"] <= bar["ratio"]["mean"] <= bar["ratio"]["high"]
-            assert bar["met"] is None or bar["met"] == (bar["ratio"]["high"] <= 1 / 3)
+        else:  # a recovery ratio, with its bootstrap CI (None: infinite); met only when the CI is at most 1/3
+            low, mean, high = (math.inf if bar["ratio"][key] is None else bar["ratio"][key]
+                               for key in ("low", "mean", "high"))
+            assert low <= mean <= high
+            assert bar["met"] is None or bar["met"] == (high <= 1 / 3)
     tested = [bar for bar in bars if bar["met"] is not None]
     for permuted in [s for s in E.SETTINGS if s == "permute" or s.endswith("_permute")]:
         assert {bar["comparison"] for bar in tested if bar["setting"] == permuted} == {
@@ -186,6 +189,20 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, arguments, mat
 def test_a_tuned_contestant_never_runs_without_its_chosen_options():
     with pytest.raises(ValueError, match="knn_best is tuned per setting"):
         E.run_stream("none", 0, 300, ["knn_best"])
+    with pytest.raises(ValueError, match="knn_adwin is tuned per setting"):  # an empty choice is no choice
+        E.run_stream("none", 0, 300, ["knn_adwin"], tuned={"knn_adwin": {}})
+
+
+def test_without_river_knn_adwin_is_left_out_of_the_default_roster_and_refused_when_named(tmp_path, monkeypatch):
+    from scripts import evaluate as script
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(script.importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "river" else real(name, *rest))
+    settings, chosen = script.check_arguments(None, None, 2, 300, 10, 1, 0, 2, 2)
+    assert "knn_adwin" not in chosen and "knn_best" in chosen and settings == list(E.SETTINGS)
+    with pytest.raises(ImportError, match="knn_adwin contestant needs river"):
+        script.check_arguments(None, ["jm", "knn_adwin"], 2, 300, 10, 1, 0, 2, 2)
 
 
 def test_dashed_options_reach_the_cli():

@@ -9,7 +9,8 @@ bars, ``knn_adwin`` (k-NN whose window ADWIN cuts) too. The original design's k-
 - "no worse than X pp below Y" (non-inferiority): the CI's low end above -X pp; being better
   does not fail it;
 - "recovers in at most a third of X's decisions": the ratio of mean recovery times, with a
-  paired bootstrap CI whose high end is at most 1/3;
+  paired bootstrap CI whose high end is at most 1/3 (an infinite end, None in the record, is
+  a k-NN that never needed a decision);
 - "reported": no verdict (``met`` is None).
 
 Input is :func:`training.report.summarize`'s summary (or the parts a saved report keeps). A bar
@@ -88,7 +89,7 @@ class _Bars:
         self.bars.append({"setting": setting, "bar": ("reported: " if reported else "")
                           + f"decisions to recover <= 1/3 of {b}'s", "comparison": f"{self.a} / {b}",
                           "metric": "recovery_decisions", "ratio": ratio, "value": {self.a: ours, b: theirs},
-                          "met": None if reported else bool(ratio["high"] <= 1 / 3)})
+                          "met": None if reported else ratio["high"] is not None and ratio["high"] <= 1 / 3})
 
 
 def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,9 +191,9 @@ def bars_table(bars: list[dict[str, Any]]) -> str:
     for bar in bars:
         if "ratio" in bar:
             (_, ours), (_, theirs) = bar["value"].items()
-            ratio = bar["ratio"]
-            value = (f"{ours:.0f} vs {theirs:.0f} decisions (ratio {ratio['mean']:.2f} "
-                     f"[{ratio['low']:.2f}, {ratio['high']:.2f}])")
+            low, mean, high = ("inf" if bar["ratio"][key] is None else f"{bar['ratio'][key]:.2f}"
+                               for key in ("low", "mean", "high"))
+            value = f"{ours:.0f} vs {theirs:.0f} decisions (ratio {mean} [{low}, {high}])"
         else:
             pp = bar["value_pp"]
             value = f"{pp['mean']:+.1f} [{pp['low']:+.1f}, {pp['high']:+.1f}] pp"

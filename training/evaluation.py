@@ -197,7 +197,7 @@ def ceiling(stream: BaseDecisionStream) -> dict[str, Any]:
 
 
 def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory | KNNMemory | RetrievalMemory:
-    tuned = [name for name in TUNED if contestant is CONTESTANTS[name]]
+    tuned = [name for name in TUNED if contestant == CONTESTANTS[name]]  # as declared: no options chosen
     if tuned:
         raise ValueError(f"{tuned[0]} is tuned per setting: it runs with the options chosen for its setting "
                          "(run_stream's tuned=), not as declared")

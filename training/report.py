@@ -53,6 +53,12 @@ def per_seed(runs: dict[str, list[dict[str, Any]]], drift_at: int, n_decisions: 
     return table
 
 
+def finite_or_none(ci: Interval) -> dict[str, float | None]:
+    """:func:`interval`, with an infinite end (a ratio over a k-NN that never needed a decision)
+    as None, so the record stays valid JSON."""
+    return {key: value if np.isfinite(value) else None for key, value in interval(ci).items()}
+
+
 def interval(ci: Interval) -> dict[str, float]:
     return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
 
@@ -84,7 +90,7 @@ def summarize(runs: dict[str, dict[str, list]], drift_at: int, n_decisions: int,
                     **interval(paired_difference(table[with_]["columns"][ABLATION_METRIC],
                                                  table[without]["columns"][ABLATION_METRIC], resamples=resamples))}
             for label, with_, without in ABLATIONS if with_ in table and without in table}
-        ratios[setting] = {f"{a} / {b}": interval(ratio_of_means(table[a]["columns"]["recovery_decisions"],
+        ratios[setting] = {f"{a} / {b}": finite_or_none(ratio_of_means(table[a]["columns"]["recovery_decisions"],
                                                                 table[b]["columns"]["recovery_decisions"],
                                                                 resamples=resamples))
                            for a in RECOVERING if a in table for b in RECOVERY_BASELINES if b in table}

@@ -37,8 +37,10 @@ def _seeds(report: dict[str, Any]) -> str:
 def readme_section(report: dict[str, Any]) -> str:
     """The README's head-to-head section, rendered from a ``report.json`` record."""
     summary, setting = R.summary_of(report), report["protocol"]["settings"][0]
-    parts = [f"{_seeds(report)}. The whole run took {report['protocol']['seconds'] / 60:.0f} minutes on this "
-             "machine. The original page's claims, judged against the strongest k-NN:",
+    protocol = report["protocol"]
+    took = (f"The whole run took {protocol['seconds'] / 60:.0f} minutes"
+            + (f" in {protocol['workers']} processes on {protocol['cpus']} CPUs" if "workers" in protocol else ""))
+    parts = [f"{_seeds(report)}. {took}. The original page's claims, judged against the strongest k-NN:",
              R.claims_table(report["claims"])]
     if report["standing"]["settings"]:
         parts += ["Where the judgment memory stands against `knn_best` (cumulative accuracy, paired by seed):",
