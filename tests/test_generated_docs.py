@@ -60,6 +60,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "bench-retrieval": ("bench-retrieval.json", script("scripts.bench_retrieval", "tables")),
     "bench-store": ("bench-store.json", script("scripts.bench_store", "tables")),
     "soak": ("soak.json", script("scripts.soak", "section")),
+    "benchmark-streams": ("benchmark-streams.json", script("scripts.benchmark_streams", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
 }

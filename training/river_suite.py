@@ -1,0 +1,263 @@
+"""The public benchmark's suite: streams and models under river's prequential harness.
+
+River's bundled data sets and generators, and gae's own settings, as lists of river ``(x, y)``
+samples; gae's presets and river's reference classifiers as river models; and one run of a
+model on a stream (``evaluate.progressive_val_score``, timed). ``scripts/benchmark_streams.py``
+runs the suite and ``docs/benchmarks.md`` gives the protocol and the reason for each choice.
+river is an optional dependency (``pip install river``): this module needs it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Literal, NamedTuple
+
+import torch
+from river import base, compose, datasets, evaluate, forest, metrics, naive_bayes, neighbors, preprocessing, tree
+from river.datasets import synth
+
+from gae import JudgmentConfig
+from gae.river import JudgmentClassifier
+from training.evaluation import make_stream, state_bytes
+
+N_SAMPLES = 5000  # samples per stream (a real data set that is shorter is used whole)
+# Generator seeds. None was used for any choice in gae: the head-to-head tunes on seeds 0-19, looked at
+# 20-59 and reports on 100-119 (docs/protocol.md). A real data set runs once, its models seeded with SEEDS[0].
+SEEDS = (200, 201, 202)
+DRIFT_SEED_OFFSET = 1000  # the concept after a ConceptDriftStream's switch draws its samples with seed + this
+ABRUPT_WIDTH = 0.01  # width of an abrupt switch, as a fraction of the stream (50 of 5,000 samples)
+GRADUAL_WIDTH = 0.2  # width of a gradual switch (1,000 of 5,000 samples)
+WARM_UP = 100  # samples of an untimed run of a fresh model before the timed one (JIT compilation, caches)
+KNN_WINDOWS = (100, 400, 1000)
+CATEGORY = "category"  # the feature that carries a gae setting's category to gae's classifiers
+
+Sample = tuple[dict[Hashable, Any], Hashable]
+
+
+class StreamSpec(NamedTuple):
+    """One stream of the suite.
+
+    Attributes:
+        kind: ``'real'`` (river's bundled data, one run), ``'synthetic'`` (a river generator, one run per
+            seed) or ``'gae'`` (a setting of ``training.evaluation``, one run per seed, with categories).
+        description: how the docs and the record describe it.
+        make: ``(seed, n) -> dataset``: a river data set, or a gae setting's decision stream.
+    """
+
+    kind: Literal["real", "synthetic", "gae"]
+    description: str
+    make: Callable[[int, int], Any]
+
+
+class ModelSpec(NamedTuple):
+    """One model of the suite.
+
+    Attributes:
+        family: ``'gae'`` (driven through :class:`gae.river.JudgmentClassifier`) or ``'river'``.
+        description: how the docs and the record describe it.
+        make: ``(seed, category) -> classifier``; ``category`` names the category feature (gae settings,
+            gae models only) or is None.
+        scaled: a ``preprocessing.MinMaxScaler()`` runs in front of it.
+    """
+
+    family: Literal["gae", "river"]
+    description: str
+    make: Callable[[int, str | None], base.Classifier]
+    scaled: bool
+
+
+class RunResult(NamedTuple):
+    """One model's prequential run on one stream: ``accuracy`` (%), wall time of the harness per decision
+    (``us_per_decision``: the whole ``progressive_val_score`` call over ``n``, scaler included),
+    ``state_bytes`` at the end (:func:`model_bytes`), ``log_bytes`` (:func:`log_bytes`) and ``n`` samples."""
+
+    accuracy: float
+    us_per_decision: float
+    state_bytes: int
+    log_bytes: int
+    n: int
+
+
+def _switch(before: Any, after: Any, seed: int, n: int, width: float) -> synth.ConceptDriftStream:
+    """``before`` switching to ``after`` around the middle of ``n`` samples, over ``width * n`` samples."""
+    return synth.ConceptDriftStream(stream=before, drift_stream=after, position=n // 2,
+                                    width=max(1, round(width * n)), seed=seed)
+
+
+def _gae(setting: str) -> Callable[[int, int], Any]:
+    return lambda seed, n: make_stream(setting, seed, n)
+
+
+STREAMS: dict[str, StreamSpec] = {
+    "phishing": StreamSpec("real", "Phishing: 1,250 web pages, 9 features, 2 classes",
+                           lambda seed, n: datasets.Phishing()),
+    "bananas": StreamSpec("real", "Bananas: 5,300 points, 2 features, 2 banana-shaped classes",
+                          lambda seed, n: datasets.Bananas()),
+    "image_segments": StreamSpec("real", "ImageSegments: 2,310 image regions, 18 features, 7 classes",
+                                 lambda seed, n: datasets.ImageSegments()),
+    "rbf": StreamSpec("synthetic", "RandomRBF: 3 classes, 10 features, 50 centroids",
+                      lambda seed, n: synth.RandomRBF(seed_model=seed, seed_sample=seed, n_classes=3,
+                                                      n_features=10, n_centroids=50)),
+    "rbf_drift": StreamSpec("synthetic", "RandomRBFDrift: as rbf, 25 of the 50 centroids moving (speed 0.001)",
+                            lambda seed, n: synth.RandomRBFDrift(seed_model=seed, seed_sample=seed, n_classes=3,
+                                                                 n_features=10, n_centroids=50, change_speed=0.001,
+                                                                 n_drift_centroids=25)),
+    "sine_abrupt": StreamSpec("synthetic", "Sine: SINE1 switching to reversed SINE1 at the middle (abrupt)",
+                              lambda seed, n: _switch(synth.Sine(0, seed=seed),
+                                                      synth.Sine(1, seed=seed + DRIFT_SEED_OFFSET),
+                                                      seed, n, ABRUPT_WIDTH)),
+    "sine_gradual": StreamSpec("synthetic", "Sine: SINE2 switching to reversed SINE2 around the middle (gradual)",
+                               lambda seed, n: _switch(synth.Sine(2, seed=seed),
+                                                       synth.Sine(3, seed=seed + DRIFT_SEED_OFFSET),
+                                                       seed, n, GRADUAL_WIDTH)),
+    "stagger": StreamSpec("synthetic", "STAGGER: concept 0 switching to concept 1 at the middle (abrupt)",
+                          lambda seed, n: _switch(synth.STAGGER(0, seed=seed),
+                                                  synth.STAGGER(1, seed=seed + DRIFT_SEED_OFFSET),
+                                                  seed, n, ABRUPT_WIDTH)),
+    "mixed": StreamSpec("synthetic", "Mixed: 2 boolean and 2 numeric features, no drift",
+                        lambda seed, n: synth.Mixed(seed=seed)),
+    "random_tree": StreamSpec("synthetic", "RandomTree: 5 numeric and 5 nominal features, 2 classes, no drift",
+                              lambda seed, n: synth.RandomTree(seed_tree=seed, seed_sample=seed)),
+    "gae_permute": StreamSpec("gae", "gae's permute setting: 4 categories, 8 factors, 4 actions permuted "
+                              "at the middle", _gae("permute")),
+    "gae_multimodal": StreamSpec("gae", "gae's multimodal setting: 3 clusters per action, no drift",
+                                 _gae("multimodal")),
+    "gae_moons_permute": StreamSpec("gae", "gae's moons_permute setting: scikit-learn's moons, 4 categories, "
+                                    "labels swapped at the middle", _gae("moons_permute")),
+}
+
+
+def gae_presets() -> dict[str, JudgmentConfig]:
+    """Every preset of :class:`~gae.JudgmentConfig` as ``jm_<name>`` (each classmethod that takes no
+    argument and returns a config: a new preset joins the suite by itself), then the variants."""
+    presets = {}
+    for name in sorted(vars(JudgmentConfig), key=lambda name: (name not in ("seed", "recommended"), name)):
+        member = inspect.getattr_static(JudgmentConfig, name)
+        if isinstance(member, classmethod) and not inspect.signature(getattr(JudgmentConfig, name)).parameters \
+                and inspect.signature(member.__func__).return_annotation in (JudgmentConfig, "JudgmentConfig"):
+            presets[f"jm_{name}"] = getattr(JudgmentConfig, name)()
+    return {**presets, "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
+
+
+def _judgment(config: JudgmentConfig) -> Callable[[int, str | None], base.Classifier]:
+    return lambda seed, category: JudgmentClassifier(category=category, **config.to_dict())
+
+
+def _knn(window: int) -> Callable[[int, str | None], base.Classifier]:
+    return lambda seed, category: neighbors.KNNClassifier(n_neighbors=5,
+                                                          engine=neighbors.LazySearch(window_size=window))
+
+
+MODELS: dict[str, ModelSpec] = {
+    **{name: ModelSpec("gae", f"gae JudgmentClassifier, {name[3:]} ({config!r})", _judgment(config), True)
+       for name, config in gae_presets().items()},
+    **{f"knn_{window}": ModelSpec("river", f"river KNNClassifier, 5 neighbours, window {window}", _knn(window), True)
+       for window in KNN_WINDOWS},
+    "hat": ModelSpec("river", "river HoeffdingAdaptiveTreeClassifier (defaults)",
+                     lambda seed, category: tree.HoeffdingAdaptiveTreeClassifier(seed=seed), False),
+    "arf": ModelSpec("river", "river ARFClassifier, 10 trees",
+                     lambda seed, category: forest.ARFClassifier(n_models=10, seed=seed), False),
+    "gnb": ModelSpec("river", "river GaussianNB", lambda seed, category: naive_bayes.GaussianNB(), False),
+}
+
+
+def seeds_of(stream: str, seeds: tuple[int, ...] | list[int]) -> list[int]:
+    """The seeds a stream runs with: each of ``seeds`` for a generator, the first for a real data set."""
+    return list(seeds[:1]) if STREAMS[stream].kind == "real" else list(seeds)
+
+
+def samples(stream: str, seed: int, n: int, family: str) -> list[Sample]:
+    """The first ``n`` samples of a stream (all of a shorter data set) as ``(x, y)`` pairs.
+
+    A gae setting's decision becomes ``x``: its factors (``x0``, ``x1``, ...) and its category, as the
+    field :data:`CATEGORY` for a gae model and one-hot (``category_<name>``: 1.0 or 0.0) for a river
+    model; ``y``: the verified action's name (label noise included). Its uncertain outcomes
+    (``skip``) are left out: river's harness learns every sample it scores.
+    """
+    source = STREAMS[stream].make(seed, n)
+    if STREAMS[stream].kind != "gae":
+        return [(dict(x), y) for x, y in source.take(n)]
+    data = source.tensors()
+    names = [f"x{name}" for name in source.factor_names]
+    rows = []
+    for x, category, action, skip in zip(data.x.tolist(), data.category.tolist(), data.action.tolist(),
+                                         data.skip.tolist(), strict=True):
+        if skip:
+            continue
+        features: dict[Hashable, Any] = dict(zip(names, x, strict=True))
+        if family == "gae":
+            features[CATEGORY] = source.category_names[category]
+        else:
+            features.update({f"category_{name}": float(index == category)
+                             for index, name in enumerate(source.category_names)})
+        rows.append((features, source.action_names[action]))
+    return rows
+
+
+def build(model: str, seed: int, stream: str) -> base.Estimator:
+    """A fresh model for a stream: MinMaxScaler in front where the model is scaled; for a gae model on a
+    gae setting, the category field named (and led past the scaler)."""
+    spec = MODELS[model]
+    category = CATEGORY if spec.family == "gae" and STREAMS[stream].kind == "gae" else None
+    classifier = spec.make(seed, category)
+    if not spec.scaled:
+        return classifier
+    if category is None:
+        return preprocessing.MinMaxScaler() | classifier
+    # the category field is a name: it passes the scaler by, untouched
+    return ((compose.Discard(category) | preprocessing.MinMaxScaler()) + compose.Select(category)) | classifier
+
+
+def _classifier(model: base.Estimator) -> base.Estimator:
+    return list(model.steps.values())[-1] if hasattr(model, "steps") else model
+
+
+def model_bytes(model: base.Estimator) -> int:
+    """The state of a model, the scaler left out: a gae classifier's memory's parameters and buffers
+    (:func:`training.evaluation.state_bytes`; its audit logs are :func:`log_bytes`), a river model's
+    ``_raw_memory_usage`` (river's deep size of the object graph, Python object overheads included)."""
+    classifier = _classifier(model)
+    if isinstance(classifier, JudgmentClassifier):
+        return 0 if classifier.memory is None else state_bytes(classifier.memory)
+    return int(classifier._raw_memory_usage)
+
+
+def log_bytes(model: base.Estimator) -> int:
+    """Bytes of the tensors of a gae memory's audit logs (the decision log behind ``trace``, ``undo_`` and
+    ``forget_``, and the event logs: its extra state), which grow with every decision unless
+    ``max_log_events`` bounds them; 0 for a river model."""
+    classifier = _classifier(model)
+    if not isinstance(classifier, JudgmentClassifier) or classifier.memory is None:
+        return 0
+    return _tensor_bytes(classifier.memory.get_extra_state())
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(item) for item in value)
+    return 0
+
+
+def run(model: str, stream: str, seed: int, n: int) -> RunResult:
+    """One prequential run (test, then train, one sample at a time) of a fresh ``model`` on ``stream``,
+    after an untimed warm-up run of another fresh one on the first :data:`WARM_UP` samples."""
+    torch.set_num_threads(1)  # one decision at a time: thread hand-offs would cost more than they save
+    data = samples(stream, seed, n, MODELS[model].family)
+    evaluate.progressive_val_score(data[:WARM_UP], build(model, seed, stream), metrics.Accuracy())
+    fresh = build(model, seed, stream)
+    began = time.perf_counter()
+    accuracy = evaluate.progressive_val_score(data, fresh, metrics.Accuracy())
+    seconds = time.perf_counter() - began
+    return RunResult(100 * accuracy.get(), seconds / len(data) * 1e6, model_bytes(fresh), log_bytes(fresh),
+                     len(data))
+
+
+def run_task(task: tuple[str, str, int, int]) -> RunResult:
+    """:func:`run` of a ``(model, stream, seed, n)`` task: what a process pool maps."""
+    return run(*task)
