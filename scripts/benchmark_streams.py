@@ -14,7 +14,7 @@ every choice are in ``docs/benchmarks.md``.
     python scripts/benchmark_streams.py --n_samples 300 --streams '[phishing,stagger]' --models '[jm_seed,gnb]'
     python scripts/benchmark_streams.py --readme README.md                   # also the README section
 
-Writes ``benchmark-streams.json`` (the record) and ``benchmark_streams.png`` to ``--out`` and
+Writes ``benchmark-streams.json`` (the record) and ``benchmark-streams.png`` to ``--out`` and
 prints the tables; with ``--readme``, the section between ``<!-- benchmark-streams:start -->`` and
 ``<!-- benchmark-streams:end -->`` is rendered from the record, which is committed to
 docs/results/benchmark-streams.json, and the figure is copied to docs/figures/.
@@ -22,29 +22,24 @@ docs/results/benchmark-streams.json, and the figure is copied to docs/figures/.
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import platform
-import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from jsonargparse import auto_cli
-from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from training.readme import as_saved, markers, publish_section, with_figure  # noqa: E402
+from training.parallel import run_all  # noqa: E402
+from training.readme import as_saved, markers, publish, with_figure  # noqa: E402
 
-NAME = "benchmark-streams"  # the section and its record
-FIGURE = "benchmark_streams"  # the figure's stem
+NAME = "benchmark-streams"  # the section, its record and its figure
 SUBJECT = "jm_recommended"  # the model the targets judge
 KNN_REFERENCE = "knn_400"
 QUICK_SAMPLES = 500
@@ -58,7 +53,7 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
     """Run every model on every stream and write the record, the figure and (with ``readme``) the section.
 
     Args:
-        out: folder for benchmark-streams.json and benchmark_streams.png.
+        out: folder for benchmark-streams.json and benchmark-streams.png.
         readme: a README with benchmark-streams markers to refresh (the figure goes to docs/figures/).
         n_samples: samples per stream, a shorter real data set whole. Default: 5,000 (``--quick``: 500).
         streams: among ``training.river_suite.STREAMS``. Default: all.
@@ -88,19 +83,7 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
     began = time.perf_counter()
     tasks = [(model, stream, seed, n) for stream in streams for seed in suite.seeds_of(stream, seeds)
              for model in models]
-    outputs: dict[tuple[str, str, int, int], Any] = {}
-    progress = tqdm(total=len(tasks), desc="benchmark", unit="run")
-    if workers == 1:
-        for task in tasks:
-            outputs[task] = suite.run_task(task)
-            progress.update()
-    else:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(suite.run_task, task): task for task in tasks}
-            for future in as_completed(futures):
-                outputs[futures[future]] = future.result()
-                progress.update()
-    progress.close()
+    outputs = dict(zip(tasks, run_all(suite.run, tasks, workers, "benchmark"), strict=True))
     runs = [{"model": task[0], "stream": task[1], "seed": task[2], **outputs[task]._asdict()} for task in tasks]
     results = {stream: {model: _mean_of([r for r in runs if r["stream"] == stream and r["model"] == model])
                         for model in models} for stream in streams}
@@ -131,7 +114,10 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
                    f"river {_version('river')}, torch {_version('torch')}",
         "workers": workers, "seconds": time.perf_counter() - began}
     record["verdicts"] = verdicts(record["results"], record["means"])
-    publish(record, out, readme)
+    publish(record, figure(as_saved(record)), section, out, NAME, readme)
+    saved = as_saved(record)
+    for key, title in (("us_per_decision", "Time per decision (us), per stream"), ("state_bytes", "State, per stream")):
+        print(f"\n{title}:\n\n{per_stream_table(saved, key)}")
     return record
 
 
@@ -270,7 +256,7 @@ def section(record: dict[str, Any]) -> str:
         "The targets, judged from this record:", verdict_table(record),
         f"Measured on {record['machine']} ({record['workers']} worker processes), {record['seconds']:.0f} s in all; "
         "the protocol is in [docs/benchmarks.md](docs/benchmarks.md). Regenerate with "
-        "`python scripts/benchmark_streams.py --readme README.md`."]), FIGURE, "docs/figures")
+        "`python scripts/benchmark_streams.py --readme README.md`."]), NAME, "docs/figures")
 
 
 def figure(record: dict[str, Any]) -> Any:
@@ -312,26 +298,6 @@ def figure(record: dict[str, Any]) -> Any:
     scatter.grid(alpha=0.3)
     fig.tight_layout()
     return fig
-
-
-def publish(record: dict[str, Any], out: Path, readme: Path | None) -> None:
-    """Write the record and the figure to ``out``, print the tables, and refresh ``readme``'s section."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{NAME}.json").write_text(json.dumps(record, indent=1) + "\n")
-    import matplotlib.pyplot as plt
-
-    saved = as_saved(record)
-    fig = figure(saved)
-    fig.savefig(out / f"{FIGURE}.png", dpi=100)
-    plt.close(fig)
-    print(section(saved))
-    for key, title in (("us_per_decision", "Time per decision (us), per stream"), ("state_bytes", "State, per stream")):
-        print(f"\n{title}:\n\n{per_stream_table(saved, key)}")
-    print(f"\nwrote {out / f'{NAME}.json'} and {out / f'{FIGURE}.png'} in {record['seconds']:.0f} s")
-    if readme is not None and publish_section(readme, NAME, record, section):
-        target = readme.parent / "docs" / "figures"
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / f"{FIGURE}.png", target / f"{FIGURE}.png")
 
 
 if __name__ == "__main__":

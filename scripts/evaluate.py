@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import multiprocessing
 import os
 import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from jsonargparse import auto_cli
-from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
@@ -41,6 +38,7 @@ from training import bars as B  # noqa: E402
 from training import evaluation as E  # noqa: E402
 from training import report as R  # noqa: E402
 from training import tuning as T  # noqa: E402
+from training.parallel import run_all  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
 from training.report_plots import ablations_figure, rolling_accuracy_figure, sensitivity_figure  # noqa: E402
 from training.report_sections import DOC_SECTIONS, readme_section  # noqa: E402
@@ -205,21 +203,10 @@ def run_tasks(description: str, tasks: list[tuple[str, int]], workers: int, n_de
               names: dict[tuple[str, int], list[str]], traced: dict[tuple[str, int], str | None] | None = None,
               tuned: dict[tuple[str, int], dict[str, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """:func:`training.evaluation.run_stream` on every (setting, seed) task, in ``workers``
-    processes, with a progress bar; the results in task order."""
+    processes; the results in task order."""
     arguments = [(setting, seed, n_decisions, names[setting, seed], (traced or {}).get((setting, seed)),
                   (tuned or {}).get((setting, seed))) for setting, seed in tasks]
-    with tqdm(total=len(tasks), desc=description, unit="stream") as progress:
-        if workers <= 1:
-            results = []
-            for argument in arguments:
-                results.append(E.run_stream(*argument))
-                progress.update()
-            return results
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(E.run_stream, *argument) for argument in arguments]
-            for future in futures:
-                future.add_done_callback(lambda _: progress.update())
-            return [future.result() for future in futures]
+    return run_all(E.run_stream, arguments, workers, description, unit="stream")
 
 
 def gather_trace(trace: Path, tasks: list[tuple[str, int]], traced: dict[tuple[str, int], str | None],

@@ -22,18 +22,15 @@ RetrievalMemory costs about 1 ms a decision to learn, so it learns at most ``--r
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from jsonargparse import auto_cli
-from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
@@ -42,6 +39,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
+from training.parallel import run_all  # noqa: E402
 from training.readme import markers, publish, with_figure  # noqa: E402
 from training.stats import bootstrap_ci  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
@@ -143,11 +141,7 @@ def scaling(grid: list[int] | None = None, seeds: int = 10, memories: list[str] 
     tasks = [(name, setting, seed, grid, retrieval_max) for setting in chosen for name in names
              for seed in range(seeds)]
     workers = min(os.cpu_count() or 1, 8) if workers is None else workers
-    if workers <= 1:
-        outputs = [run(task) for task in tqdm(tasks, desc="scaling", unit="run")]
-    else:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            outputs = list(tqdm(pool.map(run, tasks), total=len(tasks), desc="scaling", unit="run"))
+    outputs = run_all(run, [(task,) for task in tasks], max(1, workers), "scaling")
     results: dict[str, dict[str, dict[str, Any]]] = {s: {m: {} for m in names} for s in chosen}
     by_run = {(task[0], task[1], task[2]): figures for task, figures in zip(tasks, outputs, strict=True)}
     for setting in chosen:

@@ -16,9 +16,9 @@ from river.datasets import synth  # noqa: E402
 
 from gae import JudgmentConfig  # noqa: E402
 from gae.river import JudgmentClassifier  # noqa: E402
-from scripts.benchmark_streams import ROOT, benchmark_streams, publish, section, verdicts  # noqa: E402
+from scripts.benchmark_streams import NAME, ROOT, benchmark_streams, figure, section, verdicts  # noqa: E402
 from training import river_suite  # noqa: E402
-from training.readme import as_saved, markers, sections  # noqa: E402
+from training.readme import as_saved, markers, publish, sections  # noqa: E402
 
 STREAMS = ["phishing", "sine_abrupt", "gae_permute"]  # a real data set, a ConceptDriftStream, a gae setting
 MODELS = ["jm_recommended", "knn_400", "gnb"]
@@ -40,7 +40,7 @@ def accuracy_of(record, model, stream, seed):
 def test_record_has_the_documented_schema(short):
     record, out = short
     assert json.loads((out / "benchmark-streams.json").read_text()) == as_saved(record)
-    assert (out / "benchmark_streams.png").stat().st_size > 10_000
+    assert (out / "benchmark-streams.png").stat().st_size > 10_000
     assert set(record) == {"protocol", "streams", "models", "runs", "results", "means", "verdicts", "machine",
                            "workers", "seconds"}
     assert record["protocol"]["n_samples"] == N and record["protocol"]["seeds"] == SEEDS
@@ -131,13 +131,13 @@ def test_readme_section_is_replaced_between_its_markers(short, tmp_path):
     start, end = markers("benchmark-streams")
     readme = tmp_path / "README.md"
     readme.write_text(f"# head\n\nbefore\n{start}\nstale table\n{end}\n\nafter\n")
-    publish(record, tmp_path / "out", readme)
+    publish(record, figure(as_saved(record)), section, tmp_path / "out", NAME, readme)
     text = readme.read_text()
     assert text.startswith("# head\n\nbefore\n") and text.endswith(f"{end}\n\nafter\n")
     assert sections(text)["benchmark-streams"] == section(as_saved(record))
     assert "stale table" not in text
     assert json.loads((tmp_path / "docs" / "results" / "benchmark-streams.json").read_text()) == as_saved(record)
-    assert (tmp_path / "docs" / "figures" / "benchmark_streams.png").exists()
+    assert (tmp_path / "docs" / "figures" / "benchmark-streams.png").exists()
 
 
 def fake(accuracy: dict[str, list[float]], state: dict[str, list[float]] | None = None,
@@ -170,17 +170,11 @@ def test_verdicts_against_a_slow_reading_of_the_targets():
     assert [row["met"] for row in verdicts(results, means)] == [None, True, None, None, None]
 
 
-def test_every_preset_of_the_config_joins_the_suite(monkeypatch):
-    presets = river_suite.gae_presets()
-    assert presets == {"jm_recommended": JudgmentConfig.recommended(), "jm_seed": JudgmentConfig.seed(),
-                       "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
-    assert river_suite.MODELS["jm_recommended"].make(0, None)._config == JudgmentConfig.recommended()
-
-    def fast(cls) -> JudgmentConfig:
-        return cls(tau=0.3)
-
-    monkeypatch.setattr(JudgmentConfig, "fast", classmethod(fast), raising=False)
-    assert river_suite.gae_presets()["jm_fast"] == JudgmentConfig(tau=0.3)
+def test_the_gae_models_are_the_presets_and_the_prototypes_variant():
+    assert river_suite.GAE_CONFIGS == {"jm_recommended": JudgmentConfig.recommended(), "jm_seed": JudgmentConfig.seed(),
+                                       "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
+    for name, config in river_suite.GAE_CONFIGS.items():  # each model is built with its config
+        assert river_suite.MODELS[name].make(0, None)._config == config
 
 
 def test_the_command_line_runs_a_short_suite(tmp_path):

@@ -9,7 +9,6 @@ river is an optional dependency (``pip install river``): this module needs it.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, NamedTuple
@@ -129,16 +128,10 @@ STREAMS: dict[str, StreamSpec] = {
 }
 
 
-def gae_presets() -> dict[str, JudgmentConfig]:
-    """Every preset of :class:`~gae.JudgmentConfig` as ``jm_<name>`` (each classmethod that takes no
-    argument and returns a config: a new preset joins the suite by itself), then the variants."""
-    presets = {}
-    for name in sorted(vars(JudgmentConfig), key=lambda name: (name not in ("seed", "recommended"), name)):
-        member = inspect.getattr_static(JudgmentConfig, name)
-        if isinstance(member, classmethod) and not inspect.signature(getattr(JudgmentConfig, name)).parameters \
-                and inspect.signature(member.__func__).return_annotation in (JudgmentConfig, "JudgmentConfig"):
-            presets[f"jm_{name}"] = getattr(JudgmentConfig, name)()
-    return {**presets, "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
+# gae's configurations in the suite: its two presets and the multi-prototype variant (add a new preset here)
+GAE_CONFIGS: dict[str, JudgmentConfig] = {"jm_recommended": JudgmentConfig.recommended(),
+                                          "jm_seed": JudgmentConfig.seed(),
+                                          "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
 
 
 def _judgment(config: JudgmentConfig) -> Callable[[int, str | None], base.Classifier]:
@@ -152,7 +145,7 @@ def _knn(window: int) -> Callable[[int, str | None], base.Classifier]:
 
 MODELS: dict[str, ModelSpec] = {
     **{name: ModelSpec("gae", f"gae JudgmentClassifier, {name[3:]} ({config!r})", _judgment(config), True)
-       for name, config in gae_presets().items()},
+       for name, config in GAE_CONFIGS.items()},
     **{f"knn_{window}": ModelSpec("river", f"river KNNClassifier, 5 neighbours, window {window}", _knn(window), True)
        for window in KNN_WINDOWS},
     "hat": ModelSpec("river", "river HoeffdingAdaptiveTreeClassifier (defaults)",

@@ -119,7 +119,7 @@ def ratio_of_means(a: Any, b: Any, *, resamples: int = 500, level: float = 0.95,
             raise ValueError(f"{name} must be non-negative (the ratio of its means is read as a ratio of sizes), "
                              f"got {sample.tolist()}")
     _check_options(resamples, level, seed, np.mean, first)
-    index = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))  # (R, S)
+    index = _resampled_seeds(len(first), resamples, seed)  # (R, S)
     thetas = _ratio(first[index].mean(axis=1), second[index].mean(axis=1))
     low, high = np.quantile(thetas, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
     mean = float(_ratio(np.array([first.mean()]), np.array([second.mean()]))[0])
@@ -188,8 +188,7 @@ def recovery_decisions(rolling: Any, drift_at: int, *, fraction: float = 0.9, ba
 
 def _interval(sample: np.ndarray, resamples: int, level: float, seed: int,
               statistic: Callable[..., Any]) -> Interval:
-    n_seeds = sample.shape[0]
-    index = np.random.default_rng(seed).integers(0, n_seeds, size=(resamples, n_seeds))  # (R, S)
+    index = _resampled_seeds(sample.shape[0], resamples, seed)  # (R, S)
     chunk = max(1, _CHUNK_ELEMENTS // sample.size)
     thetas = np.concatenate([np.asarray(statistic(sample[index[start:start + chunk]], axis=1), dtype=np.float64)
                              for start in range(0, resamples, chunk)])  # (R,) or (R, T)
@@ -198,6 +197,12 @@ def _interval(sample: np.ndarray, resamples: int, level: float, seed: int,
     if sample.ndim == 1:
         return Interval(float(mean), float(low), float(high), resamples, float(level))
     return Interval(mean, low, high, resamples, float(level))
+
+
+def _resampled_seeds(n_seeds: int, resamples: int, seed: int) -> np.ndarray:
+    """(resamples, n_seeds) indices of the seeds drawn with replacement: the same draw for every
+    statistic given the same seed, so intervals of one run pair up."""
+    return np.random.default_rng(seed).integers(0, n_seeds, size=(resamples, n_seeds))
 
 
 def _as_sample(name: str, values: Any) -> np.ndarray:

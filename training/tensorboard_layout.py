@@ -44,13 +44,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["DRIFT_ATTRIBUTES", "DRIFT_MARKER", "compared_charts", "custom_scalars_layout", "drift_marker",
+__all__ = ["DRIFT_MARKER", "compared_charts", "custom_scalars_layout", "drift_marker",
            "drift_points", "marker_steps"]
 
 DRIFT_MARKER = "drift/marker"
-# the stream attribute that names its drift points (DecisionStream's; a scikit-learn stream's
-# drift_at holds its permutation, when that falls inside the stream)
-DRIFT_ATTRIBUTES = ("drift_at",)
 
 
 def compared_charts(tags: Iterable[str], memories: Sequence[str]) -> dict[str, list[str]]:
@@ -75,15 +72,13 @@ def custom_scalars_layout(charts: Mapping[str, Sequence[str]], memories: Sequenc
 
 
 def drift_points(stream: object) -> tuple[int, ...]:
-    """The decisions at which ``stream`` changes, sorted: its :data:`DRIFT_ATTRIBUTES`, each an int, a
-    sequence of ints or None, and missing on a stream that never drifts (then ``()``)."""
-    points: set[int] = set()
-    for name in DRIFT_ATTRIBUTES:
-        value = getattr(stream, name, None)
-        if value is None:
-            continue
-        points.update([int(value)] if isinstance(value, numbers.Integral) else (int(point) for point in value))
-    return tuple(sorted(points))
+    """The decisions at which ``stream`` changes, sorted: its ``drift_at`` (a DecisionStream's; a
+    scikit-learn stream's holds its permutation), an int, a sequence of ints or None, and missing on a
+    stream that never drifts (then ``()``)."""
+    value = getattr(stream, "drift_at", None)
+    if value is None:
+        return ()
+    return tuple(sorted({int(value)} if isinstance(value, numbers.Integral) else {int(point) for point in value}))
 
 
 def drift_marker(points: Sequence[int], step: int) -> float:
