@@ -25,7 +25,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/evaluate.py --seeds 5 --tuning-seeds 3 --out results/demo \
 		--settings '[permute,shift,none,multimodal,classification_2_permute,moons_permute]' \
-		--contestants '[jm,jm_adaptive,jm_prototypes,knn,knn_scoped,knn_best,knn_adwin]'
+		--contestants '[jm,jm_adaptive,jm_prototypes,jm_recommended,knn,knn_scoped,knn_best,knn_adwin]'
 
 # the whole protocol of docs/protocol.md, refreshing README and docs
 report: $(STAMP)

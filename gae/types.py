@@ -116,6 +116,8 @@ class StreamStep(NamedTuple):
             per action (``prototypes=P``), those of each action's nearest scoring prototype.
             In ``drift_mode='adaptive'``, while a category's tracking prototypes lead, they are
             what scored, and these are their differences (what ``attention_loss`` trains on).
+            With ``learning='lvq'``, each is in the metric's units: times the category's
+            relevance over its running variance at scoring time (what the attention weighs).
         nearest: (B, A) int64, the prototype slot each action scored with (its nearest
             scoring prototype), -1 where the action had none; ``None`` for memories without
             prototypes.

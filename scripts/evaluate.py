@@ -123,7 +123,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
             runs[setting][name].append(figures)
     trace_report = None if trace is None else gather_trace(trace, tasks, traced, results)
     summary = R.summarize(runs, drift_at, n_decisions, resamples)
-    drift, several = B.drift_bars(summary), B.prototype_bars(summary)
+    drift, several, recommended = B.drift_bars(summary), B.prototype_bars(summary), B.recommended_bars(summary)
     protocol = {"seeds": seeds, "tuning_seeds": tuning, "report_seeds": report_seeds, "n_decisions": n_decisions,
                 "drift_at": drift_at, "settings": settings,
                 "stream": {**E.STREAM, "n_decisions": n_decisions, "drift_at": drift_at},
@@ -142,7 +142,8 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
               "metrics": summary["metrics"], "differences": summary["differences"],
               "ablations": summary["ablations"], "recovery_ratios": summary["recovery_ratios"],
               "claims": R.claims(summary), "drift_bars": drift, "prototype_bars": several,
-              "bars_tested": B.count(drift, several), "standing": B.standing(summary),
+              "recommended_bars": recommended, "bars_tested": B.count(drift, several, recommended),
+              "standing": B.standing(summary),
               "sensitivity": sensitivity, "trace": trace_report}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))  # strict JSON

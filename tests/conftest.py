@@ -61,6 +61,10 @@ MEMORY_FACTORIES = {
     "judgment_prototypes_options": lambda: make_judgment(prototypes=4, drift_mode="adaptive", clip=(0.0, 1.0),
                                                          push_rate=0.02, min_confidence=0.3, promotion_threshold=2.0,
                                                          spawn_threshold=0.45, spawn_support=2.0),
+    "judgment_lvq": lambda: make_judgment(learning="lvq", prototypes=3, push_rate=0.5, relevance_rate=0.05),
+    "judgment_lvq_options": lambda: make_judgment(learning="lvq", prototypes=4, push_rate=1.0, relevance_rate=0.2,
+                                                  clip=(0.0, 1.0), min_confidence=0.3, spawn_threshold=0.05,
+                                                  spawn_support=0.0, rate_floor=0.1),
     "knn": make_knn,
     "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
     "retrieval": lambda: make_retrieval(scoped=True),
@@ -68,7 +72,8 @@ MEMORY_FACTORIES = {
 # the memories whose online loop has a compiled kernel and a torch reference
 ENGINE_FACTORIES = {name: MEMORY_FACTORIES[name] for name in ("judgment", "judgment_options", "judgment_adaptive",
                                                                "judgment_adaptive_options", "judgment_prototypes",
-                                                               "judgment_prototypes_options", "knn", "knn_scoped")}
+                                                               "judgment_prototypes_options", "judgment_lvq",
+                                                               "judgment_lvq_options", "knn", "knn_scoped")}
 
 
 @pytest.fixture(params=sorted(MEMORY_FACTORIES))

@@ -91,3 +91,20 @@ def test_count_and_standing():
     assert {name: entry["standing"] for name, entry in standing["settings"]["moons"].items()} == {
         "jm": "tied", "jm_adaptive": "behind", "jm_prototypes": "ahead"}
     assert "Behind knn_best in 1 of 3 comparisons." in B.standing_table(standing)
+
+
+def test_the_recommended_configuration_has_the_drift_bars_and_the_multimodal_bar():
+    at = {"at_recovery_point": ci(15.0, 1.0, 29.0)}
+    permuted = B.recommended_bars(summary("permute", {"jm_recommended - knn_best": at,
+                                                      "jm_recommended - knn_adwin": at}))
+    assert [bar["met"] for bar in permuted if bar["met"] is not None] == [True, True]
+    assert {bar["comparison"] for bar in permuted} == {"jm_recommended - knn_best", "jm_recommended - knn_adwin"}
+    cumulative = {"cumulative": ci(-1.5, -1.9, -1.1)}
+    multimodal = B.recommended_bars(summary("multimodal", {"jm_recommended - jm": cumulative,
+                                                           "jm_recommended - knn_best": cumulative}))
+    assert [(bar["bar"], bar["met"]) for bar in multimodal if bar["met"] is not None] == [
+        ("no worse than 1 pp below the seed rule (cumulative)", False), ("no worse than 2 pp below knn_best", True)]
+    # the outlier bars against the gate's ablations are the adaptive mode's own
+    outliers = B.recommended_bars(summary("outliers", {"jm_recommended - jm_no_gate": cumulative,
+                                                       "jm_recommended - jm_fast": cumulative}))
+    assert outliers == []

@@ -172,6 +172,7 @@ def test_verdicts_against_a_slow_reading_of_the_targets():
 
 def test_the_gae_models_are_the_presets_and_the_prototypes_variant():
     assert river_suite.GAE_CONFIGS == {"jm_recommended": JudgmentConfig.recommended(), "jm_seed": JudgmentConfig.seed(),
+                                       "jm_adaptive": JudgmentConfig.seed().replace(drift_mode="adaptive"),
                                        "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
     for name, config in river_suite.GAE_CONFIGS.items():  # each model is built with its config
         assert river_suite.MODELS[name].make(0, None)._config == config

@@ -31,7 +31,8 @@ def loaded(name: str) -> tuple[JudgmentMemory, dict]:
 
 
 def test_every_mode_has_a_fixture():
-    assert FIXTURES == ["adaptive", "prototypes4", "seed"]
+    # layout version 1 (no suffix) and version 2 (``_v2``: written by 1bf9be4, before learning='lvq')
+    assert FIXTURES == ["adaptive", "adaptive_v2", "prototypes4", "prototypes4_v2", "seed", "seed_v2"]
 
 
 @pytest.mark.parametrize("name", FIXTURES)

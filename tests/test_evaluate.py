@@ -41,8 +41,8 @@ def test_report_schema(small_report):
     out, report = small_report
     on_disk = json.loads((out / "report.json").read_text())
     assert set(on_disk) == {"protocol", "contestants", "metrics", "differences", "ablations", "recovery_ratios",
-                            "claims", "drift_bars", "prototype_bars", "bars_tested", "standing", "sensitivity",
-                            "trace"}
+                            "claims", "drift_bars", "prototype_bars", "recommended_bars", "bars_tested", "standing",
+                            "sensitivity", "trace"}
     protocol = on_disk["protocol"]
     assert protocol["seeds"] == 2 and protocol["drift_at"] == 150
     assert protocol["tuning_seeds"] == [0, 1] and protocol["report_seeds"] == [5, 6]
@@ -94,7 +94,11 @@ def test_report_schema(small_report):
         "no worse than 1 pp below prototypes=1 (uni-modal)"]
     assert all(bar["comparison"].startswith("jm_prototypes") for bar in several)
     assert {bar["setting"] for bar in several} == set(E.SETTINGS)
-    everything = bars + several
+    recommended = on_disk["recommended_bars"]
+    assert all(bar["comparison"].startswith("jm_recommended") for bar in recommended)
+    assert [bar["bar"] for bar in recommended if bar["setting"] == "multimodal" and bar["met"] is not None] == [
+        "no worse than 1 pp below the seed rule (cumulative)", "no worse than 2 pp below knn_best"]
+    everything = bars + several + recommended
     assert on_disk["bars_tested"] == {"tested": sum(b["met"] is not None for b in everything),
                                       "met": sum(b["met"] is True for b in everything),
                                       "reported": sum(b["met"] is None for b in everything)}

@@ -61,6 +61,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "bench-store": ("bench-store.json", script("scripts.bench_store", "tables")),
     "soak": ("soak.json", script("scripts.soak", "section")),
     "benchmark-streams": ("benchmark-streams.json", script("scripts.benchmark_streams", "section")),
+    "tune-lvq": ("tune-lvq.json", script("scripts.tune_lvq", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
 }

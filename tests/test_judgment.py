@@ -147,9 +147,15 @@ def test_parameter_inventory_counts_every_number():
     inventory = JudgmentMemory(4, 4, 8).parameter_inventory()
     adaptive = ("shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
                 "run_centroids", "run_counts", "tracking_centroids", "tracking_lead")
-    # the buffers of the options that are off (wins with one prototype, the adaptive state) are empty
+    lvq = ("input_counts", "input_means", "input_variances", "relevance_logits")
+    # the buffers of the options that are off (wins with one prototype, the adaptive and lvq state) are empty
     assert inventory == {"criterion_logits": 32, "centroids": 128, "initialized": 16, "counts": 16, "wins": 0,
-                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), "total": 193}
+                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), **dict.fromkeys(lvq, 0), "total": 193}
+    # learning='lvq' adds each category's running mean and variance, its count and its relevance logits
+    inventory = JudgmentMemory(4, 4, 8, learning="lvq", prototypes=3).parameter_inventory()
+    assert inventory == {"criterion_logits": 32, "centroids": 384, "initialized": 48, "counts": 48, "wins": 48,
+                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), "input_counts": 4, "input_means": 32,
+                         "input_variances": 32, "relevance_logits": 32, "total": 661}
 
 
 def test_extra_repr_names_the_hyperparameters():

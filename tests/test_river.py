@@ -24,6 +24,7 @@ OPTIONS = {"tau": 0.2, "eta_confirmed": 0.1, "eta_override": 0.02, "drift_thresh
            "clip": (-5.0, 5.0), "push_rate": 0.01, "min_confidence": 0.1, "drift_mode": "seed", "shadow_eta": 0.4,
            "promotion_threshold": 3.5, "tracking_eta": 0.3, "evidence_clip": 2.0, "evidence_allowance": 0.5,
            "lead_rate": 0.2, "prototypes": 2, "spawn_threshold": 0.7, "spawn_support": 2.0, "win_decay": 0.1,
+           "learning": "lvq", "units": "criterion", "rate_floor": 0.05, "relevance_rate": 0.02, "miss_penalty": 0.2,
            "max_log_events": 100}
 
 
@@ -75,9 +76,9 @@ def test_min_confidence_abstention_still_predicts_the_most_probable_label():
     model = JudgmentClassifier(min_confidence=0.99, tau=10.0)
     model.learn_one({"a": 0.0}, "low")
     model.learn_one({"a": 1.0}, "high")
-    assert model.memory.score_one([0.4], 0)[0] is None  # the memory abstains
-    proba = model.predict_proba_one({"a": 0.4})
-    assert proba["low"] > proba["high"] > 0 and model.predict_one({"a": 0.4}) == "low"
+    assert model.memory.score_one([0.2], 0)[0] is None  # the memory abstains
+    proba = model.predict_proba_one({"a": 0.2})
+    assert proba["low"] > proba["high"] > 0 and model.predict_one({"a": 0.2}) == "low"
 
 
 # -- the rows ----------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def test_the_signature_is_the_config_with_the_recommended_defaults():
     assert all(parameters[name].default == getattr(recommended, name) for name in JudgmentConfig.options())
     model = JudgmentClassifier()
     model.learn_one({"a": 1.0}, "x")
-    assert model.memory.config == recommended and model.memory.config.drift_mode == "adaptive"
+    assert model.memory.config == recommended and model.memory.config.learning == "lvq"
 
 
 def test_every_option_reaches_the_memory():
@@ -344,8 +345,12 @@ def reference_predictions(memory_factory, rows, scoped_category: bool):
 @pytest.mark.parametrize(("make", "memory_factory", "scoped_category"), [
     (lambda: JudgmentClassifier(category="desk"),
      lambda f, a, c: JudgmentMemory([c], [a], f, JudgmentConfig.recommended(), grow=True), True),
-    (lambda: JudgmentClassifier(category="desk", prototypes=2, drift_mode="seed", tau=0.05),
-     lambda f, a, c: JudgmentMemory([c], [a], f, tau=0.05, prototypes=2, grow=True), True),
+    (lambda: JudgmentClassifier(category="desk", prototypes=2, tau=0.05),
+     lambda f, a, c: JudgmentMemory([c], [a], f, JudgmentConfig.recommended(), tau=0.05, prototypes=2, grow=True),
+     True),
+    (lambda: JudgmentClassifier(category="desk", learning="gated", drift_mode="seed", tau=0.05),
+     lambda f, a, c: JudgmentMemory([c], [a], f, JudgmentConfig.recommended(), learning="gated", tau=0.05,
+                                    grow=True), True),
     (lambda: KNNClassifier(category="desk", k=3, capacity=40, scoped=True),
      lambda f, a, c: KNNMemory(f, [a], k=3, capacity=40, categories=[c], scoped=True, grow=True), True),
     (lambda: KNNClassifier(category="desk", k=3, capacity=40),

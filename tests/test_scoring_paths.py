@@ -42,6 +42,9 @@ def slow_logits(memory, x, category):
     estimates = rule.scoring_estimates(state, config)
     scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)
     alpha = rule.attention(memory.criterion_logits.detach())
+    if config.lvq:  # the metric, written out: attention x relevance / (running variance + 1e-6)
+        relevance = torch.softmax(state.relevance_logits.double(), -1)
+        alpha = alpha.double() * relevance / (state.input_variances.double() + 1e-6)
     out = torch.full((x.shape[0], len(memory.action_names)), float("-inf"))
     for b in range(x.shape[0]):
         c = int(category[b])

@@ -170,7 +170,8 @@ def test_partial_fit_refuses_parameters_changed_since_the_memory_was_built():
 # -- parameters ---------------------------------------------------------------------------------
 def other_value(name: str, default):
     """A valid value of each option other than its recommended default."""
-    special = {"clip": (-3.0, 3.0), "max_log_events": 50, "drift_mode": "seed"}
+    special = {"clip": (-3.0, 3.0), "max_log_events": 50, "drift_mode": "adaptive", "learning": "gated",
+               "units": "criterion"}
     if name in special:
         return special[name]
     if isinstance(default, int):
@@ -185,7 +186,7 @@ def test_parameters_are_the_config_options_with_recommended_defaults():
     recommended = JudgmentConfig.recommended()
     assert JudgmentClassifier().get_params() == {"category": None,
                                                  **{name: getattr(recommended, name) for name in OPTIONS}}
-    assert JudgmentClassifier().get_params()["drift_mode"] == "adaptive"
+    assert JudgmentClassifier().get_params()["learning"] == "lvq"
     assert repr(JudgmentClassifier()) == "JudgmentClassifier()"
     assert repr(JudgmentClassifier(tau=0.5, category=1)) == "JudgmentClassifier(category=1, tau=0.5)"
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['taus'\]"):

@@ -92,10 +92,11 @@ class _Bars:
                           "met": None if reported else ratio["high"] is not None and ratio["high"] <= 1 / 3})
 
 
-def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars ``drift_mode='adaptive'`` is held to in every setting, by the setting's
-    :func:`drift_kind`, each with its measured value and verdict."""
-    bars = _Bars(summary, "jm_adaptive")
+def drift_bars(summary: dict[str, Any], subject: str = "jm_adaptive") -> list[dict[str, Any]]:
+    """The bars ``drift_mode='adaptive'`` (or ``subject``) is held to in every setting, by the
+    setting's :func:`drift_kind`, each with its measured value and verdict. The outlier bars
+    against the gate's ablations are the adaptive mode's own."""
+    bars = _Bars(summary, subject)
     at_n = f"{RECOVERY_AFTER} decisions after the drift"
     for setting in summary["metrics"]:
         kind = drift_kind(setting)
@@ -118,7 +119,7 @@ def drift_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
         else:  # no drift: what being drift-aware costs
             bars.paired(setting, "no worse than 1 pp below the seed rule (cumulative)", "jm", "cumulative",
                         no_worse_than=1.0)
-            if kind == "outliers":
+            if kind == "outliers" and subject == "jm_adaptive":
                 bars.paired(setting, "ahead of the ungated seed rule (cumulative)", "jm_no_gate", "cumulative")
                 bars.paired(setting, "ahead of its shadow rule alone, ungated (cumulative)", "jm_fast", "cumulative")
             bars.paired(setting, "reported: vs knn_best (cumulative)", "knn_best", "cumulative", reported=True)
@@ -141,6 +142,19 @@ def prototype_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return bars.bars
 
 
+RECOMMENDED = "jm_recommended"  # JudgmentConfig.recommended(): the default of gae.river and gae.sklearn
+
+
+def recommended_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars the recommended configuration is held to: the drift bars (:func:`drift_bars`,
+    against ``knn_best`` and ``knn_adwin``; without drift, no worse than 1 pp below the seed rule)
+    and the multimodal bar (no worse than 2 pp below ``knn_best``)."""
+    bars = drift_bars(summary, RECOMMENDED)
+    multimodal = _Bars(summary, RECOMMENDED)
+    multimodal.paired("multimodal", "no worse than 2 pp below knn_best", "knn_best", "cumulative", no_worse_than=2.0)
+    return bars + multimodal.bars
+
+
 def count(*tables: list[dict[str, Any]]) -> dict[str, int]:
     """How many bars were tested (have a verdict), how many were met, and how many are only reported."""
     bars = [bar for table in tables for bar in table]
@@ -148,7 +162,7 @@ def count(*tables: list[dict[str, Any]]) -> dict[str, int]:
             "reported": sum(bar["met"] is None for bar in bars)}
 
 
-STANDING = ("jm", "jm_adaptive", "jm_prototypes")
+STANDING = ("jm", "jm_adaptive", "jm_prototypes", RECOMMENDED)
 
 
 def standing(summary: dict[str, Any], against: str = "knn_best", key: str = "cumulative") -> dict[str, Any]:

@@ -57,6 +57,9 @@ CONTESTANTS: dict[str, Contestant] = {
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", judgment(), learn_attention=True),
     "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", judgment(drift_mode="adaptive")),
     "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", judgment(prototypes=4)),
+    # the default of gae.river and gae.sklearn (docs/lvq.md)
+    "jm_recommended": Contestant("JudgmentMemory, JudgmentConfig.recommended() (learning='lvq')", "judgment",
+                                 JudgmentConfig.recommended().to_dict()),
     # the original design's baseline as its pseudocode defines it (cap = 200), and its fair variant
     "knn": Contestant("KNNMemory (k=5, cap 200, flat)", "knn", {"k": 5, "capacity": 200}),
     "knn_scoped": Contestant("KNNMemory (k=5, cap 200) scoped by category", "knn",
@@ -109,6 +112,7 @@ ABLATIONS: list[tuple[str, str, str]] = [
     ("drift-aware (adaptive) vs seed rule", "jm_adaptive", "jm"),
     (f"change test vs its shadow rule alone (ungated, eta {SHADOW_ETA:g})", "jm_adaptive", "jm_fast"),
     ("four prototypes per action vs one", "jm_prototypes", "jm"),
+    ("recommended (learning='lvq') vs the seed rule", "jm_recommended", "jm"),
 ]
 # The stream of the original head-to-head; the drift kind is the one thing that varies by setting.
 STREAM: dict[str, Any] = {"n_decisions": 2000, "categories": 4, "actions": 4, "factors": 8, "informative": 4,

@@ -346,9 +346,16 @@ class DecisionMemoryModule(L.LightningModule):
         attention = self.memory.criterion_attention().detach().cpu()
         names = self.memory.category_names, self.memory.factor_names
         writer.add_figure("attention/heatmap", attention_heatmap(attention, *names), decision)
+        # learning='lvq' learns relevances online (GRLVQ): K x relevance, so that 1 is neutral as for attention
+        relevance = self.memory.relevances().detach().cpu() * self.memory.n_factors if self.memory.config.lvq else None
+        if relevance is not None:
+            writer.add_figure("relevance/heatmap", attention_heatmap(relevance, *names, title="criterion relevance "
+                                                                     "(K x relevance, learned online)"), decision)
         for c, category in enumerate(names[0]):
             for k, criterion in enumerate(names[1]):
                 writer.add_scalar(f"attention/{category}/{criterion}", float(attention[c, k]), decision)
+                if relevance is not None:
+                    writer.add_scalar(f"relevance/{category}/{criterion}", float(relevance[c, k]), decision)
             known = self.memory.initialized[c]
             if bool(known.any()):
                 writer.add_histogram(f"prototypes/{category}", self.memory.centroids[c][known].cpu(), decision)

@@ -158,7 +158,7 @@ def headline_table(summary: dict[str, Any], setting: str) -> str:
     return "\n".join(lines)
 
 
-COST_CONTESTANTS = ("jm", "jm_prototypes", "knn", "knn_scoped", "knn_best")
+COST_CONTESTANTS = ("jm", "jm_prototypes", "jm_recommended", "knn", "knn_scoped", "knn_best")
 
 
 def summary_of(report: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +278,9 @@ def markdown(report: dict[str, Any]) -> str:
     if report["prototype_bars"]:
         parts += ["## Several prototypes per action (`prototypes=4`)", "", bars_table(report["prototype_bars"]), "",
                   "Cost, multi-modal setting (docs/prototypes.md):", "", cost_table(summary, "multimodal"), ""]
+    if report.get("recommended_bars"):
+        parts += ["## The recommended configuration (`learning='lvq'`)", "", bars_table(report["recommended_bars"]),
+                  ""]
     if report["sensitivity"]:
         parts += ["## k-NN sensitivity (tuning seeds)", "", "The points the tuned contestants chose:", "",
                   choices_table(report["sensitivity"]), ""]

@@ -17,7 +17,8 @@ from training import tuning as T
 
 def _verdict_bars(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The bars with a verdict (the README shows these; the docs pages show the reported ones too)."""
-    return [bar for bar in report["drift_bars"] + report["prototype_bars"] if bar["met"] is not None]
+    return [bar for bar in report["drift_bars"] + report["prototype_bars"] + report.get("recommended_bars", [])
+            if bar["met"] is not None]
 
 
 def _count(report: dict[str, Any]) -> str:
@@ -46,9 +47,10 @@ def readme_section(report: dict[str, Any]) -> str:
         parts += ["Where the judgment memory stands against `knn_best` (cumulative accuracy, paired by seed):",
                   B.standing_table(report["standing"])]
     if report["drift_bars"] or report["prototype_bars"]:
-        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md) and several prototypes per "
-                  f"action (`prototypes=4`, docs/prototypes.md) against their bars. {_count(report)} The "
-                  "comparisons without a verdict are in docs/drift.md and docs/prototypes.md.",
+        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md), several prototypes per "
+                  f"action (`prototypes=4`, docs/prototypes.md) and the recommended configuration "
+                  f"(`learning='lvq'`, docs/lvq.md) against their bars. {_count(report)} The comparisons without "
+                  "a verdict are in docs/drift.md, docs/prototypes.md and docs/lvq.md.",
                   B.bars_table(_verdict_bars(report))]
     if "multimodal" in summary["metrics"]:
         parts += ["Cost in the multi-modal setting, from the same run:", R.cost_table(summary, "multimodal")]
@@ -105,6 +107,22 @@ def prototypes_section(report: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def lvq_section(report: dict[str, Any]) -> str:
+    """docs/lvq.md's results: the bars of ``JudgmentConfig.recommended()`` and where it stands."""
+    summary, protocol = R.summary_of(report), report["protocol"]
+    parts = [_provenance(report)]
+    if report.get("recommended_bars"):
+        parts += ["The bars of `JudgmentConfig.recommended()` (`jm_recommended`), paired differences by seed "
+                  "(recovery: the ratio of mean recovery times with a paired bootstrap CI):",
+                  B.bars_table(report["recommended_bars"])]
+    if "permute" in summary["metrics"]:
+        columns = {key: R.METRICS[key][0] for key in ("before_drift", "at_recovery_point", "recovery_decisions")}
+        parts += [f"Permute drift at decision {protocol['drift_at']:,}:",
+                  R.figures_table(summary, "permute", ("jm", "jm_adaptive", "jm_recommended", "knn_best",
+                                                       "knn_adwin"), columns)]
+    return "\n\n".join(parts)
+
+
 def tuning_section(report: dict[str, Any]) -> str:
     """docs/protocol.md's results: the points ``knn_best`` and ``knn_adwin`` chose, and every
     setting's sensitivity table."""
@@ -123,7 +141,7 @@ def tuning_section(report: dict[str, Any]) -> str:
 
 
 DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section),
-                "report-tuning": ("protocol.md", tuning_section)}
+                "report-tuning": ("protocol.md", tuning_section), "report-lvq": ("lvq.md", lvq_section)}
 REGENERATE = "python scripts/evaluate.py --readme README.md"
 
 

@@ -128,9 +128,11 @@ STREAMS: dict[str, StreamSpec] = {
 }
 
 
-# gae's configurations in the suite: its two presets and the multi-prototype variant (add a new preset here)
+# gae's configurations in the suite: its two presets, the drift-aware mode (the recommended one before
+# learning='lvq') and the multi-prototype variant (add a new preset here)
 GAE_CONFIGS: dict[str, JudgmentConfig] = {"jm_recommended": JudgmentConfig.recommended(),
                                           "jm_seed": JudgmentConfig.seed(),
+                                          "jm_adaptive": JudgmentConfig.seed().replace(drift_mode="adaptive"),
                                           "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
 
 

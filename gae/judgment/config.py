@@ -13,6 +13,8 @@ from typing import Any, Literal
 from gae import validation as check
 
 DriftMode = Literal["seed", "adaptive"]
+Learning = Literal["gated", "lvq"]
+Units = Literal["criterion", "category"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -59,6 +61,12 @@ class JudgmentConfig:
     spawn_threshold: float = 0.5  # unweighted L2 from every prototype of its action that starts a new one
     spawn_support: float = 1.5  # recent wins a prototype needs before it scores: two wins close together
     win_decay: float = 0.05  # per decision of the action: wins remember about the last 20
+    # -- learning='lvq' (docs/lvq.md): units from the data, a metric learned online, prototypes where errors are
+    learning: Learning = "gated"  # 'gated': the eta rule above; 'lvq': learning vector quantization (rule.lvq_step)
+    units: Units = "category"  # lvq: squared differences over the category's mean running variance, or each criterion's
+    rate_floor: float = 0.02  # lvq: prototypes learn at max(1 / (updates + 1), rate_floor): running mean, then tracking
+    relevance_rate: float = 0.0  # lvq: step size of the criterion relevances (GRLVQ); 0 keeps them uniform
+    miss_penalty: float = 0.0  # lvq, P > 1: other actions' prototypes nearer than the right one lose this share of wins
     # -- the decision log (trace, undo_, forget_)
     max_log_events: int | None = None  # decisions the log keeps (older ones folded into its base); 0: none
 
@@ -68,7 +76,7 @@ class JudgmentConfig:
         set_(self, "tau", real("tau", self.tau, low=0.0, low_open=True))
         for name in ("eta_confirmed", "eta_override", "gate_damping", "shadow_eta", "tracking_eta", "lead_rate"):
             set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0, low_open=True))
-        for name in ("push_rate", "min_confidence", "win_decay"):
+        for name in ("push_rate", "min_confidence", "win_decay", "miss_penalty"):
             set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0))
         for name in ("drift_threshold", "spawn_threshold", "spawn_support", "evidence_clip", "evidence_allowance"):
             set_(self, name, real(name, getattr(self, name), low=0.0))
@@ -76,6 +84,15 @@ class JudgmentConfig:
                                                low_open=True))
         if self.drift_mode not in ("seed", "adaptive"):
             raise ValueError(f"drift_mode must be 'seed' or 'adaptive', got {self.drift_mode!r}")
+        if self.learning not in ("gated", "lvq"):
+            raise ValueError(f"learning must be 'gated' or 'lvq', got {self.learning!r}")
+        if self.units not in ("criterion", "category"):
+            raise ValueError(f"units must be 'criterion' or 'category', got {self.units!r}")
+        set_(self, "rate_floor", real("rate_floor", self.rate_floor, low=0.0, high=1.0, low_open=True))
+        set_(self, "relevance_rate", real("relevance_rate", self.relevance_rate, low=0.0))
+        if self.lvq and self.adaptive:
+            raise ValueError("learning='lvq' handles drift per prototype (rate_floor, spawning where it errs) and "
+                             "does not combine with drift_mode='adaptive'; got learning='lvq', drift_mode='adaptive'")
         set_(self, "prototypes", check.check_int("prototypes", self.prototypes, low=1))
         if self.max_log_events is not None:
             check.check_int("max_log_events", self.max_log_events, low=0)
@@ -94,10 +111,13 @@ class JudgmentConfig:
 
     @classmethod
     def recommended(cls) -> JudgmentConfig:
-        """The best configuration gae has for a stream it knows nothing about: today the
-        adaptive drift mode (``docs/drift.md``), the default of ``gae.river.JudgmentClassifier``
-        and ``gae.sklearn.JudgmentClassifier``."""
-        return cls(drift_mode="adaptive")
+        """The best configuration gae has for a stream it knows nothing about, the default of
+        ``gae.river.JudgmentClassifier`` and ``gae.sklearn.JudgmentClassifier``: ``learning='lvq'``
+        (docs/lvq.md) with up to 32 prototypes per category and action, spawned where the memory
+        errs, relevances learned online, in the data's own units. Its constants were chosen on
+        tuning streams apart from those the benchmarks report (docs/lvq.md says how)."""
+        return cls(learning="lvq", units="category", prototypes=32, rate_floor=0.1, push_rate=0.5,
+                   relevance_rate=0.05, miss_penalty=0.5, spawn_threshold=0.4, spawn_support=1.5, win_decay=0.01)
 
     @classmethod
     def keyword_parameters(cls, defaults: JudgmentConfig | None = None) -> list[inspect.Parameter]:
@@ -152,6 +172,11 @@ class JudgmentConfig:
     def adaptive(self) -> bool:
         """``drift_mode == 'adaptive'``."""
         return self.drift_mode == "adaptive"
+
+    @property
+    def lvq(self) -> bool:
+        """``learning == 'lvq'``."""
+        return self.learning == "lvq"
 
 
 def _checked_clip(clip: Any) -> tuple[float, float] | None:

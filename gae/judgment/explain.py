@@ -31,20 +31,27 @@ class Explanation:
         action: (B,) int64, the recommended action, -1 where the memory abstains.
         confidence: (B,) float, its probability (0 on abstention).
         probs: (B, A) float, the softmax over actions.
-        distance: (B, A) float, the attention-weighted squared distance to each action's nearest
-            prototype; ``inf`` where the action has none. ``logit = -distance / tau``.
+        distance: (B, A) float, the weighted squared distance to each action's nearest prototype
+            (weighted by the metric, :func:`gae.judgment.rule.metric`: the attention, and with
+            ``learning='lvq'`` the relevances over the running variances); ``inf`` where the
+            action has none. ``logit = -distance / tau``.
         contributions: (B, A, K) float, each criterion's share of that distance,
-            ``attention[k] * (x[k] - prototype[k]) ** 2``; sums to ``distance`` over K.
+            ``metric[k] * (x[k] - prototype[k]) ** 2``; sums to ``distance`` over K.
         attention: (B, K) float, the criterion weights of each decision's category.
+        relevance: (B, K) float, the criterion relevances ``learning='lvq'`` learned for each
+            decision's category (summing to 1); uniform with the gated rule, which has none.
         nearest: (B, A) int64, the prototype slot each action scored with, -1 where none.
         margin: (B,) float, the distance of the second-best action's prototype minus the best's
             (``inf`` when fewer than two actions have a prototype, ``nan`` when none does).
         displacement: (B,) float, the unweighted L2 distance from the recommended action's
-            nearest prototype in use (the gate's distance; ``nan`` on abstention).
+            nearest prototype in use (the gate's distance; ``nan`` on abstention); with
+            ``learning='lvq'``, the metric distance to it, which its rule compares.
         gated: (B,) bool, learning this decision as the recommended action would be damped by
             the drift gate (``displacement > drift_threshold``; see ``spawns`` for P > 1).
+            Always False with ``learning='lvq'``, which has no gate.
         spawns: (B,) bool, learning it would start a new prototype instead (``prototypes > 1``
-            and ``displacement > spawn_threshold``); always False with one prototype.
+            and ``displacement > spawn_threshold``); always False with one prototype, and with
+            ``learning='lvq'``, which spawns only where its recommendation was wrong.
         category: (B,) int64, the decisions' categories.
         category_names, action_names, factor_names: the memory's names, for printing.
     """
@@ -55,6 +62,7 @@ class Explanation:
     distance: Tensor
     contributions: Tensor
     attention: Tensor
+    relevance: Tensor
     nearest: Tensor
     margin: Tensor
     displacement: Tensor
@@ -64,6 +72,8 @@ class Explanation:
     category_names: tuple[str, ...]
     action_names: tuple[str, ...]
     factor_names: tuple[str, ...]
+
+    lvq: bool = False  # the memory learns with learning='lvq'
 
     def __len__(self) -> int:
         return self.action.shape[0]
@@ -82,6 +92,8 @@ class Explanation:
         else:
             learning = ("would start a new prototype" if bool(self.spawns[b]) else
                         "would be gated" if bool(self.gated[b]) else "would not be gated")
+            if self.lvq:
+                learning = "would move its nearest prototype toward it"
             head = (f"decision {b} ({category}): recommends {self.action_names[action]} "
                     f"(confidence {float(self.confidence[b]):.3f}, margin {float(self.margin[b]):.4f}); "
                     f"learning it as {self.action_names[action]} {learning} "
@@ -89,6 +101,8 @@ class Explanation:
         factors = list(self.factor_names)
         rows = [["action", "prototype", "distance", "prob", *factors],
                 ["attention", "", "", "", *(f"{float(w):.3f}" for w in self.attention[b])]]
+        if self.lvq:
+            rows.append(["relevance", "", "", "", *(f"{float(w):.3f}" for w in self.relevance[b])])
         for a, name in enumerate(self.action_names):
             if int(self.nearest[b, a]) < 0:
                 rows.append([name, "-", "inf", f"{float(self.probs[b, a]):.3f}", *("-" for _ in factors)])
@@ -123,29 +137,37 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
     gate's view measures the prototypes themselves, unweighted, as learning would.
     """
     alpha = attention[category]  # (B, K)
+    weights = rule.metric(attention, state, config)[category]  # (B, K)
+    if config.lvq:
+        relevance = rule.relevances(state.relevance_logits)[category]
+    else:
+        relevance = torch.full_like(alpha, 1.0 / alpha.shape[1])
     estimates = rule.scoring_estimates(state, config)
-    sq_diff, distance = rule.distances(x, estimates[category], alpha)  # (B, A, P, K), (B, A, P)
+    sq_diff, distance = rule.distances(x, estimates[category], weights)  # (B, A, P, K), (B, A, P)
     scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)[category]
     distance, nearest = distance.masked_fill(~scoring, float("inf")).min(-1)  # (B, A)
     present = torch.isfinite(distance)
     nearest = torch.where(present, nearest, -1)
     rows = torch.arange(x.shape[0], device=x.device)[:, None]
     actions = torch.arange(state.centroids.shape[1], device=x.device)
-    contributions = sq_diff[rows, actions, nearest.clamp(min=0)] * alpha[:, None, :]
+    contributions = sq_diff[rows, actions, nearest.clamp(min=0)] * weights[:, None, :]
     contributions = contributions.masked_fill(~present[..., None], float("nan"))
     out = rule.output((-distance / config.tau).masked_fill(~present, float("-inf")), config.min_confidence)
     # learning the recommendation would move its nearest prototype in use (the prototypes themselves, also
     # while tracking prototypes score in drift_mode='adaptive'), by the unweighted distance
-    length = rule.distances(x, state.centroids[category], torch.ones_like(alpha))[1].sqrt()
+    if config.lvq:  # its rule's distance: the metric's
+        length = rule.distances(x, state.centroids[category], weights)[1]
+    else:
+        length = rule.distances(x, state.centroids[category], torch.ones_like(alpha))[1].sqrt()
     length = length.masked_fill(~state.initialized[category], float("inf"))  # (B, A, P)
     recommended = out.action.clamp(min=0)
     displacement, taught = length[rows.squeeze(1), recommended].min(-1)
     displacement = torch.where(out.action >= 0, displacement, float("nan"))
-    spawns = (displacement > config.spawn_threshold) & (config.prototypes > 1)
-    gated = (displacement > config.drift_threshold) & ~spawns
+    spawns = (displacement > config.spawn_threshold) & (config.prototypes > 1) & (not config.lvq)
+    gated = (displacement > config.drift_threshold) & ~spawns & (not config.lvq)
     if config.adaptive:  # a promoted prototype restarting (no weight yet) is not gated
         cell = (category, recommended, taught)
         gated &= ~(state.following[cell] & (state.follow_weight[cell] == 0))
-    return Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, nearest,
-                       margins(distance), displacement, gated, spawns, category, *names)
+    return Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, relevance, nearest,
+                       margins(distance), displacement, gated, spawns, category, *names, lvq=config.lvq)
 

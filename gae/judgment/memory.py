@@ -115,6 +115,10 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     run_counts: Tensor
     tracking_centroids: Tensor
     tracking_lead: Tensor
+    input_counts: Tensor
+    input_means: Tensor
+    input_variances: Tensor
+    relevance_logits: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
                  *, grow: bool = False, **overrides: Any) -> None:
@@ -157,6 +161,19 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         """(C, K) attention weights ``K * softmax(criterion_logits)``; all ones at initialisation."""
         return rule.attention(self.criterion_logits)
 
+    def relevances(self) -> Tensor:
+        """(C, K) the criterion relevances ``learning='lvq'`` learns online (GRLVQ), each row summing
+        to 1 (uniform until learned); with the gated rule, uniform (the rule has none)."""
+        if not self._config.lvq:
+            return self.criterion_logits.detach().new_full(self.criterion_logits.shape, 1.0 / self.n_factors)
+        return rule.relevances(self.relevance_logits)
+
+    def metric(self) -> Tensor:
+        """(C, K) the weights of the scoring distance (:func:`gae.judgment.rule.metric`): the
+        attention with the gated rule; with ``learning='lvq'`` the attention times the relevances
+        over each category's running variance. Differentiable in ``criterion_logits``."""
+        return rule.metric(self.criterion_attention(), self.state(), self._config)
+
     # -- scoring ----------------------------------------------------------------------
     def forward(self, x: Tensor, category: Tensor, *, out: MemoryOutput | None = None) -> MemoryOutput:
         """Score a batch against the current prototypes. No side effects, but on ``out``.
@@ -173,7 +190,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         """
         if not torch.compiler.is_compiling():
             x, category = self._check_query(x, category)
-        alpha = self.criterion_attention()  # (C, K)
+        alpha = self.metric()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
         if out is not None:
             self._check_out(out, x, needs_grad)
@@ -227,8 +244,8 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         prototype), -1 where the action has none. Always 0 or -1 when P = 1."""
         x, category = self._check_query(x, category)
         with torch.no_grad():
-            logits = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(),
-                                self.criterion_attention(), self._config)[2]
+            logits = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), self.metric(),
+                                self._config)[2]
         return torch.where(torch.isfinite(logits).any(-1), logits.argmax(-1), -1)
 
     def explain(self, factors: Tensor | Sequence[float] | np.ndarray,
@@ -383,7 +400,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     def _check_names_state(self, extra: dict[str, Any]) -> None:
         super()._check_names_state(extra)
         saved = extra.get("config", extra)  # a state saved before the config kept the mode at the top level
-        for option, default in (("drift_mode", "seed"), ("prototypes", 1)):
+        for option, default in (("drift_mode", "seed"), ("prototypes", 1), ("learning", "gated")):
             value, mine = saved.get(option, default), getattr(self._config, option)
             if value != mine:
                 raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "

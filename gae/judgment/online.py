@@ -42,7 +42,8 @@ from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
 DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the kernels read it
           layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
-SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead")  # what score_one_at reads
+SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead",  # what score_one_at reads
+          "relevance_logits", "input_variances")
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
 MAX_STAGED = 1024  # rows staged before they go to the logs
 
@@ -78,7 +79,7 @@ class Staged:
     ``sq_diff``, ``nearest``, ``before``, the :class:`~gae.types.LearnEvents` and the
     promotions), the per-decision ones kept as the rows of four packed tensors (``ints``,
     ``flags``, ``reals``, ``scores``): the kernel then takes nine arrays where it would take
-    twenty-six, and each array costs its call some 40 ns to receive. ``arrays`` holds the NumPy
+    thirty, and each array costs its call some 40 ns to receive. ``arrays`` holds the NumPy
     views in :func:`~gae.judgment.kernels.learning.learn_one`'s argument order.
     """
 
@@ -248,9 +249,10 @@ class HostState:
             scratch = (np.zeros(n_factors, np.float32), np.zeros((1, n_factors), np.float32),
                        np.zeros(n_actions, np.float32))  # row, alpha, logits
             table = ArrayTable([state.centroids, state.initialized, state.wins, state.tracking_centroids,
-                                state.tracking_lead, self.logits, *scratch])
+                                state.tracking_lead, self.logits, *scratch, state.relevance_logits,
+                                state.input_variances])
             self.score_bound = (options.adaptive, options.tau, options.spawn_support, options.min_confidence,
-                                table.addresses, table.shapes)
+                                options.pooled, table.addresses, table.shapes)
             self.score_table = table
             self.score = entry_point(kernels.score_one_at, row, c, *self.score_bound)
         return self.score(row, c, *self.score_bound)

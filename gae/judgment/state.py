@@ -6,7 +6,7 @@ feature that is off keeps its buffers empty (size 0), so nothing is stored for i
 changes shape between modes. ``VERSION`` is the layout's number (``JudgmentMemory._version``);
 :func:`upgrade` turns any state an earlier gae saved into this layout.
 
-Layout version 2 (C categories, A actions, P prototype slots, K factors):
+Layout version 3 (C categories, A actions, P prototype slots, K factors):
 
 ==========================  =========  ==============  ======================================
 buffer                      dtype      shape           when the feature is off
@@ -25,7 +25,13 @@ buffer                      dtype      shape           when the feature is off
 ``run_counts``              int64      (C, A, P)       (0, 0, 0)
 ``tracking_centroids``      float32    (C, A, P, K)    (0, 0, 0, 0)
 ``tracking_lead``           float32    (C,)            (0,)
+``input_counts``            int64      (C,)            (0,) unless learning='lvq'
+``input_means``             float32    (C, K)          (0, 0)
+``input_variances``         float32    (C, K)          (0, 0)
+``relevance_logits``        float32    (C, K)          (0, 0)
 ==========================  =========  ==============  ======================================
+
+Version 2 had no ``learning='lvq'`` and none of its four buffers; its states gain them empty.
 
 Version 1 (gae before the layout was fixed) kept (C, A, K) / (C, A) buffers with one
 prototype, had no ``wins`` then, and registered the adaptive buffers only in that mode; its
@@ -41,7 +47,7 @@ from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
 
-VERSION = 2
+VERSION = 3
 
 
 class JudgmentState(NamedTuple):
@@ -61,10 +67,15 @@ class JudgmentState(NamedTuple):
     run_counts: Tensor
     tracking_centroids: Tensor
     tracking_lead: Tensor
+    input_counts: Tensor
+    input_means: Tensor
+    input_variances: Tensor
+    relevance_logits: Tensor
 
 
-_ADAPTIVE = JudgmentState._fields[4:]
-BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE)  # the order they are registered in
+_ADAPTIVE = JudgmentState._fields[4:13]
+_LVQ = JudgmentState._fields[13:]
+BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE, *_LVQ)  # the order they are registered in
 
 
 def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentConfig) -> dict[str, tuple]:
@@ -91,6 +102,10 @@ def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentCo
         "run_counts": (per_prototype(used=on), i64),
         "tracking_centroids": (per_prototype(n_factors, used=on), f32),
         "tracking_lead": ((n_categories if on else 0,), f32),
+        "input_counts": ((n_categories if config.lvq else 0,), i64),
+        "input_means": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
+        "input_variances": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
+        "relevance_logits": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
     }
 
 
@@ -125,7 +140,10 @@ def is_current(buffers: dict[str, Any]) -> bool:
 
 
 def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
-    """The buffers of a version-1 state (``name -> tensor``, no prefix) in this layout; a new dict.
+    """The buffers of a version-1 or -2 state (``name -> tensor``, no prefix) in this layout; a new dict.
+
+    A version-2 state (gae before ``learning='lvq'``) gains the four lvq buffers empty, as a
+    gated memory keeps them (a gated state into an lvq memory: the mode check names it).
 
     One prototype's (C, A, K) / (C, A) buffers gain their slot dimension, and ``wins``, which
     one prototype did not have, is added empty. The adaptive buffers are added empty to the
@@ -154,7 +172,7 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
     n_categories, n_actions, n_slots, n_factors = out["centroids"].shape
     saved_adaptive = "shadow_centroids" in out
     sizes = layout(n_categories, n_actions, n_factors, config.replace(
-        prototypes=n_slots, drift_mode="adaptive" if saved_adaptive else "seed"))
+        prototypes=n_slots, drift_mode="adaptive" if saved_adaptive else "seed", learning="gated"))
     if "wins" not in out and n_slots == 1:
         out["wins"] = torch.zeros(sizes["wins"][0])
     if saved_adaptive or not config.adaptive:  # (a seed state into an adaptive memory: the mode check names it)
@@ -163,6 +181,10 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
                 shape, dtype = sizes[name]
                 out[name] = out["centroids"].clone() if name == "tracking_centroids" and saved_adaptive \
                     else torch.zeros(shape, dtype=dtype)
+    for name in _LVQ:  # no state before version 3 learned with lvq
+        if name not in out:
+            shape, dtype = sizes[name]
+            out[name] = torch.zeros(shape, dtype=dtype)
     return out
 
 

@@ -11,7 +11,20 @@ import numba
 import numpy as np
 
 from gae.compiled import view
-from gae.judgment.kernels.scoring import NEG_INF, NOT_FINITE, logit, nearest_slot, output, score_decision
+from gae.judgment.kernels.scoring import (
+    NEG_INF,
+    NOT_FINITE,
+    VARIANCE_FLOOR32,
+    logit,
+    metric_row,
+    nearest_slot,
+    output,
+    pooled_spread,
+    relevance,
+    relevance_norm,
+    score_decision,
+    spread,
+)
 from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents
 
@@ -172,6 +185,158 @@ def shadow_and_promotion(x, b, c, a, target, fresh, centroids, initialized, shad
         evidence[c, 1] = 0
 
 
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def observe(x, b, c, counts, means, variances):  # pragma: no cover
+    """Category ``c``'s running mean and variance take ``x[b]`` (``rule.observe``)."""
+    counts[c] += 1
+    n = np.float32(counts[c])
+    for k in range(x.shape[1]):
+        delta = x[b, k] - means[c, k]
+        means[c, k] += delta / n
+        variances[c, k] += (delta * (x[b, k] - means[c, k]) - variances[c, k]) / n
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def miss(x, b, c, a, weights, centroids, initialized, wins, penalty32):  # pragma: no cover
+    """Every prototype in use of another action nearer to ``x[b]`` than action ``a``'s nearest loses
+    ``miss_penalty`` of its wins (``rule.miss``)."""
+    own = np.float32(np.inf)
+    for p in range(centroids.shape[2]):
+        if initialized[c, a, p]:
+            d = np.float32(0.0)
+            for k in range(x.shape[1]):
+                diff = x[b, k] - centroids[c, a, p, k]
+                d += weights[c, k] * (diff * diff)
+            own = min(own, d)
+    if own == np.float32(np.inf):
+        return
+    for j in range(centroids.shape[1]):
+        if j == a:
+            continue
+        for p in range(centroids.shape[2]):
+            if initialized[c, j, p]:
+                d = np.float32(0.0)
+                for k in range(x.shape[1]):
+                    diff = x[b, k] - centroids[c, j, p, k]
+                    d += weights[c, k] * (diff * diff)
+                if d < own:
+                    wins[c, j, p] *= np.float32(1.0) - penalty32
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def lvq_rate(count, floor32):  # pragma: no cover
+    """``max(1 / (count + 1), rate_floor)`` (``rule.lvq_rate``)."""
+    return max(np.float32(1.0) / (np.float32(count) + np.float32(1.0)), floor32)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def relevance_step(x, b, c, a, p, r, q, alpha, centroids, variances, relevance_logits, rate32,
+                   pooled):  # pragma: no cover
+    """One GRLVQ step of category ``c``'s relevance logits (``rule.relevance_step``)."""
+    top, total = relevance_norm(relevance_logits, c)
+    common = pooled_spread(variances, c) if pooled else VARIANCE_FLOOR32
+    d_own = np.float32(0.0)
+    d_rival = np.float32(0.0)
+    for k in range(x.shape[1]):
+        scale = alpha[c, k] / spread(variances, c, k, pooled, common)
+        own = x[b, k] - centroids[c, a, p, k]
+        rival = x[b, k] - centroids[c, r, q, k]
+        lam = relevance(relevance_logits, c, k, top, total)
+        d_own += lam * (scale * (own * own))
+        d_rival += lam * (scale * (rival * rival))
+    both = d_own + d_rival
+    if not both > 0:
+        return
+    square = both * both
+    for k in range(x.shape[1]):  # each relevance from the logits before this step: top and total are theirs
+        scale = alpha[c, k] / spread(variances, c, k, pooled, common)
+        own = x[b, k] - centroids[c, a, p, k]
+        rival = x[b, k] - centroids[c, r, q, k]
+        gradient = np.float32(2.0) * (d_rival * (scale * (own * own)) - d_own * (scale * (rival * rival))) / square
+        relevance_logits[c, k] -= rate32 * (relevance(relevance_logits, c, k, top, total) * gradient)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def rival_action(logits, b, a):  # pragma: no cover
+    """The best-scoring action other than ``a``, -1 when none scored (``rule.rival_action``)."""
+    rival = -1
+    best = NEG_INF
+    for j in range(logits.shape[1]):
+        if j != a and logits[b, j] > best:
+            best = logits[b, j]
+            rival = j
+    return rival
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids, initialized, counts, wins,
+             input_counts, means, variances, relevance_logits, before, options):  # pragma: no cover
+    """Learn one verified decision with ``learning='lvq'`` (``rule.lvq_step``): returns ``(slot,
+    eta, distance, fresh, spawned, recycled)`` and writes the slot's row before the update into
+    ``before[b]``; ``weights`` is scratch for the category's metric."""
+    n_factors, n_slots = x.shape[1], centroids.shape[2]
+    do_clip, low32, high32 = options.clip, np.float32(options.clip_low), np.float32(options.clip_high)
+    floor32 = np.float32(options.rate_floor)
+    observe(x, b, c, input_counts, means, variances)
+    metric_row(weights, c, alpha, relevance_logits, variances, c, options.pooled)
+    if n_slots > 1 and options.miss_penalty > 0:
+        miss(x, b, c, a, weights, centroids, initialized, wins, np.float32(options.miss_penalty))
+    target = -1
+    distance = np.float32(0.0)
+    for p in range(n_slots):  # the nearest prototype in use under the metric
+        if initialized[c, a, p]:
+            d = np.float32(0.0)
+            for k in range(n_factors):
+                diff = x[b, k] - centroids[c, a, p, k]
+                d += weights[c, k] * (diff * diff)
+            if target < 0 or d < distance:
+                distance = d
+                target = p
+    wrong = recommended != a
+    spawned = False
+    recycled = False
+    if target < 0:  # a first touch
+        target = 0
+        fresh = True
+    else:
+        rival = rival_action(logits, b, a)
+        if options.relevance_rate > 0 and rival >= 0:
+            relevance_step(x, b, c, a, target, rival, nearest[b, rival], alpha, centroids, variances,
+                           relevance_logits, np.float32(options.relevance_rate), options.pooled)
+        spawned = n_slots > 1 and wrong and distance > options.spawn_threshold
+        fresh = spawned
+        if spawned:
+            target, recycled = spawn_slot(c, a, initialized, wins)
+            counts[c, a, target] = 0
+            wins[c, a, target] = 0.0
+    for k in range(n_factors):
+        before[b, k] = centroids[c, a, target, k]
+    if fresh:
+        for k in range(n_factors):
+            centroids[c, a, target, k] = clipped(x[b, k], do_clip, low32, high32)
+        initialized[c, a, target] = True
+        eta = np.float32(1.0)
+    else:
+        eta = lvq_rate(counts[c, a, target], floor32)
+        for k in range(n_factors):
+            value = centroids[c, a, target, k] + eta * (x[b, k] - centroids[c, a, target, k])
+            centroids[c, a, target, k] = clipped(value, do_clip, low32, high32)
+    counts[c, a, target] += 1
+    if n_slots > 1:
+        keep32 = np.float32(1.0) - np.float32(options.win_decay)
+        for p in range(n_slots):
+            wins[c, a, p] *= keep32
+        wins[c, a, target] += np.float32(1.0)
+    if wrong and recommended >= 0:
+        q = nearest[b, recommended]
+        if options.push_rate > 0:
+            rate = np.float32(options.push_rate) * lvq_rate(counts[c, recommended, q], floor32)
+            for k in range(n_factors):
+                value = centroids[c, recommended, q, k] - rate * (x[b, k] - centroids[c, recommended, q, k])
+                centroids[c, recommended, q, k] = clipped(value, do_clip, low32, high32)
+    return target, eta, distance, fresh, spawned, recycled
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def prequential(state, options, alpha, x, category, action, confirmed, given, skip, out, events, promotions, start,
                 stop):  # pragma: no cover
@@ -185,7 +350,7 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
     the memory recommended its action.
     """
     (centroids, initialized, counts, wins, shadow, statistic, evidence, following, follow_weight, run_mean,
-     run_count, tracking, lead) = state
+     run_count, tracking, lead, input_counts, means, variances, relevance_logits) = state
     logits, probs, out_action, confidence, sq_diff, nearest, before = out
     applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned, recycled = events
     promo_statistic, promo_evidence, promo_shift = promotions
@@ -200,10 +365,15 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
     shadow_eta32, promotion_threshold = np.float32(options.shadow_eta), options.promotion_threshold
     n_factors = x.shape[1]
     n_actions, n_slots = centroids.shape[1], centroids.shape[2]
+    lvq = options.lvq
+    # lvq: category c's row of the metric (rule.metric), made before it scores and again as it learns
+    weights = np.empty_like(alpha) if lvq else alpha
     for b in range(start, stop):
         c = category[b]
         # -- score with the state left by decisions 0..b-1 (adaptive: the tracking prototypes while they lead)
         tracked = adaptive and lead[c] > 0
+        if lvq:
+            metric_row(weights, c, alpha, relevance_logits, variances, c, options.pooled)
         if tracked:
             best, best_logit = score_decision(x, b, c, tracking, initialized, wins, support, alpha, tau32, logits,
                                               sq_diff, nearest)
@@ -216,11 +386,11 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
                         diff = x[b, k] - centroids[c, j, 0, k]
                         sq = diff * diff
                         sq_diff[b, j, k] = sq
-                        d += alpha[c, k] * sq
+                        d += weights[c, k] * sq
                     logit_j = -d / tau32 if initialized[c, j, 0] else NEG_INF
                     nearest[b, j] = 0 if initialized[c, j, 0] else -1
                 else:
-                    logit_j, near = nearest_slot(x, b, c, j, centroids, initialized, wins, support, alpha, tau32)
+                    logit_j, near = nearest_slot(x, b, c, j, centroids, initialized, wins, support, weights, tau32)
                     nearest[b, j] = near
                     row = max(near, 0)
                     for k in range(n_factors):
@@ -232,11 +402,28 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
                     best = j
         output(b, best, best_logit, logits, probs, out_action, confidence, min_confidence)
         recommended = out_action[b]
+        if lvq:  # the squared differences in the metric's units (rule.units)
+            top, total = relevance_norm(relevance_logits, c)
+            common = pooled_spread(variances, c) if options.pooled else VARIANCE_FLOOR32
+            for k in range(n_factors):
+                unit = relevance(relevance_logits, c, k, top, total) / spread(variances, c, k, options.pooled, common)
+                for j in range(n_actions):
+                    sq_diff[b, j, k] *= unit
         # -- learn
         if skip[b]:
             skipped[b] = True
             continue
         a = action[b]
+        if lvq:
+            target, eta, disp, fresh, spawned[b], recycled[b] = lvq_step(
+                x, b, c, a, recommended, nearest, logits, alpha, weights, centroids, initialized, counts, wins,
+                input_counts, means, variances, relevance_logits, before, options)
+            first_touch[b] = fresh and not spawned[b]
+            displacement[b] = disp
+            applied[b] = True
+            eta_out[b] = eta
+            prototype[b] = target
+            continue
         is_confirmed = confirmed[b] if given[b] else recommended == a
         eta = eta_c32 if is_confirmed else eta_o32
         if n_slots == 1 and not tracked:  # the squared differences just scored are the prototype's
@@ -363,7 +550,7 @@ def learn_one_at(row, c, a, is_confirmed, is_given, is_skipped, n, limit, option
     """:func:`learn_one` with its arrays given by address (a :class:`gae.compiled.ArrayTable` of
     the state in :class:`~gae.judgment.state.JudgmentState` order, ``num_decisions``, alpha,
     the live and the staged attention logits, then the staged batch's nine arrays), which
-    spares the call receiving and counting twenty-six arrays: the single-decision path's
+    spares the call receiving and counting thirty arrays: the single-decision path's
     entry (``gae.judgment.online``)."""
     f32, i64, b8 = np.float32, np.int64, np.bool_
     s = shapes
@@ -380,19 +567,23 @@ def learn_one_at(row, c, a, is_confirmed, is_given, is_skipped, n, limit, option
         view(addresses[9], (s[9, 0], s[9, 1], s[9, 2], s[9, 3]), f32),
         view(addresses[10], (s[10, 0], s[10, 1], s[10, 2]), i64),
         view(addresses[11], (s[11, 0], s[11, 1], s[11, 2], s[11, 3]), f32),
-        view(addresses[12], (s[12, 0],), f32))
+        view(addresses[12], (s[12, 0],), f32),
+        view(addresses[13], (s[13, 0],), i64),
+        view(addresses[14], (s[14, 0], s[14, 1]), f32),
+        view(addresses[15], (s[15, 0], s[15, 1]), f32),
+        view(addresses[16], (s[16, 0], s[16, 1]), f32))
     return learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state,
-                     view(addresses[13], (), i64),
+                     view(addresses[17], (), i64),
                      options,
-                     view(addresses[14], (s[14, 0], s[14, 1]), f32),
-                     view(addresses[15], (s[15, 0], s[15, 1]), f32),
-                     view(addresses[16], (s[16, 0], s[16, 1]), f32),
-                     view(addresses[17], (s[17, 0], s[17, 1]), f32),
-                     view(addresses[18], (s[18, 0], s[18, 1]), i64),
-                     view(addresses[19], (s[19, 0], s[19, 1]), b8),
+                     view(addresses[18], (s[18, 0], s[18, 1]), f32),
+                     view(addresses[19], (s[19, 0], s[19, 1]), f32),
                      view(addresses[20], (s[20, 0], s[20, 1]), f32),
-                     view(addresses[21], (s[21, 0], s[21, 1]), i64),
-                     view(addresses[22], (s[22, 0], s[22, 1], s[22, 2]), f32),
-                     view(addresses[23], (s[23, 0], s[23, 1], s[23, 2]), f32),
-                     view(addresses[24], (s[24, 0], s[24, 1]), i64),
-                     view(addresses[25], (s[25, 0], s[25, 1]), f32))
+                     view(addresses[21], (s[21, 0], s[21, 1]), f32),
+                     view(addresses[22], (s[22, 0], s[22, 1]), i64),
+                     view(addresses[23], (s[23, 0], s[23, 1]), b8),
+                     view(addresses[24], (s[24, 0], s[24, 1]), f32),
+                     view(addresses[25], (s[25, 0], s[25, 1]), i64),
+                     view(addresses[26], (s[26, 0], s[26, 1], s[26, 2]), f32),
+                     view(addresses[27], (s[27, 0], s[27, 1], s[27, 2]), f32),
+                     view(addresses[28], (s[28, 0], s[28, 1]), i64),
+                     view(addresses[29], (s[29, 0], s[29, 1]), f32))

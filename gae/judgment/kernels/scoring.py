@@ -45,17 +45,73 @@ class Options(NamedTuple):
     spawn_threshold: float
     spawn_support: float
     win_decay: float
+    lvq: bool
+    pooled: bool
+    rate_floor: float
+    relevance_rate: float
+    miss_penalty: float
 
     @classmethod
     @functools.lru_cache(maxsize=64)  # once per config: a config is immutable, and this runs every call
     def of(cls, config: JudgmentConfig) -> Options:
         low, high = config.clip if config.clip is not None else (0.0, 0.0)
         values = {name: float(getattr(config, name)) for name in cls._fields if hasattr(config, name)
-                  and name not in ("clip", "adaptive")}
-        return cls(**values, clip=config.clip is not None, clip_low=low, clip_high=high, adaptive=config.adaptive)
+                  and name not in ("clip", "adaptive", "lvq", "pooled")}
+        return cls(**values, clip=config.clip is not None, clip_low=low, clip_high=high, adaptive=config.adaptive,
+                   lvq=config.lvq, pooled=config.units == "category")
+
+
+VARIANCE_FLOOR32 = np.float32(1e-6)  # rule.VARIANCE_FLOOR
 
 
 # -- scoring ------------------------------------------------------------------------------------
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def relevance(relevance_logits, c, k, top, total):  # pragma: no cover
+    """``softmax(relevance_logits[c])[k]`` given the row's maximum and its sum of exponentials
+    (``rule.relevances``)."""
+    return np.float32(math.exp(relevance_logits[c, k] - top)) / total
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def relevance_norm(relevance_logits, c):  # pragma: no cover
+    """(maximum, sum of exp(logit - maximum)) of row ``c`` of the relevance logits."""
+    top = relevance_logits[c, 0]
+    for k in range(1, relevance_logits.shape[1]):
+        top = max(top, relevance_logits[c, k])
+    total = np.float32(0.0)
+    for k in range(relevance_logits.shape[1]):
+        total += np.float32(math.exp(relevance_logits[c, k] - top))
+    return top, total
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def pooled_spread(variances, c):  # pragma: no cover
+    """Category ``c``'s mean running variance over its criteria, plus the floor (``rule.spread``
+    with ``units='category'``)."""
+    total = np.float32(0.0)
+    for k in range(variances.shape[1]):
+        total += variances[c, k]
+    return total / np.float32(variances.shape[1]) + VARIANCE_FLOOR32
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def spread(variances, c, k, pooled, common):  # pragma: no cover
+    """What criterion ``k``'s squared difference is divided by (``rule.spread``): ``common`` (the
+    :func:`pooled_spread`) when pooled, else its own running variance plus the floor."""
+    return common if pooled else variances[c, k] + VARIANCE_FLOOR32
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def metric_row(out, i, alpha, relevance_logits, variances, c, pooled):  # pragma: no cover
+    """Row ``i`` of ``out`` := category ``c``'s metric ``alpha[i] * softmax(relevance_logits[c]) /
+    spread`` (``rule.metric``; ``alpha``'s row ``i`` holds c's attention, ``out`` may be ``alpha``)."""
+    top, total = relevance_norm(relevance_logits, c)
+    common = pooled_spread(variances, c) if pooled else VARIANCE_FLOOR32
+    for k in range(relevance_logits.shape[1]):
+        out[i, k] = alpha[i, k] * relevance(relevance_logits, c, k, top, total) / spread(variances, c, k, pooled,
+                                                                                          common)
+
+
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def scores(initialized, wins, c, a, p, support):  # pragma: no cover
     """Whether prototype ``p`` of (c, a) takes part in scoring (``rule.scoring_mask``)."""
@@ -253,12 +309,13 @@ def score(x, category, estimates, initialized, wins, alpha, options, out):  # pr
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support, min_confidence, row, alpha,
-              logits):  # pragma: no cover
+              logits, relevance_logits, variances, pooled):  # pragma: no cover
     """One decision's factors ``x`` (any real dtype, rounded to float32 here as the checked path
     does): (action, or -1 to abstain, or NOT_FINITE; confidence). The attention
     ``K softmax(criterion_logits[c])`` is computed here from the live parameter
-    (``rule.attention``), so no cached copy can go stale. ``row`` (K,), ``alpha`` (1, K) and
-    ``logits`` (A,) are float32 scratch space, overwritten."""
+    (``rule.attention``), so no cached copy can go stale; with ``learning='lvq'`` (non-empty
+    ``relevance_logits``) it is made the metric's row (``rule.metric``). ``row`` (K,), ``alpha``
+    (1, K) and ``logits`` (A,) are float32 scratch space, overwritten."""
     n_actions, n_slots, n_factors = estimates.shape[1], estimates.shape[2], estimates.shape[3]
     for k in range(n_factors):
         row[k] = np.float32(x[k])  # a value beyond float32 becomes inf, refused below
@@ -273,6 +330,8 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
         total += alpha[0, k]
     for k in range(n_factors):
         alpha[0, k] = np.float32(n_factors) * (alpha[0, k] / total)
+    if relevance_logits.shape[0]:
+        metric_row(alpha, 0, alpha, relevance_logits, variances, c, pooled)
     tau32 = np.float32(tau)
     best = -1
     best_logit = NEG_INF
@@ -300,11 +359,11 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def score_one_at(x, c, adaptive, tau, support, min_confidence, addresses, shapes):  # pragma: no cover
+def score_one_at(x, c, adaptive, tau, support, min_confidence, pooled, addresses, shapes):  # pragma: no cover
     """:func:`score_one` with the state given by address (a :class:`gae.compiled.ArrayTable` of
     centroids, initialized, wins, tracking_centroids, tracking_lead and criterion_logits, then its
-    float32 scratch row, alpha and logits): category ``c`` scores with its tracking prototypes
-    while they lead (``rule.scoring_estimates``)."""
+    float32 scratch row, alpha and logits, then relevance_logits and input_variances): category ``c``
+    scores with its tracking prototypes while they lead (``rule.scoring_estimates``)."""
     s = shapes
     lead = view(addresses[4], (s[4, 0],), np.float32)
     which = 3 if adaptive and lead[c] > 0 else 0
@@ -313,4 +372,5 @@ def score_one_at(x, c, adaptive, tau, support, min_confidence, addresses, shapes
                      view(addresses[2], (s[2, 0], s[2, 1], s[2, 2]), np.float32),
                      view(addresses[5], (s[5, 0], s[5, 1]), np.float32), tau, support, min_confidence,
                      view(addresses[6], (s[6, 0],), np.float32), view(addresses[7], (s[7, 0], s[7, 1]), np.float32),
-                     view(addresses[8], (s[8, 0],), np.float32))
+                     view(addresses[8], (s[8, 0],), np.float32), view(addresses[9], (s[9, 0], s[9, 1]), np.float32),
+                     view(addresses[10], (s[10, 0], s[10, 1]), np.float32), pooled)
