@@ -7,7 +7,7 @@ model selection, one dict at a time::
     >>> from river import datasets, evaluate, metrics, preprocessing
     >>> model = preprocessing.StandardScaler() | JudgmentClassifier()
     >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
-    Accuracy: 87.11%
+    Accuracy: 89.03%
 
 How a river sample becomes a decision of the memory:
 
@@ -220,8 +220,8 @@ class JudgmentClassifier(_MemoryClassifier):
         missing: a factor missing from a sample is ``"zero"`` or an ``"error"``. Default: "zero".
         **options: every option of :class:`~gae.JudgmentConfig` (``tau=0.2``,
             ``prototypes=3``, ...), documented there. The defaults are
-            :meth:`JudgmentConfig.recommended` (``drift_mode="adaptive"``), not the seed rule of
-            a bare ``JudgmentMemory``. An unknown option is a TypeError. The memory logs every
+            :meth:`JudgmentConfig.recommended` (``learning="lvq"``, docs/lvq.md), not the seed
+            rule of a bare ``JudgmentMemory``; ``drift_mode="adaptive"`` needs ``learning="gated"``. An unknown option is a TypeError. The memory logs every
             decision it learns (for ``trace``, ``undo_``, ``forget_``): on an endless stream,
             bound the log with ``max_log_events``.
 

@@ -6,11 +6,11 @@ of ``X`` is a decision's factors, each label of ``y`` the verified action; ``fit
 rows in order with the exact batched engine (:meth:`~gae.JudgmentMemory.learn_`), so the fitted
 memory is the one a stream of those decisions would leave. ``partial_fit`` keeps learning
 online. Its parameters are the :class:`~gae.JudgmentConfig` options, with the defaults of
-:meth:`~gae.JudgmentConfig.recommended` (not the seed rule: today ``drift_mode='adaptive'``),
+:meth:`~gae.JudgmentConfig.recommended` (not the seed rule: ``learning='lvq'``, docs/lvq.md),
 and ``category``, the column of ``X`` that holds each row's category id, if any.
 
-The memory measures plain (attention-weighted) squared distances, so put the factors on one
-scale: ``Pipeline([("scale", StandardScaler()), ("judgment", JudgmentClassifier())])`` (a step
+The memory measures weighted squared distances (with ``learning='lvq'``, over one running
+spread per category, which keeps the factors' relative scales), so put the factors on one scale: ``Pipeline([("scale", StandardScaler()), ("judgment", JudgmentClassifier())])`` (a step
 cannot be named "memory": that is a parameter of ``Pipeline``). Needs scikit-learn >= 1.6.
 
 Examples::
@@ -96,8 +96,8 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
         >>> model = JudgmentClassifier(category=2, tau=0.2).fit(X, ["no", "yes", "no", "yes"])
         >>> model.predict([[0.2, 0.1, 1], [0.8, 0.7, 0], [0.8, 0.7, 5]]).tolist()
         ['no', 'yes', 'no']
-        >>> model.memory_.config.drift_mode
-        'adaptive'
+        >>> model.memory_.config.learning
+        'lvq'
     """
 
     def __init__(self, *, category: int | None = None, **options: Any) -> None:

@@ -39,7 +39,8 @@ class LearnEvents(NamedTuple):
         initialized: (B,) bool. The decision created its prototype (first touch).
         eta: (B,) float. The step size used; 1 for a first touch, 0 when not applied.
         displacement: (B,) float. Unweighted L2 distance from the prototype before the
-            update; 0 when not applied or on a first touch.
+            update (with ``learning='lvq'``: the squared distance under its metric); 0 when not
+            applied or on a first touch.
         promoted: (B,) bool. After learning this decision, the change test promoted its
             category: each prototype became the mean of its decisions since the change point (or
             its shadow when it had none) (``drift_mode='adaptive'``; always False otherwise).
@@ -47,7 +48,8 @@ class LearnEvents(NamedTuple):
             0..P-1; always 0 with one prototype), -1 when not applied or for memories
             without prototypes.
         spawned: (B,) bool. The decision lay farther than ``spawn_threshold`` from every
-            prototype of its action and started a new one (``prototypes > 1``).
+            prototype of its action and started a new one (``prototypes > 1``; with
+            ``learning='lvq'``, only where the memory's recommendation was wrong).
         recycled: (B,) bool. The new prototype took the slot of the one with the fewest
             recent wins, because all were in use.
     """
@@ -202,7 +204,8 @@ class RecycleLog(NamedTuple):
         category: int64 category index.
         action: int64 action index.
         prototype: int64, the slot that was recycled.
-        displacement: float, the decision's distance to the nearest prototype of its action.
+        displacement: float, the decision's distance to the nearest prototype of its action
+            (unweighted L2; with ``learning='lvq'``, the squared distance under its metric).
     """
 
     step: Tensor

@@ -42,7 +42,7 @@ def tune_lvq(out: Path = Path("results/tune-lvq"), readme: Path | None = None, c
 
     Args:
         out: folder for tune-lvq.json and tune-lvq.png.
-        readme: a doc with tune-lvq markers to refresh (docs/lvq.md; the figure goes to docs/figures/).
+        readme: a page of docs/ with tune-lvq markers to refresh (docs/lvq.md; the figure goes to docs/figures/).
         candidates: among ``training.lvq_tuning.neighbourhood()``'s names. Default: all.
         workers: processes (default: the CPU count); 1 runs in this process.
     """
@@ -73,7 +73,7 @@ def tune_lvq(out: Path = Path("results/tune-lvq"), readme: Path | None = None, c
               "chosen": JudgmentConfig.recommended().to_dict(),
               "candidates": {name: every[name] for name in names}, "results": T.summarize(results),
               "workers": workers, "seconds": time.perf_counter() - began}
-    publish(record, figure(as_saved(record)), section, out, NAME, readme)
+    publish(record, figure(as_saved(record)), section, out, NAME, readme, figures="figures")  # a page in docs/
     return record
 
 

@@ -95,10 +95,13 @@ def test_count_and_standing():
 
 def test_the_recommended_configuration_has_the_drift_bars_and_the_multimodal_bar():
     at = {"at_recovery_point": ci(15.0, 1.0, 29.0)}
+    ratio = {"mean": 0.5, "low": 0.4, "high": 0.6}
     permuted = B.recommended_bars(summary("permute", {"jm_recommended - knn_best": at,
-                                                      "jm_recommended - knn_adwin": at}))
-    assert [bar["met"] for bar in permuted if bar["met"] is not None] == [True, True]
-    assert {bar["comparison"] for bar in permuted} == {"jm_recommended - knn_best", "jm_recommended - knn_adwin"}
+                                                      "jm_recommended - knn_adwin": at},
+                                          {"jm_recommended / knn_best": ratio}))
+    assert [bar["met"] for bar in permuted if bar["met"] is not None] == [True, True, False]
+    assert {bar["comparison"] for bar in permuted} == {"jm_recommended - knn_best", "jm_recommended - knn_adwin",
+                                                       "jm_recommended / knn_best"}
     cumulative = {"cumulative": ci(-1.5, -1.9, -1.1)}
     multimodal = B.recommended_bars(summary("multimodal", {"jm_recommended - jm": cumulative,
                                                            "jm_recommended - knn_best": cumulative}))

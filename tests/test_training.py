@@ -249,3 +249,17 @@ def test_a_module_load_is_all_or_nothing_across_its_memories():
     for key, value in model.state_dict().items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, before[key]), key  # the memory loaded before the k-NN failed is put back
+
+
+def test_an_lvq_memory_logs_its_learned_relevances(tmp_path):
+    cli = fit(tmp_path, *SMALL, "--model.judgment.learning=lvq", "--model.judgment.prototypes=4",
+              "--model.judgment.relevance_rate=0.05")
+    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    tags = events.Tags()
+    assert "relevance/heatmap" in tags["images"]
+    names = cli.model.memory.factor_names
+    logged = [events.Scalars(f"relevance/invoice/{name}")[-1].value for name in names]
+    assert sum(logged) == pytest.approx(8.0, rel=1e-5)  # K x relevance: 1 is neutral, a category's sum to K
+    learned = cli.model.memory.relevances()[cli.model.memory.category_names.index("invoice")] * len(names)
+    assert logged == pytest.approx(learned.tolist(), rel=1e-5) and max(logged) > 1.0  # it learned something

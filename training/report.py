@@ -31,7 +31,7 @@ METRICS = {  # key: (table label, unit); accuracies are fractions, shown in % / 
     "state_bytes": ("state (bytes)", "bytes"),
 }
 # the ratio of mean recovery times (with a paired bootstrap CI) of these contestants to those
-RECOVERING = ("jm_adaptive",)
+RECOVERING = ("jm_adaptive", "jm_recommended")
 RECOVERY_BASELINES = ("knn", "knn_scoped", "knn_best", "knn_adwin")
 CEILING = "ceiling"  # the pseudo-contestant of evaluation.ceiling: nearest true prototype
 CEILING_LABEL = "ceiling: nearest true prototype (Bayes rule, not a memory)"

@@ -58,7 +58,7 @@ class JudgmentConfig:
     lead_rate: float = 0.1  # rate of the tracking lead: about the category's last 10 verified decisions
     # -- prototypes=P > 1 (docs/prototypes.md)
     prototypes: int = 1  # prototype slots per category and action
-    spawn_threshold: float = 0.5  # unweighted L2 from every prototype of its action that starts a new one
+    spawn_threshold: float = 0.5  # unweighted L2 from its action's prototypes that starts one (lvq: see docs/lvq.md)
     spawn_support: float = 1.5  # recent wins a prototype needs before it scores: two wins close together
     win_decay: float = 0.05  # per decision of the action: wins remember about the last 20
     # -- learning='lvq' (docs/lvq.md): units from the data, a metric learned online, prototypes where errors are

@@ -45,7 +45,8 @@ class Explanation:
             (``inf`` when fewer than two actions have a prototype, ``nan`` when none does).
         displacement: (B,) float, the unweighted L2 distance from the recommended action's
             nearest prototype in use (the gate's distance; ``nan`` on abstention); with
-            ``learning='lvq'``, the metric distance to it, which its rule compares.
+            ``learning='lvq'``, the squared distance under the metric as it stands (learning
+            first adds the decision to the running statistics, then measures).
         gated: (B,) bool, learning this decision as the recommended action would be damped by
             the drift gate (``displacement > drift_threshold``; see ``spawns`` for P > 1).
             Always False with ``learning='lvq'``, which has no gate.

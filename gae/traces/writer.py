@@ -27,7 +27,8 @@ began, and how many decisions of that call were learned before this one (a batch
 decision by decision, each on the state the ones before it left; 0 for a score-only call).
 
 ``shaped``: JudgmentMemory: ``prototype`` (the slot each action scored with, -1 for none),
-``distance`` (the attention-weighted squared distance to it, null for none) and
+``distance`` (the weighted squared distance to it, ``JudgmentMemory.metric()``'s: the attention,
+and with ``learning='lvq'`` the relevances over the running spread; null for none) and
 ``attention`` (the criterion weights of the decision's category). KNNMemory: ``ids`` (the
 sequence numbers of the decisions whose traces voted, nearest first) and ``distance``.
 RetrievalMemory: ``ids`` (EpisodicMemory ids), ``score``, ``similarity``, ``recency``,

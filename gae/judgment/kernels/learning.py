@@ -201,6 +201,7 @@ def miss(x, b, c, a, weights, centroids, initialized, wins, penalty32):  # pragm
     """Every prototype in use of another action nearer to ``x[b]`` than action ``a``'s nearest loses
     ``miss_penalty`` of its wins (``rule.miss``)."""
     own = np.float32(np.inf)
+    found = False
     for p in range(centroids.shape[2]):
         if initialized[c, a, p]:
             d = np.float32(0.0)
@@ -208,7 +209,8 @@ def miss(x, b, c, a, weights, centroids, initialized, wins, penalty32):  # pragm
                 diff = x[b, k] - centroids[c, a, p, k]
                 d += weights[c, k] * (diff * diff)
             own = min(own, d)
-    if own == np.float32(np.inf):
+            found = True
+    if not found:
         return
     for j in range(centroids.shape[1]):
         if j == a:
