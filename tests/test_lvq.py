@@ -231,3 +231,40 @@ def test_a_miss_costs_every_nearer_prototype_of_another_action_a_share_of_its_wi
     for memory_ in (m, slow):
         memory_.prequential_(torch.tensor([[0.45, 0.45]]), c[:1], torch.tensor([0]))
     torch.testing.assert_close(m.wins, slow.wins)
+
+
+@pytest.mark.parametrize("name", ["judgment_lvq", "judgment_lvq_options"])
+def test_the_engine_comparison_streams_exercise_every_lvq_branch(name):
+    """tests/test_engine.py holds the kernel equal to the reference on these streams: the comparison
+    means something only if they spawn, recycle, push, cost support and move the relevances."""
+    from tests.conftest import MEMORY_FACTORIES, clustered_stream
+
+    stream = clustered_stream(0, 400, drift_at=200)
+    m = MEMORY_FACTORIES[name]()
+    m.backend = "reference"
+    wins = []
+    original = rule.miss
+
+    def counting(x, c, a, weights, state, config):
+        before = state.wins.clone()
+        original(x, c, a, weights, state, config)
+        wins.append(bool((state.wins < before).any()))
+
+    pushed = []
+    original_step = rule.lvq_step
+
+    def watching(x, c, a, recommended, nearest, logits, alpha, state, config):
+        before = state.centroids.clone()
+        result = original_step(x, c, a, recommended, nearest, logits, alpha, state, config)
+        if recommended >= 0 and recommended != a:
+            pushed.append(not torch.equal(before[c, recommended], state.centroids[c, recommended]))
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rule, "miss", counting)
+        patch.setattr(rule, "lvq_step", watching)
+        step = m.prequential_(stream.x, stream.category, stream.action, skip=stream.skip)
+    events = step.events
+    assert events.spawned.any() and events.recycled.any() and events.initialized.any() and events.skipped.any()
+    assert any(wins) and any(pushed)
+    assert not torch.equal(m.relevance_logits, torch.zeros_like(m.relevance_logits))

@@ -44,7 +44,10 @@ def slow_logits(memory, x, category):
     alpha = rule.attention(memory.criterion_logits.detach())
     if config.lvq:  # the metric, written out: attention x relevance / (running variance + 1e-6)
         relevance = torch.softmax(state.relevance_logits.double(), -1)
-        alpha = alpha.double() * relevance / (state.input_variances.double() + 1e-6)
+        variance = state.input_variances.double()
+        if config.units == "category":  # one spread per category: its criteria's mean running variance
+            variance = variance.mean(-1, keepdim=True)
+        alpha = alpha.double() * relevance / (variance + 1e-6)
     out = torch.full((x.shape[0], len(memory.action_names)), float("-inf"))
     for b in range(x.shape[0]):
         c = int(category[b])

@@ -24,7 +24,8 @@ MODES = {
     "adaptive": {"drift_mode": "adaptive"},
     "prototypes": {"prototypes": 3, "spawn_threshold": 0.3},
     "adaptive_prototypes": {"drift_mode": "adaptive", "prototypes": 3, "spawn_threshold": 0.3, "push_rate": 0.02},
-    "lvq": {"learning": "lvq", "prototypes": 3, "push_rate": 0.5, "relevance_rate": 0.05, "clip": (0.0, 1.0)},
+    "lvq": {"learning": "lvq", "prototypes": 3, "push_rate": 0.5, "relevance_rate": 0.05, "clip": (0.0, 1.0),
+            "miss_penalty": 0.5},
 }
 NAMES = ([f"category {i}" for i in range(CATEGORIES)], [f"action {i}" for i in range(ACTIONS)])
 
