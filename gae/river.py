@@ -221,7 +221,8 @@ class JudgmentClassifier(_MemoryClassifier):
         **options: every option of :class:`~gae.JudgmentConfig` (``tau=0.2``,
             ``prototypes=3``, ...), documented there. The defaults are
             :meth:`JudgmentConfig.recommended` (``learning="lvq"``, docs/lvq.md), not the seed
-            rule of a bare ``JudgmentMemory``; ``drift_mode="adaptive"`` needs ``learning="gated"``. An unknown option is a TypeError. The memory logs every
+            rule of a bare ``JudgmentMemory``; ``drift_mode="adaptive"`` needs
+            ``learning="gated"``. An unknown option is a TypeError. The memory logs every
             decision it learns (for ``trace``, ``undo_``, ``forget_``): on an endless stream,
             bound the log with ``max_log_events``.
 

@@ -10,7 +10,8 @@ online. Its parameters are the :class:`~gae.JudgmentConfig` options, with the de
 and ``category``, the column of ``X`` that holds each row's category id, if any.
 
 The memory measures weighted squared distances (with ``learning='lvq'``, over one running
-spread per category, which keeps the factors' relative scales), so put the factors on one scale: ``Pipeline([("scale", StandardScaler()), ("judgment", JudgmentClassifier())])`` (a step
+spread per category, which keeps the factors' relative scales), so put the factors on one
+scale: ``Pipeline([("scale", StandardScaler()), ("judgment", JudgmentClassifier())])`` (a step
 cannot be named "memory": that is a parameter of ``Pipeline``). Needs scikit-learn >= 1.6.
 
 Examples::
