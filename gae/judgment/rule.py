@@ -224,6 +224,35 @@ def spawn_slot(c: int, a: int, state: JudgmentState) -> tuple[int, bool]:
     return int(state.wins[c, a].argmin()), True
 
 
+def take_slot(c: int, a: int, state: JudgmentState) -> tuple[int, bool]:
+    """:func:`spawn_slot`, with the slot's count and wins reset: ``(slot, recycled)``."""
+    target, recycled = spawn_slot(c, a, state)
+    state.counts[c, a, target], state.wins[c, a, target] = 0, 0.0
+    return target, recycled
+
+
+def start_prototype(x: Tensor, c: int, a: int, p: int, state: JudgmentState, config: JudgmentConfig) -> None:
+    """Slot ``p`` of (c, a) set to ``x`` (clipped) and in use: a first touch or a spawn."""
+    state.centroids[c, a, p] = clipped(x.clone(), config)
+    state.initialized[c, a, p] = True
+
+
+def step_toward(x: Tensor, c: int, a: int, p: int, eta: Tensor, state: JudgmentState, config: JudgmentConfig) -> None:
+    """``mu_{c,a,p} <- mu + eta (x - mu)``, clipped, in place: the update every rule makes (a
+    negative ``eta`` moves it away)."""
+    row = state.centroids[c, a, p]
+    state.centroids[c, a, p] = clipped(row + eta * (x - row), config)
+
+
+def credit(c: int, a: int, p: int, state: JudgmentState, config: JudgmentConfig) -> None:
+    """Slot ``p`` taught, in place: one more update, and with several slots the action's wins
+    decay by ``win_decay`` and ``p`` wins one."""
+    state.counts[c, a, p] += 1
+    if state.centroids.shape[2] > 1:
+        state.wins[c, a] *= _f32(1.0) - _f32(config.win_decay)
+        state.wins[c, a, p] += 1.0
+
+
 def weigh_evidence(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha: Tensor, state: JudgmentState,
                    config: JudgmentConfig) -> None:
     r"""One step of category ``c``'s change test (a one-sided CUSUM), in place:
@@ -419,27 +448,19 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
         spawned = state.centroids.shape[2] > 1 and wrong and float(distance) > config.spawn_threshold
         fresh = spawned
         if spawned:
-            target, recycled = spawn_slot(c, a, state)
-            state.counts[c, a, target], state.wins[c, a, target] = 0, 0.0
+            target, recycled = take_slot(c, a, state)
     before = state.centroids[c, a, target].clone()
     if fresh:
-        state.centroids[c, a, target] = clipped(x.clone(), config)
-        state.initialized[c, a, target] = True
+        start_prototype(x, c, a, target, state, config)
         eta = torch.tensor(1.0)
     else:
         eta = lvq_rate(state.counts[c, a, target], config)
-        row = state.centroids[c, a, target]
-        state.centroids[c, a, target] = clipped(row + eta * (x - row), config)
-    state.counts[c, a, target] += 1
-    if state.centroids.shape[2] > 1:
-        state.wins[c, a] *= _f32(1.0) - _f32(config.win_decay)
-        state.wins[c, a, target] += 1.0
-    if wrong and recommended >= 0:
+        step_toward(x, c, a, target, eta, state, config)
+    credit(c, a, target, state, config)
+    if wrong and recommended >= 0 and config.push_rate > 0:  # away from x: a negative step
         q = int(nearest[recommended])
-        if config.push_rate > 0:
-            rate = _f32(config.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
-            row = state.centroids[c, recommended, q]
-            state.centroids[c, recommended, q] = clipped(row - rate * (x - row), config)
+        rate = _f32(config.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
+        step_toward(x, c, recommended, q, -rate, state, config)
     return target, eta, distance, fresh, spawned, recycled, before
 
 
@@ -512,12 +533,10 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
             events.initialized[b] = True
         elif spawn:
             events.displacement[b], events.spawned[b] = disp, True
-            target, events.recycled[b] = spawn_slot(c, a, state)
-            state.counts[c, a, target], state.wins[c, a, target] = 0, 0.0
+            target, events.recycled[b] = take_slot(c, a, state)
         before[b] = state.centroids[c, a, target]
         if fresh:  # a first touch or a new prototype
-            state.centroids[c, a, target] = clipped(x[b].clone(), config)
-            state.initialized[c, a, target] = True
+            start_prototype(x[b], c, a, target, state, config)
             eta = torch.tensor(1.0)
         else:
             events.displacement[b] = disp
@@ -525,17 +544,12 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
                 eta, events.gated[b] = follow_step(c, a, target, disp, state, config)
             elif float(disp) > config.drift_threshold:  # the gate: float32 displacement, float64 threshold
                 eta, events.gated[b] = eta * _f32(config.gate_damping), True
-            row = state.centroids[c, a, target]
-            state.centroids[c, a, target] = clipped(row + eta * (x[b] - row), config)
-        state.counts[c, a, target] += 1
-        if multi:
-            state.wins[c, a] *= _f32(1.0) - _f32(config.win_decay)
-            state.wins[c, a, target] += 1.0
+            step_toward(x[b], c, a, target, eta, state, config)
+        credit(c, a, target, state, config)
         events.applied[b], events.eta[b], events.prototype[b] = True, eta, target
         if config.push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
-            r, p = recommended, int(nearest[b, recommended])
-            row = state.centroids[c, r, p]
-            state.centroids[c, r, p] = clipped(row - _f32(config.push_rate) * (x[b] - row), config)
+            step_toward(x[b], c, recommended, int(nearest[b, recommended]), -_f32(config.push_rate), state,
+                        config)  # away from x
         if config.adaptive:
             track(x[b], c, a, target, fresh, state, config)
             promotion = shadow_and_promotion(x[b], c, a, target, fresh, state, config)

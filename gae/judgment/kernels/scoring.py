@@ -128,13 +128,19 @@ def scores(initialized, wins, c, a, p, support):  # pragma: no cover
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
-def logit(x, b, alpha, c, tau32, estimates, a, p):  # pragma: no cover
-    """``-sum_k alpha[c, k] (x[b, k] - estimates[c, a, p, k])^2 / tau`` (``rule.distances``)."""
+def distance(x, b, alpha, c, estimates, a, p):  # pragma: no cover
+    """``sum_k alpha[c, k] (x[b, k] - estimates[c, a, p, k])^2`` (``rule.distances``)."""
     d = np.float32(0.0)
     for k in range(x.shape[1]):
         diff = x[b, k] - estimates[c, a, p, k]
         d += alpha[c, k] * (diff * diff)
-    return -d / tau32
+    return d
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def logit(x, b, alpha, c, tau32, estimates, a, p):  # pragma: no cover
+    """``-distance / tau`` (``rule.distances``, ``rule.slot_logits``)."""
+    return -distance(x, b, alpha, c, estimates, a, p) / tau32
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
