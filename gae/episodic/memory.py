@@ -329,14 +329,26 @@ class EpisodicMemory(Persistence):
 
     # -- deleting -----------------------------------------------------------------------------
     @torch.no_grad()
-    def delete(self, ids: Sequence[int] | Tensor | np.ndarray, *, now: float = 0.0, reason: str = "deleted") -> int:
+    def delete(self, ids: Sequence[int] | Tensor | np.ndarray, *, now: float = 0.0, reason: str = "deleted",
+               erase: bool = False) -> int:
         """Remove the memories with these ids; unknown ids are an error. Returns how many went.
 
-        ``ids``: a list, or an integer tensor (any device) or numpy array, of any shape (flattened)."""
+        ``ids``: a list, or an integer tensor (any device) or numpy array, of any shape (flattened).
+        A deleted memory's content and embedding leave the store's row at once (the audit keeps
+        who, when, why and the ids, never the content). ``erase=True`` also guarantees that, when
+        the call returns, they cannot be read back from any of the store's files (write-ahead log
+        and full-text index included; docs/store.md): a store that cannot promise it
+        (``store.erases`` False) refuses, changing nothing. Without a store there are no files."""
         self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a string, got {reason!r}")
+        if not isinstance(erase, bool):
+            raise TypeError(f"erase must be a bool, got {erase!r}")
+        if erase and self.store is not None and not self.store.erases:
+            raise ValueError(f"erase=True: {type(self.store).__name__} cannot guarantee that deleted data leaves its "
+                             "files when the call returns (docs/store.md); delete without erase, or use a store "
+                             "that can")
         plain = check.plain_ids("ids", ids, None)
         try:
             raw = torch.as_tensor(plain, device=self.embeddings.device).reshape(-1)
@@ -355,6 +367,8 @@ class EpisodicMemory(Persistence):
         with self._transaction():
             self._remove(rows)
             self._record("delete", now, wanted, reason)
+            if erase and self._pending is not None:
+                self._pending.erase = True
         return int(wanted.numel())
 
     @torch.no_grad()

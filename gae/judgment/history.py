@@ -368,6 +368,10 @@ class HistoryMixin:
         Sequence numbers after the first forgotten decision shift down. Returns how many
         decisions were removed.
 
+        What remains: the forgotten decisions' rows leave the decision log and its event logs,
+        and the state no longer holds their influence; checkpoints and traces written before
+        the call still hold them, and are the caller's to delete.
+
         Raises:
             ValueError: an id is not in the log (never learned, or folded into its base by
                 ``max_log_events``), or ``source_ids`` is not a list of integers.

@@ -83,6 +83,7 @@ class Change:
     version: int = 0
     next_id: int = 0
     scope_names: list[str] = field(default_factory=list)
+    erase: bool = False  # the deleted rows' content and embeddings must be unreadable from the files on return
 
 
 @dataclass
@@ -230,6 +231,7 @@ class MemoryStore(abc.ABC):
     """
 
     dim: int | None
+    erases: bool = False  # commit honours Change.erase and purge() exists (MemoryStore.purge)
 
     @abc.abstractmethod
     def open(self, dim: int) -> Snapshot | None:
@@ -256,6 +258,12 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection (the data stays)."""
+
+    def purge(self) -> None:
+        """Make everything deleted so far unreadable from the store's files (a store whose
+        :attr:`erases` is True implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot guarantee erasure: it keeps deleted rows in its "
+                                  "files until its own maintenance removes them")
 
     def __enter__(self) -> MemoryStore:
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,24 +82,42 @@ class SQLiteStore(MemoryStore):
     Each :meth:`commit` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction in WAL mode, so a
     process killed at any point leaves every committed change and nothing of the others.
 
+    Erasure: the connection runs with ``secure_delete`` on, so SQLite overwrites whatever a
+    delete frees with zeros. A change with ``erase`` (``EpisodicMemory.delete(..., erase=True)``)
+    also rebuilds the full-text index without the deleted rows' terms (FTS5 ``optimize``) and,
+    after its commit, checkpoints the WAL and truncates it (``wal_checkpoint(TRUNCATE)``), so
+    that when the call returns neither the content nor the embedding is in any of the store's
+    files. A reader in the middle of a read holds the WAL: the checkpoint waits for it up to
+    ``erase_timeout`` seconds, then raises TimeoutError (the delete itself is committed;
+    :meth:`purge` completes it later). :meth:`purge` rewrites the whole file (``VACUUM``), for
+    rows deleted before, or by a gae that did not zero freed space.
+
     Args:
         path: the database file (created if missing), or ``':memory:'``.
         synchronous: SQLite's ``synchronous`` pragma: ``'FULL'`` (default) also survives a
             power cut; ``'NORMAL'`` survives a killed process and is faster.
         actor: written in the audit rows of this connection. Default: ``'gae'``.
+        erase_timeout: seconds an erase waits for readers to leave the WAL. Default: 30.
     """
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", actor: str = "gae") -> None:
+    erases = True
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", actor: str = "gae",
+                 erase_timeout: float = 30.0) -> None:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
         if not isinstance(actor, str) or not actor:
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
+        if isinstance(erase_timeout, bool) or not isinstance(erase_timeout, (int, float)) or not erase_timeout >= 0:
+            raise ValueError(f"erase_timeout must be a number of seconds >= 0, got {erase_timeout!r}")
         self.path = str(path)
         self.actor = actor
+        self.erase_timeout = float(erase_timeout)
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
+            self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
         except BaseException:
             self._conn.close()
             raise
@@ -184,6 +203,8 @@ class SQLiteStore(MemoryStore):
             conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [
                 (str(change.version), "version"), (str(change.next_id), "next_id"),
                 (json.dumps(change.scope_names), "scope_names")])
+            if change.erase:  # the full-text index rebuilt: a deleted row's terms leave its segments
+                conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -191,6 +212,32 @@ class SQLiteStore(MemoryStore):
             raise
         finally:
             self._cache = None  # whatever happened, the next retrieve reads the rows again
+        if change.erase:
+            self._truncate_wal()
+
+    def _truncate_wal(self) -> None:
+        """Copy the WAL into the file and truncate it: the old page images, which hold what was
+        deleted, are gone. Waits up to ``erase_timeout`` for readers that still use them."""
+        deadline = time.monotonic() + self.erase_timeout
+        while True:
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.path}: the delete is committed, but a reader still uses the write-ahead "
+                                   f"log after {self.erase_timeout:g} s, so the deleted data may remain in "
+                                   f"{self.path}-wal; call purge() once the readers are done")
+            time.sleep(0.01)
+
+    def purge(self) -> None:
+        """Make everything deleted so far unreadable from the store's files: rewrite the database
+        (``VACUUM``, which leaves no freed page or cell behind, even of rows deleted by a gae that
+        did not zero freed space), rebuild the full-text index and truncate the WAL."""
+        if "memories" in self._tables():
+            self._conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
+        self._conn.execute("VACUUM")
+        self._cache = None
+        self._truncate_wal()
 
     def _insert(self, rows: Rows) -> None:
         scopes = [split_scope(key) for key in rows.scope]
