@@ -67,7 +67,7 @@ def test_erase_leaves_no_trace_in_any_file(tmp_path):
     assert MARKER not in repr(memory.store.audit())
     # the memory and a memory reopened on the store no longer have it; the others are intact
     reopened = EpisodicMemory(DIM, capacity=10_000, store=SQLiteStore(tmp_path / "memories.db"))
-    assert marker not in reopened.ids.tolist() and len(reopened) == len(memory) == 500
+    assert marker not in reopened.column("ids").tolist() and len(reopened) == len(memory) == 500
     hits = reopened.store.retrieve(np.ones((1, DIM), dtype=np.float32), now=10.0, k=3, text="filler", w_text=1.0)
     assert (hits.ids >= 0).all()
 
@@ -88,7 +88,7 @@ def test_an_erase_waits_for_a_reader_then_says_what_is_left(tmp_path):
     reader.execute("SELECT count(*) FROM memories").fetchone()  # a read snapshot that still needs the WAL
     with pytest.raises(TimeoutError, match="the delete is committed, but a reader still uses the write-ahead log"):
         memory.delete([marker], erase=True)
-    assert marker not in memory.ids.tolist()  # committed: acknowledged as deleted, not yet erased
+    assert marker not in memory.column("ids").tolist()  # committed: acknowledged as deleted, not yet erased
     reader.execute("COMMIT")
     reader.close()
     memory.store.purge()
@@ -100,7 +100,7 @@ def test_bad_erase_arguments_are_refused_and_change_nothing(tmp_path):
     version = memory.version
     with pytest.raises(TypeError, match="erase must be a bool, got 'yes'"):
         memory.delete([marker], erase="yes")
-    assert memory.version == version and marker in memory.ids.tolist()
+    assert memory.version == version and marker in memory.column("ids").tolist()
     with pytest.raises(ValueError, match="erase_timeout must be a number of seconds >= 0, got -1"):
         SQLiteStore(tmp_path / "other.db", erase_timeout=-1)
 

@@ -62,6 +62,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "soak": ("soak.json", script("scripts.soak", "section")),
     "benchmark-streams": ("benchmark-streams.json", script("scripts.benchmark_streams", "section")),
     "tune-lvq": ("tune-lvq.json", script("scripts.tune_lvq", "section")),
+    "load-store": ("load-store.json", script("scripts.load_store", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
 }

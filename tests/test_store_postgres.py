@@ -593,7 +593,7 @@ def test_erase_is_refused_until_postgres_can_promise_it(dsn):
     assert not memory.store.erases
     with pytest.raises(ValueError, match="erase=True: PostgresStore cannot guarantee"):
         memory.delete([i], erase=True)
-    assert memory.version == version and i in memory.ids.tolist()
+    assert memory.version == version and i in memory.column("ids").tolist()
     with pytest.raises(NotImplementedError, match="PostgresStore cannot guarantee erasure"):
         memory.store.purge()
     memory.store.close()

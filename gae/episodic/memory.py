@@ -20,7 +20,7 @@ from gae.episodic.columns import (
     scope_lists,
     source_rows,
 )
-from gae.episodic.persistence import Persistence
+from gae.episodic.persistence import Persistence, write_call
 from gae.episodic.records import COLUMNS, AuditRecord, Retrieval
 from gae.episodic.scorer import RetrievalScorer, top_k
 from gae.episodic.store.base import AuditEntry, Change, MemoryStore
@@ -141,6 +141,7 @@ class EpisodicMemory(Persistence):
 
     # -- adding -----------------------------------------------------------------------------
     @torch.no_grad()
+    @write_call
     def add(self, embeddings: Tensor, importance: Tensor | float, *, created_at: Tensor | float | None = None,
             scope: Any = 0, memory_type: str | Sequence[str] = "episode", confidence: Any = 1.0,
             source_ids: Sequence[Sequence[int]] | Tensor | np.ndarray | None = None, valid_from: Any = None,
@@ -329,6 +330,7 @@ class EpisodicMemory(Persistence):
 
     # -- deleting -----------------------------------------------------------------------------
     @torch.no_grad()
+    @write_call
     def delete(self, ids: Sequence[int] | Tensor | np.ndarray, *, now: float = 0.0, reason: str = "deleted",
                erase: bool = False) -> int:
         """Remove the memories with these ids; unknown ids are an error. Returns how many went.
@@ -372,6 +374,7 @@ class EpisodicMemory(Persistence):
         return int(wanted.numel())
 
     @torch.no_grad()
+    @write_call
     def expire(self, now: float) -> int:
         """Remove every memory whose validity has ended (``valid_until <= now``)."""
         self._fresh()
@@ -386,6 +389,7 @@ class EpisodicMemory(Persistence):
         return int(rows.numel())
 
     # -- admission ----------------------------------------------------------------------------
+    @write_call
     def admit_and_add(self, traces: Sequence[dict[str, Any]], policy: AdmissionPolicy, *, now: float,
                       query: Tensor | None = None) -> Tensor:
         """Store the traces the policy accepts (one batch), log a 'reject' record for each refusal.
@@ -394,6 +398,7 @@ class EpisodicMemory(Persistence):
         (``outcome``, ``quality``, ``scope``); ``confidence``, ``source_ids``, ``memory_type``,
         ``created_at``, ``valid_from`` and ``valid_until`` are optional and stored as given.
         """
+        self._fresh()
         now = check.check_real("now", now, low=-float("inf"))
         if not callable(getattr(policy, "admit", None)):
             raise TypeError(f"policy must be an AdmissionPolicy, got {policy!r}")

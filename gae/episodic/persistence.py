@@ -8,9 +8,12 @@ and the state_dict hooks refuse a state that does not fit before anything is cop
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -18,8 +21,38 @@ from torch import Tensor, nn
 
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.records import COLUMNS, AuditRecord
-from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot
+from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot, StoreConflict
 from gae.state_dicts import check_state_dict, load_all_or_nothing
+
+Call = TypeVar("Call", bound=Callable[..., Any])
+RETRY_SECONDS = 30.0  # how long a call keeps retrying commits that other writers beat to the store
+
+
+def write_call(method: Call) -> Call:
+    """A public call that changes the memory. With a store other writers share, the call is made
+    on the store's latest state (:meth:`Persistence._fresh` reloads it first when another writer
+    committed since), and if another writer still commits between that reload and this call's
+    commit (:class:`~gae.episodic.store.base.StoreConflict`: nothing was written), the memory
+    reloads and makes the call again, with a short random back-off, for up to
+    :data:`RETRY_SECONDS`; then it raises TimeoutError. So ids never collide, the version
+    counts every writer's mutations in order, and each call lands whole or not at all."""
+
+    @functools.wraps(method)
+    def call(self: Persistence, *args: Any, **kwargs: Any) -> Any:
+        if self.store is None or self._depth > 0:
+            return method(self, *args, **kwargs)
+        deadline = time.monotonic() + RETRY_SECONDS
+        for attempt in range(1, 1_000_000):
+            try:
+                return method(self, *args, **kwargs)
+            except StoreConflict as conflict:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{method.__name__}: other writers committed first {attempt} times in "
+                                       f"{RETRY_SECONDS:g} s; nothing of this call was written") from conflict
+                time.sleep(random.uniform(0.0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
+        raise AssertionError("unreachable")
+
+    return call  # type: ignore[return-value]
 
 
 class Persistence(nn.Module):
@@ -52,9 +85,8 @@ class Persistence(nn.Module):
         if self.store is None:
             yield
             return
-        if self._depth == 0:
-            self._fresh()
-            self._pending = Change()
+        if self._depth == 0:  # the call reloaded at its start (_fresh): a store that moved since is a conflict
+            self._pending = Change(base_version=self.version)
         self._depth += 1
         try:
             yield
@@ -102,8 +134,12 @@ class Persistence(nn.Module):
         self._stale = False
 
     def _fresh(self) -> None:
-        """Reload from the store first if a failed write left the index stale."""
-        if self.store is not None and self._stale:
+        """Before a call: reload from the store if a failed write left the index stale, or if
+        another writer committed since this memory last read or wrote it (the stored version
+        moved). A nested call (one public call made inside another) works on its caller's state."""
+        if self.store is None or self._depth > 0 or self.store.closed:  # closed: its writes fail, reads serve the index
+            return
+        if self._stale or self.store.stored_version() != self.version:
             self._reload()
 
     def _clear(self) -> None:

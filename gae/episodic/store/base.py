@@ -84,6 +84,12 @@ class Change:
     next_id: int = 0
     scope_names: list[str] = field(default_factory=list)
     erase: bool = False  # the deleted rows' content and embeddings must be unreadable from the files on return
+    base_version: int | None = None  # the stored version this change was made on; None: do not check
+
+
+class StoreConflict(RuntimeError):
+    """A commit found the store at another version than the one its change was made on: another
+    writer committed first. Nothing of the change was written; the memory reloads and retries."""
 
 
 @dataclass
@@ -232,6 +238,7 @@ class MemoryStore(abc.ABC):
 
     dim: int | None
     erases: bool = False  # commit honours Change.erase and purge() exists (MemoryStore.purge)
+    closed: bool = False  # close() was called: a memory keeps serving its index, and cannot write
 
     @abc.abstractmethod
     def open(self, dim: int) -> Snapshot | None:
@@ -240,7 +247,13 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, change: Change) -> None:
-        """Write one change in one transaction: all of it lands, or none of it."""
+        """Write one change in one transaction: all of it lands, or none of it. Writers are
+        serialized by the store's write lock; with ``change.base_version`` set, a store at any
+        other version raises :class:`StoreConflict` and writes nothing."""
+
+    @abc.abstractmethod
+    def stored_version(self) -> int:
+        """The version counter as committed now (another writer's commits included)."""
 
     @abc.abstractmethod
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,

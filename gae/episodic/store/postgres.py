@@ -18,6 +18,7 @@ from gae.episodic.store.base import (
     MemoryStore,
     Rows,
     Snapshot,
+    StoreConflict,
     StoreRetrieval,
     check_query,
     check_rows,
@@ -115,6 +116,8 @@ class PostgresStore(MemoryStore):
         candidates: rows drawn per query from each index (nearest, most recent, most
             important, best text matches) to be re-ranked by the full score. Default:
             ``max(100, 10 k)``.
+        timeout: seconds a commit waits for another writer's lock before it raises TimeoutError
+            (nothing of it written). Default: 30.
 
     Attributes:
         exact_fallbacks: queries of approximate :meth:`retrieve` calls that fell back to the
@@ -127,7 +130,7 @@ class PostgresStore(MemoryStore):
     """
 
     def __init__(self, dsn: str, *, table: str = "memories", actor: str = "gae", row_level_security: bool = False,
-                 ef_search: int | None = None, candidates: int | None = None) -> None:
+                 ef_search: int | None = None, candidates: int | None = None, timeout: float = 30.0) -> None:
         if not isinstance(dsn, str) or not dsn:
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
         if not isinstance(table, str) or not schema.TABLE_NAME.fullmatch(table):
@@ -136,6 +139,9 @@ class PostgresStore(MemoryStore):
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
         if not isinstance(row_level_security, bool):
             raise ValueError(f"row_level_security must be a bool, got {row_level_security!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        self.timeout = float(timeout)
         for name, value, most in (("ef_search", ef_search, 1000), ("candidates", candidates, None)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
                                       or (most is not None and value > most)):
@@ -232,6 +238,9 @@ class PostgresStore(MemoryStore):
         setting = "" if scopes is None else json.dumps(scope_keys(scopes, "scopes"))
         self._conn.execute("SELECT set_config('gae.scopes', %s, false)", (setting,))
 
+    def stored_version(self) -> int:
+        return int(self._meta("version"))
+
     def _meta(self, key: str) -> str:
         row = self._conn.execute(self._q("SELECT value FROM {meta} WHERE key = %s"), (key,)).fetchone()
         assert row is not None
@@ -254,11 +263,21 @@ class PostgresStore(MemoryStore):
             raise RuntimeError("open(dim) the store before committing to it")
         if change.added is not None:
             check_rows(change.added, self.dim)
+        from psycopg import errors
         from psycopg.types.json import Jsonb
 
         conn = self._conn
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(self.timeout * 1000)}ms",))
+            try:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
+            except errors.LockNotAvailable as error:
+                raise TimeoutError(f"table {self.table!r}: another writer held the write lock for more than "
+                                   f"{self.timeout:g} s; nothing of this call was written") from error
+            stored = int(self._meta("version"))
+            if change.base_version is not None and stored != change.base_version:
+                raise StoreConflict(f"table {self.table!r} is at version {stored}, not {change.base_version}: "
+                                    "another writer committed first")
             if change.added is not None and len(change.added):
                 self._insert(cur, change.added)
             for action, time, seqs in change.removed:
@@ -405,4 +424,5 @@ class PostgresStore(MemoryStore):
         return result
 
     def close(self) -> None:
+        self.closed = True
         self._conn.close()

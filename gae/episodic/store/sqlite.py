@@ -20,6 +20,7 @@ from gae.episodic.store.base import (
     MemoryStore,
     Rows,
     Snapshot,
+    StoreConflict,
     StoreRetrieval,
     check_query,
     check_rows,
@@ -98,22 +99,26 @@ class SQLiteStore(MemoryStore):
             power cut; ``'NORMAL'`` survives a killed process and is faster.
         actor: written in the audit rows of this connection. Default: ``'gae'``.
         erase_timeout: seconds an erase waits for readers to leave the WAL. Default: 30.
+        timeout: seconds a commit waits for another writer's lock before it raises TimeoutError
+            (nothing of it written). Default: 30.
     """
 
     erases = True
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL", actor: str = "gae",
-                 erase_timeout: float = 30.0) -> None:
+                 erase_timeout: float = 30.0, timeout: float = 30.0) -> None:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
         if not isinstance(actor, str) or not actor:
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
-        if isinstance(erase_timeout, bool) or not isinstance(erase_timeout, (int, float)) or not erase_timeout >= 0:
-            raise ValueError(f"erase_timeout must be a number of seconds >= 0, got {erase_timeout!r}")
+        for name, value in (("erase_timeout", erase_timeout), ("timeout", timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.timeout = float(timeout)
         self.path = str(path)
         self.actor = actor
         self.erase_timeout = float(erase_timeout)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout)
         try:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -135,7 +140,10 @@ class SQLiteStore(MemoryStore):
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be an int >= 1, got {dim!r}")
         if "memories" not in self._tables():
-            self._conn.execute("BEGIN IMMEDIATE")  # SQLite's DDL is transactional: all tables or none
+            self._begin_write()  # SQLite's DDL is transactional: all tables or none
+            if "memories" in self._tables():  # another process created them while this one waited
+                self._conn.execute("COMMIT")
+                return self.open(dim)
             try:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -191,8 +199,12 @@ class SQLiteStore(MemoryStore):
         if change.added is not None:
             check_rows(change.added, self.dim)
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin_write()
         try:
+            stored = int(self._meta("version"))
+            if change.base_version is not None and stored != change.base_version:
+                raise StoreConflict(f"{self.path} is at version {stored}, not {change.base_version}: another writer "
+                                    "committed first")
             if change.added is not None and len(change.added):
                 self._insert(change.added)
             for action, time, seqs in change.removed:
@@ -214,6 +226,19 @@ class SQLiteStore(MemoryStore):
             self._cache = None  # whatever happened, the next retrieve reads the rows again
         if change.erase:
             self._truncate_wal()
+
+    def _begin_write(self) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock, waiting up to ``timeout`` for another writer."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise TimeoutError(f"{self.path}: another writer held the write lock for more than {self.timeout:g} s; "
+                               "nothing of this call was written") from error
+
+    def stored_version(self) -> int:
+        return int(self._meta("version"))
 
     def _truncate_wal(self) -> None:
         """Copy the WAL into the file and truncate it: the old page images, which hold what was
@@ -351,4 +376,5 @@ class SQLiteStore(MemoryStore):
         return result
 
     def close(self) -> None:
+        self.closed = True
         self._conn.close()

@@ -1,0 +1,155 @@
+"""Many writers, one memory: processes and threads writing one store through their own EpisodicMemory.
+
+Every acknowledged add is stored exactly once under an id no other writer got, every acknowledged
+delete is gone, the audit holds one record per acknowledged mutation with versions 1, 2, 3, ... in
+commit order, and a memory sees the other writers' changes on its next call. On SQLite and on a
+real Postgres (pgserver), with several processes, and on SQLite with threads too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gae import EpisodicMemory
+from gae.episodic.store import SQLiteStore
+from gae.episodic.store.base import Change, StoreConflict
+
+DIM = 8
+CAPACITY = 100_000  # no evictions: every acknowledged add must be there at the end
+CALLS = 60  # per writer
+
+
+def make_store(kind: str, where: str) -> Any:
+    if kind == "sqlite":
+        return SQLiteStore(where)
+    from gae.episodic.store import PostgresStore
+
+    return PostgresStore(where)
+
+
+def writer(kind: str, where: str, name: str, seed: int) -> dict[str, Any]:
+    """One writer's calls: adds of one or three memories, and deletes of some of its own; what it
+    was told (the ids of each acknowledged add, the ids each delete removed)."""
+    torch.set_num_threads(1)
+    memory = EpisodicMemory(DIM, capacity=CAPACITY, store=make_store(kind, where))
+    gen = torch.Generator().manual_seed(seed)
+    added: list[int] = []
+    deleted: list[int] = []
+    for call in range(CALLS):
+        if call == CALLS // 2:  # bad input in the middle of the load: a clear error, nothing written (check())
+            bad = torch.randn(2, DIM, generator=gen)
+            bad[1, 3] = float("nan")
+            with pytest.raises(ValueError, match="embeddings"):
+                memory.add(bad, 0.5, now=float(call))
+        if call % 5 == 4 and added:
+            victim = added[len(deleted) * 3 % len(added)]
+            if victim not in deleted:
+                memory.delete([victim], reason=f"{name} {call}")
+                deleted.append(victim)
+                continue
+        n = 1 if call % 2 else 3
+        ids = memory.add(torch.randn(n, DIM, generator=gen), 0.5, now=float(call),
+                         content=[f"{name} call {call} row {i}" for i in range(n)])
+        added.extend(ids.tolist())
+    memory.store.close()
+    return {"name": name, "added": added, "deleted": deleted}
+
+
+def check(kind: str, where: str, reports: list[dict[str, Any]]) -> None:
+    added = [i for report in reports for i in report["added"]]
+    deleted = {i for report in reports for i in report["deleted"]}
+    assert len(added) == len(set(added)), "two writers were given the same id"
+    final = EpisodicMemory(DIM, capacity=CAPACITY, store=make_store(kind, where))
+    live = final.column("ids").tolist()
+    assert sorted(live) == sorted(set(added) - deleted)  # every acknowledged add present once, every delete gone
+    audit = final.store.audit()
+    mutations = [entry for entry in audit if entry.action != "reject"]
+    assert [entry.version for entry in mutations] == list(range(1, len(mutations) + 1))  # gap-free, in order
+    assert final.version == len(mutations)
+    acknowledged = len(deleted) + sum(len(report["added"]) for report in reports)  # ids recorded by the audit
+    assert sum(len(entry.ids) for entry in mutations) == acknowledged
+    assert sorted(i for entry in mutations if entry.action == "add" for i in entry.ids) == sorted(added)
+    assert {i for entry in mutations if entry.action == "delete" for i in entry.ids} == deleted
+    final.store.close()
+
+
+def run_processes(kind: str, where: str, writers: int) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(writers) as pool:
+        return pool.starmap(writer, [(kind, where, f"w{i}", i) for i in range(writers)])
+
+
+def test_processes_writing_one_sqlite_file_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    EpisodicMemory(DIM, capacity=CAPACITY, store=SQLiteStore(path)).store.close()  # the tables exist
+    check("sqlite", path, run_processes("sqlite", path, 3))
+
+
+def test_threads_writing_one_sqlite_file_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    reports: list[dict[str, Any]] = []
+    threads = [threading.Thread(target=lambda i=i: reports.append(writer("sqlite", path, f"t{i}", 10 + i)))
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reports) == 3
+    check("sqlite", path, reports)
+
+
+def test_a_memory_sees_another_writers_changes_on_its_next_call(tmp_path):
+    path = tmp_path / "shared.db"
+    a = EpisodicMemory(DIM, capacity=100, store=SQLiteStore(path))
+    b = EpisodicMemory(DIM, capacity=100, store=SQLiteStore(path))
+    ids = a.add(torch.randn(2, DIM), 0.5)
+    found = b.retrieve(torch.randn(1, DIM), now=1.0, k=5)  # b's next call reads a's add
+    assert set(found.ids[0][found.ids[0] >= 0].tolist()) == set(ids.tolist()) and len(b) == 2
+    more = b.add(torch.randn(1, DIM), 0.5)  # and b's add takes the next id, not a colliding one
+    assert more.tolist() == [int(ids.max()) + 1] and b.version == 2
+    a.delete(more)
+    assert len(b.retrieve(torch.randn(1, DIM), now=1.0, k=5).ids[0].ne(-1).nonzero()) == 2
+
+
+def test_a_commit_on_a_moved_store_writes_nothing(tmp_path):
+    store = SQLiteStore(tmp_path / "shared.db")
+    memory = EpisodicMemory(DIM, capacity=100, store=store)
+    memory.add(torch.randn(1, DIM), 0.5)
+    before = store.audit()
+    with pytest.raises(StoreConflict, match="at version 1, not 0: another writer committed first"):
+        store.commit(Change(version=1, next_id=1, base_version=0))
+    assert store.audit() == before and store.stored_version() == 1
+
+
+def test_a_writer_that_cannot_get_the_lock_says_so_and_writes_nothing(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "shared.db"
+    memory = EpisodicMemory(DIM, capacity=100, store=SQLiteStore(path, timeout=0.05))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+    with pytest.raises(TimeoutError, match="another writer held the write lock for more than 0.05 s"):
+        memory.add(torch.randn(1, DIM), 0.5)
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert len(memory) == 0 and memory.version == 0  # the index is the store's again
+    assert memory.add(torch.randn(1, DIM), 0.5).tolist() == [0]
+
+
+@pytest.mark.parametrize("writers", [3])
+def test_processes_writing_one_postgres_table_lose_nothing(writers, tmp_path_factory):
+    pgserver = pytest.importorskip("pgserver")
+    pytest.importorskip("psycopg")
+    server = pgserver.get_server(Path(tmp_path_factory.mktemp("pgdata")), cleanup_mode="stop")
+    try:
+        dsn = server.get_uri()
+        EpisodicMemory(DIM, capacity=CAPACITY, store=make_store("postgres", dsn)).store.close()
+        check("postgres", dsn, run_processes("postgres", dsn, writers))
+    finally:
+        server.cleanup()
