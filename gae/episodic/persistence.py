@@ -9,8 +9,6 @@ and the state_dict hooks refuse a state that does not fit before anything is cop
 from __future__ import annotations
 
 import functools
-import random
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,36 +19,37 @@ from torch import Tensor, nn
 
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.records import COLUMNS, AuditRecord
-from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot, StoreConflict
+from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 
 Call = TypeVar("Call", bound=Callable[..., Any])
-RETRY_SECONDS = 30.0  # how long a call keeps retrying commits that other writers beat to the store
 
 
 def write_call(method: Call) -> Call:
-    """A public call that changes the memory. With a store other writers share, the call is made
-    on the store's latest state (:meth:`Persistence._fresh` reloads it first when another writer
-    committed since), and if another writer still commits between that reload and this call's
-    commit (:class:`~gae.episodic.store.base.StoreConflict`: nothing was written), the memory
-    reloads and makes the call again, with a short random back-off, for up to
-    :data:`RETRY_SECONDS`; then it raises TimeoutError. So ids never collide, the version
-    counts every writer's mutations in order, and each call lands whole or not at all."""
+    """A public call that changes the memory. With a store, the call runs holding the store's
+    write lock (:meth:`~gae.episodic.store.base.MemoryStore.exclusive`): it starts from the
+    store's latest state (:meth:`Persistence._fresh` reloads when another writer committed since)
+    and no other writer commits until it has, so ids never collide, the version counts every
+    writer's mutations in order, and each call lands whole or not at all. A writer that cannot get
+    the lock within the store's ``timeout`` raises TimeoutError with nothing written. Should the
+    lock's transaction fail to land after the call's changes were made, the index is marked stale
+    and the next call reloads it."""
 
     @functools.wraps(method)
     def call(self: Persistence, *args: Any, **kwargs: Any) -> Any:
-        if self.store is None or self._depth > 0:
+        store = self.store
+        if store is None or self._depth > 0 or store.closed:
             return method(self, *args, **kwargs)
-        deadline = time.monotonic() + RETRY_SECONDS
-        for attempt in range(1, 1_000_000):
-            try:
-                return method(self, *args, **kwargs)
-            except StoreConflict as conflict:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{method.__name__}: other writers committed first {attempt} times in "
-                                       f"{RETRY_SECONDS:g} s; nothing of this call was written") from conflict
-                time.sleep(random.uniform(0.0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
-        raise AssertionError("unreachable")
+        ran = False
+        try:
+            with store.exclusive():
+                result = method(self, *args, **kwargs)
+                ran = True
+            return result
+        except BaseException:
+            if ran:  # the call's changes are in this index but the transaction did not land
+                self._stale = True
+            raise
 
     return call  # type: ignore[return-value]
 

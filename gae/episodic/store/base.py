@@ -18,6 +18,7 @@ import abc
 import json
 import math
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -254,6 +255,12 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def stored_version(self) -> int:
         """The version counter as committed now (another writer's commits included)."""
+
+    @abc.abstractmethod
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A block that holds the store's write lock: its reads see the latest committed state,
+        no other writer commits until it ends, and its commits land when it ends, or none of
+        them if it raises. Re-entrant."""
 
     @abc.abstractmethod
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -157,6 +158,7 @@ class PostgresStore(MemoryStore):
         self.ef_search = ef_search
         self.candidates = candidates
         self.dim: int | None = None
+        self._held = False  # inside exclusive(): the write lock is this connection's
         self.exact_fallbacks = 0
         self._sql = sql
         self._statements: dict[tuple[bool, bool, bool], sql.Composed] = {}
@@ -249,7 +251,8 @@ class PostgresStore(MemoryStore):
     def _snapshot(self) -> Snapshot:
         assert self.dim is not None
         with self._conn.transaction():  # one consistent view of rows, audit and counters
-            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            if not self._held:  # (holding the write lock, nobody else writes: the view is consistent as it is)
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             records = self._conn.execute(self._q(f"SELECT {SNAPSHOT_COLUMNS} FROM {{t}} WHERE deleted_at IS NULL "
                                                  "ORDER BY seq"), binary=True).fetchall()
             audit = self.audit()
@@ -258,22 +261,45 @@ class PostgresStore(MemoryStore):
         return Snapshot(self.dim, live, audit, int(version), int(next_id), json.loads(scope_names))
 
     # -- writing -----------------------------------------------------------------------------
+    def _lock(self, cur: psycopg.Cursor[Any]) -> None:
+        """Take the table's write lock (an advisory transaction lock), waiting up to ``timeout``."""
+        from psycopg import errors
+
+        cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(self.timeout * 1000)}ms",))
+        try:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
+        except errors.LockNotAvailable as error:
+            raise TimeoutError(f"table {self.table!r}: another writer held the write lock for more than "
+                               f"{self.timeout:g} s; nothing of this call was written") from error
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the write lock for a block (one transaction): its reads see the latest committed
+        state and no other writer commits until it ends; its commits land with it, or none of
+        them if it raises. Re-entrant."""
+        if self._held:
+            yield
+            return
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            self._lock(cur)
+            self._held = True
+            try:
+                yield
+            finally:
+                self._held = False
+
     def commit(self, change: Change) -> None:
         if self.dim is None:
             raise RuntimeError("open(dim) the store before committing to it")
         if change.added is not None:
             check_rows(change.added, self.dim)
-        from psycopg import errors
         from psycopg.types.json import Jsonb
 
         conn = self._conn
+        # one transaction, or inside exclusive() a savepoint: a failed change leaves the transaction as it was
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(self.timeout * 1000)}ms",))
-            try:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
-            except errors.LockNotAvailable as error:
-                raise TimeoutError(f"table {self.table!r}: another writer held the write lock for more than "
-                                   f"{self.timeout:g} s; nothing of this call was written") from error
+            if not self._held:
+                self._lock(cur)
             stored = int(self._meta("version"))
             if change.base_version is not None and stored != change.base_version:
                 raise StoreConflict(f"table {self.table!r} is at version {stored}, not {change.base_version}: "

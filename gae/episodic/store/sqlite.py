@@ -6,7 +6,8 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,8 @@ class SQLiteStore(MemoryStore):
             raise
         self.dim: int | None = None
         self._cache: tuple[int, dict[str, Any]] | None = None  # (version, live columns) for retrieve
+        self._held = False  # inside exclusive(): the write lock is this connection's
+        self._erase_after = False  # an erasing change committed in exclusive(): truncate the WAL on release
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, dim={self.dim})"
@@ -177,6 +180,8 @@ class SQLiteStore(MemoryStore):
 
     def _snapshot(self) -> Snapshot:
         assert self.dim is not None
+        if self._held:  # the write lock is ours: nobody else writes, the read is consistent as it is
+            return self._read_snapshot()
         self._conn.execute("BEGIN")  # one consistent read of rows, audit and counters, whatever others write
         try:
             return self._read_snapshot()
@@ -199,24 +204,22 @@ class SQLiteStore(MemoryStore):
         if change.added is not None:
             check_rows(change.added, self.dim)
         conn = self._conn
+        if self._held:  # inside exclusive(): a savepoint, so that a failed change leaves the transaction as it was
+            conn.execute("SAVEPOINT gae_change")
+            try:
+                self._write(change)
+                conn.execute("RELEASE gae_change")
+            except BaseException:
+                conn.execute("ROLLBACK TO gae_change")
+                conn.execute("RELEASE gae_change")
+                raise
+            finally:
+                self._cache = None
+            self._erase_after |= change.erase
+            return
         self._begin_write()
         try:
-            stored = int(self._meta("version"))
-            if change.base_version is not None and stored != change.base_version:
-                raise StoreConflict(f"{self.path} is at version {stored}, not {change.base_version}: another writer "
-                                    "committed first")
-            if change.added is not None and len(change.added):
-                self._insert(change.added)
-            for action, time, seqs in change.removed:
-                self._remove(action, time, seqs)
-            conn.executemany("INSERT INTO audit (action, time, ids, reason, version, actor) VALUES (?, ?, ?, ?, ?, ?)",
-                             [(e.action, e.time, dumps_ids(e.ids), e.reason, e.version, self.actor)
-                              for e in change.audit])
-            conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [
-                (str(change.version), "version"), (str(change.next_id), "next_id"),
-                (json.dumps(change.scope_names), "scope_names")])
-            if change.erase:  # the full-text index rebuilt: a deleted row's terms leave its segments
-                conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
+            self._write(change)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -225,6 +228,50 @@ class SQLiteStore(MemoryStore):
         finally:
             self._cache = None  # whatever happened, the next retrieve reads the rows again
         if change.erase:
+            self._truncate_wal()
+
+    def _write(self, change: Change) -> None:
+        """The statements of one change, in the open write transaction."""
+        conn = self._conn
+        stored = int(self._meta("version"))
+        if change.base_version is not None and stored != change.base_version:
+            raise StoreConflict(f"{self.path} is at version {stored}, not {change.base_version}: another writer "
+                                "committed first")
+        if change.added is not None and len(change.added):
+            self._insert(change.added)
+        for action, time_, seqs in change.removed:
+            self._remove(action, time_, seqs)
+        conn.executemany("INSERT INTO audit (action, time, ids, reason, version, actor) VALUES (?, ?, ?, ?, ?, ?)",
+                         [(e.action, e.time, dumps_ids(e.ids), e.reason, e.version, self.actor) for e in change.audit])
+        conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [
+            (str(change.version), "version"), (str(change.next_id), "next_id"),
+            (json.dumps(change.scope_names), "scope_names")])
+        if change.erase:  # the full-text index rebuilt: a deleted row's terms leave its segments
+            conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the write lock for a block (``BEGIN IMMEDIATE`` ... ``COMMIT``): its reads see the
+        latest committed state and no other writer commits until it ends; its commits land with
+        it, or none of them if it raises. Re-entrant."""
+        if self._held:
+            yield
+            return
+        self._begin_write()
+        self._held = True
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._erase_after = False
+            raise
+        finally:
+            self._held = False
+            self._cache = None
+        if self._erase_after:
+            self._erase_after = False
             self._truncate_wal()
 
     def _begin_write(self) -> None:
