@@ -117,11 +117,12 @@ def load_store(out: Path = Path("results/load-store"), readme: Path | None = Non
 
 
 def _table(record: dict[str, Any]) -> str:
-    lines = ["| store | writers | readers | writes/s (adds, deletes) | retrieves/s | write p50 / p99 (ms) | "
-             "retrieve p50 / p99 (ms) | checks |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| store | writers | readers | adds/s | writes/s (adds, deletes) | retrieves/s | write p50 / p99 (ms) | "
+             "retrieve p50 / p99 (ms) | checks |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for c in record["cells"]:
         failed = [name for name, ok in c["checks"].items() if not ok]
-        lines.append(f"| {c['store']} | {c['writers']} | {c['readers']} | {c['writes_per_s']:,.0f} | "
+        lines.append(f"| {c['store']} | {c['writers']} | {c['readers']} | {c['adds_per_s']:,.0f} | "
+                     f"{c['writes_per_s']:,.0f} | "
                      f"{c['retrieves_per_s']:,.0f} | {c['write_p50_ms']:.2f} / {c['write_p99_ms']:.2f} | "
                      f"{c['retrieve_p50_ms']:.2f} / {c['retrieve_p99_ms']:.2f} | "
                      f"{'all pass' if not failed else 'FAILED: ' + ', '.join(failed)} |")

@@ -1,14 +1,17 @@
-"""Erase means erased: ``EpisodicMemory.delete(..., erase=True)`` on SQLite leaves no byte of the
-deleted content or embedding in any file of the store (the database, its write-ahead log and its
-shared-memory index, the full-text index included), which a plain delete does not promise; and
-``SQLiteStore.purge()`` does the same for everything deleted before. Every check scans the bytes
-of every file in the store's folder for a unique marker string, its lower-case full-text term,
-and the marker memory's float32 embedding as the store writes it.
+"""Erase means erased: ``EpisodicMemory.delete(..., erase=True)`` leaves no byte of the deleted
+content or embedding in any file of the store, which a plain delete does not promise: on SQLite
+(the database, its write-ahead log and shared-memory index, the full-text index included) and on a
+real Postgres (its whole data directory: heap, indexes, WAL), where the server's configuration must
+allow it and a store says why not otherwise; ``purge()`` does the same for everything deleted
+before. Every check scans the bytes of every file for a unique marker string, its lower-case
+full-text term, and the marker memory's float32 embedding as the store writes it (little-endian in
+SQLite, pgvector's big-endian in Postgres).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +30,28 @@ def marker_embedding() -> torch.Tensor:
 
 
 def traces(folder: Path) -> dict[str, list[str]]:
-    """For each file of the store, which of the marker's traces its bytes hold."""
-    unit = marker_embedding() / marker_embedding().norm()
+    """For each file under ``folder``, which of the marker's traces its bytes hold."""
+    unit = (marker_embedding() / marker_embedding().norm()).float().numpy()[0]
     patterns = {"content": MARKER.encode(), "term": MARKER.lower().encode(),
-                "embedding": unit.float().numpy().astype(np.float32).tobytes()}
+                "embedding": unit.astype("<f4").tobytes(),
+                "embedding_big_endian": b"".join(struct.pack(">f", float(v)) for v in unit)}
     found = {}
-    for path in sorted(folder.iterdir()):
-        data = path.read_bytes()
-        found[path.name] = [name for name, pattern in patterns.items() if pattern in data]
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        try:
+            data = path.read_bytes()
+        except OSError:  # a socket or a file the server holds exclusively
+            continue
+        found[str(path.relative_to(folder))] = [name for name, pattern in patterns.items() if pattern in data]
     return found
 
 
-def filled(folder: Path) -> tuple[EpisodicMemory, int]:
+def clean(folder: Path) -> bool:
+    return not any(traces(folder).values())
+
+
+def filled(folder: Path, store=None) -> tuple[EpisodicMemory, int]:
     """A store with the marker memory between 500 others (so it shares pages with them)."""
-    memory = EpisodicMemory(DIM, capacity=10_000, store=SQLiteStore(folder / "memories.db"))
+    memory = EpisodicMemory(DIM, capacity=10_000, store=SQLiteStore(folder / "memories.db") if store is None else store)
     gen = torch.Generator().manual_seed(0)
     memory.add(torch.randn(200, DIM, generator=gen), 0.5, content=[f"filler {i} lorem ipsum" for i in range(200)])
     (marker,) = memory.add(marker_embedding(), 0.9, content=[f"the {MARKER} secret"]).tolist()
@@ -59,7 +70,7 @@ def test_erase_leaves_no_trace_in_any_file(tmp_path):
     memory, marker = filled(tmp_path)
     assert any(found for found in traces(tmp_path).values())  # it was written
     assert memory.delete([marker], now=5.0, reason="user request 42", erase=True) == 1
-    assert traces(tmp_path) == {name: [] for name in traces(tmp_path)}
+    assert clean(tmp_path)
     assert (tmp_path / "memories.db-wal").stat().st_size == 0  # the log was truncated
     # the audit keeps who, when, why and the id, never the content
     record = memory.store.audit()[-1]
@@ -76,7 +87,7 @@ def test_purge_erases_what_plain_deletes_left(tmp_path):
     memory, marker = filled(tmp_path)
     memory.delete([marker])
     memory.store.purge()
-    assert traces(tmp_path) == {name: [] for name in traces(tmp_path)}
+    assert clean(tmp_path)
     assert len(EpisodicMemory(DIM, capacity=10_000, store=SQLiteStore(tmp_path / "memories.db"))) == 500
 
 
@@ -92,7 +103,7 @@ def test_an_erase_waits_for_a_reader_then_says_what_is_left(tmp_path):
     reader.execute("COMMIT")
     reader.close()
     memory.store.purge()
-    assert traces(tmp_path) == {name: [] for name in traces(tmp_path)}
+    assert clean(tmp_path)
 
 
 def test_bad_erase_arguments_are_refused_and_change_nothing(tmp_path):
@@ -109,3 +120,63 @@ def test_without_a_store_erase_deletes_as_usual():
     memory = EpisodicMemory(DIM, capacity=10)
     (i,) = memory.add(marker_embedding(), 0.5).tolist()
     assert memory.delete([i], erase=True) == 1 and len(memory) == 0
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory):
+    """A Postgres server of its own (its data directory is scanned, its settings changed): (dsn, data directory)."""
+    pgserver = pytest.importorskip("pgserver")
+    pytest.importorskip("psycopg")
+    folder = Path(tmp_path_factory.mktemp("pgerase")) / "pgdata"
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    yield server.get_uri(), folder
+    server.cleanup()
+
+
+def test_postgres_refuses_erase_and_says_why_until_its_server_can_promise_it(postgres, tmp_path):
+    import psycopg
+    import torch
+
+    from gae.episodic.store import PostgresStore
+
+    dsn, _ = postgres
+    store = PostgresStore(dsn, table="refused")
+    memory = EpisodicMemory(DIM, capacity=10, store=store)
+    (i,) = memory.add(torch.eye(DIM)[:1], 0.5).tolist()
+    version = memory.version
+    assert not store.erases and any("wal_recycle is on" in p for p in store.erasure_problems())
+    with pytest.raises(ValueError, match="erase=True: PostgresStore cannot guarantee"):
+        memory.delete([i], erase=True)
+    assert memory.version == version and i in memory.column("ids").tolist()
+    with pytest.raises(RuntimeError, match="purge cannot promise erasure on this server: wal_recycle is on"):
+        store.purge()
+    store.close()
+    with psycopg.connect(dsn, autocommit=True) as admin:  # what the problem said to do
+        admin.execute("ALTER SYSTEM SET wal_recycle = off")
+        admin.execute("SELECT pg_reload_conf()")
+
+
+def test_postgres_erase_leaves_no_trace_in_the_data_directory(postgres):
+    from gae.episodic.store import PostgresStore
+
+    dsn, data = postgres
+    store = PostgresStore(dsn, table="erased")
+    if store.erasure_problems():  # the refusal test above turns wal_recycle off; alone, do it here
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("ALTER SYSTEM SET wal_recycle = off")
+            admin.execute("SELECT pg_reload_conf()")
+    assert store.erasure_problems() == []
+    memory, marker = filled(data, store)
+    memory.delete([marker])  # the control: a plain delete leaves the row's bytes in the server's files
+    assert not clean(data)
+    store.purge()
+    assert clean(data)
+    (again,) = memory.add(marker_embedding(), 0.9, content=[f"the {MARKER} secret"]).tolist()
+    assert not clean(data)
+    memory.delete([again], reason="user request", erase=True)  # erase=True: gone when the call returns
+    assert clean(data)
+    assert MARKER not in repr(store.audit()) and store.audit()[-1].ids == (again,)
+    assert len(EpisodicMemory(DIM, capacity=10_000, store=PostgresStore(dsn, table="erased"))) == 500
+    store.close()

@@ -578,22 +578,3 @@ def test_a_killed_writer_loses_nothing_on_postgres(dsn: str, tmp_path) -> None:
         replay.add(torch.randn(2, 4, generator=gen), torch.rand(2, generator=gen), now=float(step))
     assert_same_index(replay, reopened)
 
-
-def test_erase_is_refused_until_postgres_can_promise_it(dsn):
-    """PostgresStore keeps a deleted row's old version (and its vector in the HNSW index) in its files
-    until a vacuum, and its WAL longer: it does not claim erasure (docs/store.md), so erase=True is
-    refused before anything changes."""
-    import torch
-
-    from gae import EpisodicMemory
-
-    memory = EpisodicMemory(DIM, capacity=10, store=PostgresStore(dsn))
-    (i,) = memory.add(torch.eye(DIM)[:1], 0.5).tolist()
-    version = memory.version
-    assert not memory.store.erases
-    with pytest.raises(ValueError, match="erase=True: PostgresStore cannot guarantee"):
-        memory.delete([i], erase=True)
-    assert memory.version == version and i in memory.column("ids").tolist()
-    with pytest.raises(NotImplementedError, match="PostgresStore cannot guarantee erasure"):
-        memory.store.purge()
-    memory.store.close()

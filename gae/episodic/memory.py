@@ -348,9 +348,9 @@ class EpisodicMemory(Persistence):
         if not isinstance(erase, bool):
             raise TypeError(f"erase must be a bool, got {erase!r}")
         if erase and self.store is not None and not self.store.erases:
+            why = "; ".join(getattr(self.store, "erasure_problems", list)()) or "docs/store.md"
             raise ValueError(f"erase=True: {type(self.store).__name__} cannot guarantee that deleted data leaves its "
-                             "files when the call returns (docs/store.md); delete without erase, or use a store "
-                             "that can")
+                             f"files when the call returns ({why}); delete without erase, or fix that first")
         plain = check.plain_ids("ids", ids, None)
         try:
             raw = torch.as_tensor(plain, device=self.embeddings.device).reshape(-1)

@@ -279,11 +279,10 @@ class MemoryStore(abc.ABC):
     def close(self) -> None:
         """Release the connection (the data stays)."""
 
+    @abc.abstractmethod
     def purge(self) -> None:
-        """Make everything deleted so far unreadable from the store's files (a store whose
-        :attr:`erases` is True implements it)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot guarantee erasure: it keeps deleted rows in its "
-                                  "files until its own maintenance removes them")
+        """Make everything deleted so far unreadable from the store's files, or raise saying why
+        it cannot (then :attr:`erases` is False)."""
 
     def __enter__(self) -> MemoryStore:
         return self

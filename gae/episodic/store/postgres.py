@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gae.episodic.store import postgres_erase
 from gae.episodic.store import postgres_schema as schema
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
@@ -30,51 +30,11 @@ from gae.episodic.store.base import (
     scope_keys,
     split_scope,
 )
+from gae.episodic.store.postgres_vector import Vector, register_vector
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
-
-class _Vector:
-    """A float32 vector to send as pgvector's ``vector`` (a query parameter)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-
-def _register_vector(conn: psycopg.Connection[Any]) -> None:
-    """Send and read pgvector's ``vector`` in its binary form (uint16 dim, uint16 0, big-endian
-    float32s), so that embeddings come back exactly as written."""
-    from psycopg.adapt import Dumper, Loader
-    from psycopg.pq import Format
-    from psycopg.types import TypeInfo
-
-    info = TypeInfo.fetch(conn, "vector")
-    if info is None:
-        raise RuntimeError("the pgvector extension's type 'vector' is missing from this database")
-    info.register(conn)
-    vector_oid = info.oid
-
-    class VectorDumper(Dumper):
-        format = Format.BINARY
-        oid = vector_oid
-
-        def dump(self, obj: _Vector) -> bytes:
-            values = np.asarray(obj.values, dtype=">f4")
-            return struct.pack(">HH", values.size, 0) + values.tobytes()
-
-    class VectorLoader(Loader):
-        format = Format.BINARY
-
-        def load(self, data: Any) -> np.ndarray:
-            (dim,) = struct.unpack_from(">H", data)
-            return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32)
-
-    conn.adapters.register_dumper(_Vector, VectorDumper)
-    conn.adapters.register_loader(vector_oid, VectorLoader)
-
 
 def _text_query(text: str) -> str | None:
     """The words of ``text`` OR-ed as a tsquery (SQLiteStore's FTS5 query), None when it has none."""
@@ -159,6 +119,7 @@ class PostgresStore(MemoryStore):
         self.candidates = candidates
         self.dim: int | None = None
         self._held = False  # inside exclusive(): the write lock is this connection's
+        self._erase_after = False  # an erasing change committed in exclusive(): purge when it ends
         self.exact_fallbacks = 0
         self._sql = sql
         self._statements: dict[tuple[bool, bool, bool], sql.Composed] = {}
@@ -199,7 +160,7 @@ class PostgresStore(MemoryStore):
                     if self.row_level_security:
                         self._enable_row_level_security()
                     created = True
-        _register_vector(conn)
+        register_vector(conn)
         if created:
             self.dim = dim
             return None
@@ -285,8 +246,14 @@ class PostgresStore(MemoryStore):
             self._held = True
             try:
                 yield
+            except BaseException:
+                self._erase_after = False
+                raise
             finally:
                 self._held = False
+        if self._erase_after:  # VACUUM cannot run inside a transaction: after it, as a plain commit does
+            self._erase_after = False
+            self.purge()
 
     def commit(self, change: Change) -> None:
         if self.dim is None:
@@ -319,6 +286,31 @@ class PostgresStore(MemoryStore):
             cur.executemany(self._q("UPDATE {meta} SET value = %s WHERE key = %s"), [
                 (str(change.version), "version"), (str(change.next_id), "next_id"),
                 (json.dumps(change.scope_names), "scope_names")])
+        if change.erase:
+            if self._held:
+                self._erase_after = True
+            else:
+                self.purge()
+
+    @property
+    def erases(self) -> bool:  # type: ignore[override]
+        """True when :meth:`purge` can promise erasure on this server (:meth:`erasure_problems`)."""
+        return not self.erasure_problems()
+
+    def erasure_problems(self) -> list[str]:
+        """Why :meth:`purge` could not promise that deleted data leaves the server's files
+        (:func:`~gae.episodic.store.postgres_erase.erasure_problems`); empty when it can."""
+        return postgres_erase.erasure_problems(self._conn)
+
+    def purge(self) -> None:
+        """Make everything deleted so far unreadable from the server's files
+        (:func:`~gae.episodic.store.postgres_erase.purge`: ``VACUUM FULL`` of the table, then the
+        WAL switched and checkpointed twice); RuntimeError naming what stands in the way first."""
+        problems = self.erasure_problems()
+        if problems:
+            raise RuntimeError(f"table {self.table!r}: purge cannot promise erasure on this server: "
+                               + "; ".join(problems))
+        postgres_erase.purge(self._conn, self._q("VACUUM FULL {t}"))
 
     def _insert(self, cur: psycopg.Cursor[Any], rows: Rows) -> None:
         """INSERT in one pipelined batch (COPY would be faster, but Postgres refuses it under
@@ -329,7 +321,7 @@ class PostgresStore(MemoryStore):
         contents, sensitivities = rows.contents(), rows.sensitivities()
         cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(schema.COLUMNS)}) VALUES ({', '.join(['%s'] * 13)})"), [
             (int(rows.seq[i]), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
-             _Vector(rows.embedding[i]), float(rows.confidence[i]), sensitivities[i],
+             Vector(rows.embedding[i]), float(rows.confidence[i]), sensitivities[i],
              Jsonb([int(s) for s in rows.source_ids[i]]), float(rows.valid_from[i]), float(rows.valid_until[i]),
              float(rows.importance[i]), float(rows.created_at[i])) for i in range(len(rows))])
 
@@ -433,7 +425,7 @@ class PostgresStore(MemoryStore):
                     continue
                 tsq = _text_query(text_q) if text_q is not None and w_text != 0.0 else None
                 keys = [split_scope(key) for key in scopes_q or []]
-                params = {"q": _Vector(unit[q]), "now": float(now), "tau": float(tau), "k": k, "tsq": tsq,
+                params = {"q": Vector(unit[q]), "now": float(now), "tau": float(tau), "k": k, "tsq": tsq,
                           "candidates": candidates, "w_sim": float(weights[0]), "w_rec": float(weights[1]),
                           "w_imp": float(weights[2]), "w_text": float(w_text),
                           "ints": [i for kind, i in keys if kind == "int"],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -289,17 +288,17 @@ class SQLiteStore(MemoryStore):
 
     def _truncate_wal(self) -> None:
         """Copy the WAL into the file and truncate it: the old page images, which hold what was
-        deleted, are gone. Waits up to ``erase_timeout`` for readers that still use them."""
-        deadline = time.monotonic() + self.erase_timeout
-        while True:
+        deleted, are gone. SQLite's busy handler waits up to ``erase_timeout`` for readers that
+        still use them (the connection's own ``timeout`` is set back after)."""
+        self._conn.execute(f"PRAGMA busy_timeout = {int(self.erase_timeout * 1000)}")
+        try:
             busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.path}: the delete is committed, but a reader still uses the write-ahead "
-                                   f"log after {self.erase_timeout:g} s, so the deleted data may remain in "
-                                   f"{self.path}-wal; call purge() once the readers are done")
-            time.sleep(0.01)
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        if busy:
+            raise TimeoutError(f"{self.path}: the delete is committed, but a reader still uses the write-ahead "
+                               f"log after {self.erase_timeout:g} s, so the deleted data may remain in "
+                               f"{self.path}-wal; call purge() once the readers are done")
 
     def purge(self) -> None:
         """Make everything deleted so far unreadable from the store's files: rewrite the database

@@ -1,0 +1,47 @@
+"""Erasure on Postgres: what must hold for deleted data to leave a server's files, and the purge that makes it so.
+
+A deleted row's old version stays in the table's file, and its vector in the HNSW index, until a
+vacuum; the WAL holds the inserted row until its segment is gone. ``VACUUM FULL`` writes the table
+and every index anew without the dead versions; switching the WAL and checkpointing, twice, puts
+the segments that held them behind the redo point, where the server removes them, unless it
+recycles them (renamed, with their bytes) or keeps them for an archive, standbys or slots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+
+def erasure_problems(conn: psycopg.Connection[Any]) -> list[str]:
+    """Why a purge on this server could not promise that deleted data leaves its files: WAL
+    segments recycled rather than removed (``wal_recycle``), kept for archiving, standbys or
+    replication slots, or a role that may not ``CHECKPOINT`` or switch the WAL. Empty when it can."""
+    settings = dict(conn.execute("SELECT name, setting FROM pg_settings "
+                                 "WHERE name IN ('wal_recycle', 'archive_mode', 'wal_keep_size')").fetchall())
+    problems = []
+    if settings.get("wal_recycle") != "off":
+        problems.append("wal_recycle is on: old WAL segments are renamed for reuse with their bytes "
+                        "(ALTER SYSTEM SET wal_recycle = off; SELECT pg_reload_conf())")
+    if settings.get("archive_mode") not in (None, "off"):
+        problems.append("archive_mode is on: WAL segments are kept for the archive")
+    if settings.get("wal_keep_size") not in (None, "0"):
+        problems.append("wal_keep_size is not 0: WAL segments are kept for standbys")
+    if conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() != (0,):
+        problems.append("replication slots hold WAL segments")
+    if conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() != (True,):
+        problems.append("the role is not a superuser: CHECKPOINT and pg_switch_wal() need it")
+    return problems
+
+
+def purge(conn: psycopg.Connection[Any], vacuum_full: sql.Composed) -> None:
+    """``vacuum_full`` (the table's ``VACUUM FULL``), then the WAL switched and checkpointed twice:
+    the segment in use when the rows were deleted is closed, then past a checkpoint, and removed.
+    On an autocommit connection, outside any transaction (VACUUM cannot run inside one)."""
+    conn.execute(vacuum_full)
+    for _ in range(2):
+        conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
