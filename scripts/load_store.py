@@ -146,7 +146,8 @@ def section(record: dict[str, Any]) -> str:
 
 
 def figure(record: dict[str, Any]) -> Any:
-    """Adds per second against the number of writers, one line per store and number of readers."""
+    """Write calls (adds and deletes) per second against the number of writers, one line per store
+    and number of readers."""
     import matplotlib
 
     matplotlib.use("Agg")

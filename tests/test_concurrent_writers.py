@@ -138,8 +138,32 @@ def test_a_writer_that_cannot_get_the_lock_says_so_and_writes_nothing(tmp_path):
         memory.add(torch.randn(1, DIM), 0.5)
     holder.execute("ROLLBACK")
     holder.close()
-    assert len(memory) == 0 and memory.version == 0  # the index is the store's again
+    assert memory.store.audit() == [] and memory.store.stored_version() == 0  # nothing of the call was written
     assert memory.add(torch.randn(1, DIM), 0.5).tolist() == [0]
+
+
+def test_a_hold_that_rolls_back_marks_the_memories_that_wrote_in_it_stale(tmp_path):
+    """A caller's own exclusive() block that raises undoes the calls made in it: the memory that
+    made them reloads on its next call instead of keeping ids the store never kept."""
+    path = tmp_path / "shared.db"
+    a = EpisodicMemory(DIM, capacity=100, store=SQLiteStore(path))
+    b = EpisodicMemory(DIM, capacity=100, store=SQLiteStore(path))
+    with pytest.raises(KeyError), a.store.exclusive():
+        assert a.add(torch.randn(1, DIM), 0.5).tolist() == [0]
+        raise KeyError("the caller's block fails after the add")
+    assert b.add(torch.randn(1, DIM), 0.5).tolist() == [0]  # the store never kept a's id 0
+    assert a.add(torch.randn(1, DIM), 0.5).tolist() == [1]  # a reloaded: b's row 0 is in its index, its own is not
+    assert a.column("ids").tolist() == [0, 1] and torch.allclose(a.column("embeddings")[0], b.column("embeddings")[0])
+
+
+def test_a_closed_store_refuses_writes_and_the_index_stays_the_stores(tmp_path):
+    store = SQLiteStore(tmp_path / "shared.db")
+    memory = EpisodicMemory(DIM, capacity=100, store=store)
+    memory.add(torch.randn(1, DIM), 0.5)
+    store.close()
+    with pytest.raises(RuntimeError, match="add: the store is closed"):
+        memory.add(torch.randn(2, DIM), 0.5)
+    assert len(memory) == 1 and memory.retrieve(torch.randn(1, DIM), now=1.0, k=5).ids[0].ne(-1).sum() == 1
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +231,10 @@ def test_a_writer_killed_mid_call_under_load_leaves_the_store_consistent(kind, t
             time.sleep(0.05)
         writers[0].send_signal(signal.SIGKILL)
         writers[0].wait()
-        time.sleep(0.5)  # the other writes on
+        written = logs[1].read_text().count("\n")
+        while logs[1].read_text().count("\n") < written + 10:  # the other writes on, past the killed one's lock
+            assert time.monotonic() < deadline and writers[1].poll() is None, "the other writer stopped"
+            time.sleep(0.05)
     finally:
         for writer in writers:
             writer.send_signal(signal.SIGKILL)

@@ -12,7 +12,7 @@ STORES = ["sqlite"] + (["postgres"] if importlib.util.find_spec("pgserver") else
 
 
 def test_a_short_load_keeps_every_invariant_on_every_store(tmp_path):
-    record = load_store(out=tmp_path, stores=STORES, grid=[2], seconds=0.5)
+    record = load_store(out=tmp_path, stores=STORES, grid=[2], seconds=1.0)
     assert [(c["store"], c["writers"], c["readers"]) for c in record["cells"]] == [(s, 2, 2) for s in STORES]
     for cell in record["cells"]:
         assert cell["checks"] == dict.fromkeys(cell["checks"], True), cell

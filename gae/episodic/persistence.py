@@ -32,24 +32,19 @@ def write_call(method: Call) -> Call:
     and no other writer commits until it has, so ids never collide, the version counts every
     writer's mutations in order, and each call lands whole or not at all. A writer that cannot get
     the lock within the store's ``timeout`` raises TimeoutError with nothing written. Should the
-    lock's transaction fail to land after the call's changes were made, the index is marked stale
-    and the next call reloads it."""
+    lock's transaction not land after the call committed into it (its own end failed, or the
+    caller's enclosing ``exclusive()`` block raised), the store's rollback hook marks the index
+    stale and the next call reloads it. A closed store refuses writes before anything changes."""
 
     @functools.wraps(method)
     def call(self: Persistence, *args: Any, **kwargs: Any) -> Any:
         store = self.store
-        if store is None or self._depth > 0 or store.closed:
+        if store is None or self._depth > 0:
             return method(self, *args, **kwargs)
-        ran = False
-        try:
-            with store.exclusive():
-                result = method(self, *args, **kwargs)
-                ran = True
-            return result
-        except BaseException:
-            if ran:  # the call's changes are in this index but the transaction did not land
-                self._stale = True
-            raise
+        if store.closed:
+            raise RuntimeError(f"{method.__name__}: the store is closed; open a memory on a new store to write")
+        with store.exclusive():
+            return method(self, *args, **kwargs)
 
     return call  # type: ignore[return-value]
 
@@ -105,6 +100,7 @@ class Persistence(nn.Module):
             except BaseException:
                 self._reload()
                 raise
+            self.store.on_rollback(self._mark_stale)  # inside a hold: should it roll back, the index is ahead
 
     def _rows(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]],
               content: list[str | None]) -> Rows:
@@ -132,13 +128,18 @@ class Persistence(nn.Module):
             self._restore(snapshot)
         self._stale = False
 
+    def _mark_stale(self) -> None:
+        self._stale = True
+
     def _fresh(self) -> None:
         """Before a call: reload from the store if a failed write left the index stale, or if
         another writer committed since this memory last read or wrote it (the stored version
         moved). A nested call (one public call made inside another) works on its caller's state."""
-        if self.store is None or self._depth > 0 or self.store.closed:  # closed: its writes fail, reads serve the index
+        if self.store is None or self._depth > 0:
             return
-        if self._stale or self.store.stored_version() != self.version:
+        if self._stale:  # a failed write: the store holds the truth (raises if it cannot be read, closed too)
+            self._reload()
+        elif not self.store.closed and self.store.stored_version() != self.version:  # closed: the index serves
             self._reload()
 
     def _clear(self) -> None:

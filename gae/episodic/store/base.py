@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -90,7 +90,8 @@ class Change:
 
 class StoreConflict(RuntimeError):
     """A commit found the store at another version than the one its change was made on: another
-    writer committed first. Nothing of the change was written; the memory reloads and retries."""
+    writer committed first. Nothing of the change was written. (A memory writes holding the
+    store's lock from its reload on, so it never meets one: this is the store's second line.)"""
 
 
 @dataclass
@@ -240,6 +241,7 @@ class MemoryStore(abc.ABC):
     dim: int | None
     erases: bool = False  # commit honours Change.erase and purge() exists (MemoryStore.purge)
     closed: bool = False  # close() was called: a memory keeps serving its index, and cannot write
+    _rollback_hooks: list[Callable[[], None]] | None = None  # inside exclusive(): what to call should it roll back
 
     @abc.abstractmethod
     def open(self, dim: int) -> Snapshot | None:
@@ -255,6 +257,18 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def stored_version(self) -> int:
         """The version counter as committed now (another writer's commits included)."""
+
+    def on_rollback(self, hook: Callable[[], None]) -> None:
+        """Inside :meth:`exclusive`: call ``hook`` if the block's transaction does not land (a
+        memory marks its index stale). Outside it, a commit is final: nothing to do."""
+        if self._rollback_hooks is not None:
+            self._rollback_hooks.append(hook)
+
+    def _rolled_back(self) -> None:
+        """Run and forget the hooks of a hold that did not land."""
+        hooks, self._rollback_hooks = self._rollback_hooks or [], None
+        for hook in hooks:
+            hook()
 
     @abc.abstractmethod
     def exclusive(self) -> AbstractContextManager[None]:

@@ -226,31 +226,40 @@ class PostgresStore(MemoryStore):
         """Take the table's write lock (an advisory transaction lock), waiting up to ``timeout``."""
         from psycopg import errors
 
+        # read committed whatever the server's default: each statement after the lock sees the previous writer's commit
+        cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(self.timeout * 1000)}ms",))
         try:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
         except errors.LockNotAvailable as error:
             raise TimeoutError(f"table {self.table!r}: another writer held the write lock for more than "
                                f"{self.timeout:g} s; nothing of this call was written") from error
+        cur.execute("SELECT set_config('lock_timeout', '0', true)")  # the bound was for the writer lock only
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the write lock for a block (one transaction): its reads see the latest committed
         state and no other writer commits until it ends; its commits land with it, or none of
-        them if it raises. Re-entrant."""
+        them if it raises (then the memories that committed in it are marked stale,
+        :meth:`on_rollback`). Re-entrant."""
         if self._held:
             yield
             return
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            self._lock(cur)
-            self._held = True
-            try:
-                yield
-            except BaseException:
-                self._erase_after = False
-                raise
-            finally:
-                self._held = False
+        self._rollback_hooks = []
+        try:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                self._lock(cur)
+                self._held = True
+                try:
+                    yield
+                finally:
+                    self._held = False
+        except BaseException:  # the block raised, or its commit failed: nothing of it landed
+            self._erase_after = False
+            self._rolled_back()
+            raise
+        finally:
+            self._rollback_hooks = None
         if self._erase_after:  # VACUUM cannot run inside a transaction: after it, as a plain commit does
             self._erase_after = False
             self.purge()
@@ -306,10 +315,10 @@ class PostgresStore(MemoryStore):
         """Make everything deleted so far unreadable from the server's files
         (:func:`~gae.episodic.store.postgres_erase.purge`: ``VACUUM FULL`` of the table, then the
         WAL switched and checkpointed twice); RuntimeError naming what stands in the way first."""
-        problems = self.erasure_problems()
+        problems = self.erasure_problems() + postgres_erase.snapshot_problems(self._conn)
         if problems:
-            raise RuntimeError(f"table {self.table!r}: purge cannot promise erasure on this server: "
-                               + "; ".join(problems))
+            raise RuntimeError(f"table {self.table!r}: purge cannot promise erasure now (any delete is committed; "
+                               "purge() once this is fixed erases it): " + "; ".join(problems))
         postgres_erase.purge(self._conn, self._q("VACUUM FULL {t}"))
 
     def _insert(self, cur: psycopg.Cursor[Any], rows: Rows) -> None:

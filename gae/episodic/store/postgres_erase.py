@@ -32,8 +32,25 @@ def erasure_problems(conn: psycopg.Connection[Any]) -> list[str]:
         problems.append("wal_keep_size is not 0: WAL segments are kept for standbys")
     if conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() != (0,):
         problems.append("replication slots hold WAL segments")
+    if conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone() != (0,):
+        problems.append("standbys are connected: their copies of the files hold the rows")
     if conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() != (True,):
         problems.append("the role is not a superuser: CHECKPOINT and pg_switch_wal() need it")
+    return problems
+
+
+def snapshot_problems(conn: psycopg.Connection[Any]) -> list[str]:
+    """What would make ``VACUUM FULL`` keep a deleted row's old version now: another session
+    with an open snapshot (it copies versions such a snapshot may still see), or a prepared
+    transaction. Empty when there is none."""
+    problems = []
+    row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL "
+                       "AND pid <> pg_backend_pid()").fetchone()
+    sessions = 0 if row is None else int(row[0])
+    if sessions:
+        problems.append(f"{sessions} other session(s) hold a snapshot that may still see the deleted rows")
+    if conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone() != (0,):
+        problems.append("prepared transactions hold a snapshot")
     return problems
 
 

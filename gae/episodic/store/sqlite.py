@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time as _time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -120,7 +121,7 @@ class SQLiteStore(MemoryStore):
         self.erase_timeout = float(erase_timeout)
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout)
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._wal()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
         except BaseException:
@@ -133,6 +134,19 @@ class SQLiteStore(MemoryStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, dim={self.dim})"
+
+    def _wal(self) -> None:
+        """``journal_mode=WAL``. Connections switching a new file at once get "locked" at once
+        (SQLite skips the busy handler there), so this retries, up to ``timeout``."""
+        deadline = _time.monotonic() + self.timeout
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or _time.monotonic() >= deadline:
+                    raise
+                _time.sleep(0.005)
 
     # -- schema ----------------------------------------------------------------------------
     def _tables(self) -> set[str]:
@@ -209,8 +223,9 @@ class SQLiteStore(MemoryStore):
                 self._write(change)
                 conn.execute("RELEASE gae_change")
             except BaseException:
-                conn.execute("ROLLBACK TO gae_change")
-                conn.execute("RELEASE gae_change")
+                if conn.in_transaction:  # (an I/O error or a full disk may have ended the whole transaction)
+                    conn.execute("ROLLBACK TO gae_change")
+                    conn.execute("RELEASE gae_change")
                 raise
             finally:
                 self._cache = None
@@ -252,22 +267,26 @@ class SQLiteStore(MemoryStore):
     def exclusive(self) -> Iterator[None]:
         """Hold the write lock for a block (``BEGIN IMMEDIATE`` ... ``COMMIT``): its reads see the
         latest committed state and no other writer commits until it ends; its commits land with
-        it, or none of them if it raises. Re-entrant."""
+        it, or none of them if it raises (then the memories that committed in it are marked stale,
+        :meth:`on_rollback`). Re-entrant."""
         if self._held:
             yield
             return
-        self._begin_write()
-        self._held = True
+        self._rollback_hooks = []
         try:
+            self._begin_write()
+            self._held = True
             yield
             self._conn.execute("COMMIT")
         except BaseException:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             self._erase_after = False
+            self._rolled_back()
             raise
         finally:
             self._held = False
+            self._rollback_hooks = None
             self._cache = None
         if self._erase_after:
             self._erase_after = False
