@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gae import JudgmentConfig, JudgmentMemory
-from gae.judgment import rule
+from gae.judgment import lvq, rule
 
 LVQ = {"learning": "lvq", "relevance_rate": 0.0, "push_rate": 0.0, "units": "criterion"}
 
@@ -164,7 +164,7 @@ def test_relevance_step_follows_its_formula():
     d_rival = (lam * scale * (x - state.centroids[0, 1, 0]) ** 2).sum()
     ((d_own - d_rival) / (d_own + d_rival)).backward()
     expected = logits.detach() - 0.1 * logits.grad
-    rule.relevance_step(x, 0, 0, 0, 1, 0, alpha, state, config)
+    lvq.relevance_step(x, 0, 0, 0, 1, 0, alpha, state, config)
     torch.testing.assert_close(state.relevance_logits[0], expected)
 
 
@@ -243,7 +243,7 @@ def test_the_engine_comparison_streams_exercise_every_lvq_branch(name):
     m = MEMORY_FACTORIES[name]()
     m.backend = "reference"
     wins = []
-    original = rule.miss
+    original = lvq.miss
 
     def counting(x, c, a, weights, state, config):
         before = state.wins.clone()
@@ -251,7 +251,7 @@ def test_the_engine_comparison_streams_exercise_every_lvq_branch(name):
         wins.append(bool((state.wins < before).any()))
 
     pushed = []
-    original_step = rule.lvq_step
+    original_step = lvq.lvq_step
 
     def watching(x, c, a, recommended, nearest, logits, alpha, state, config):
         before = state.centroids.clone()
@@ -261,8 +261,8 @@ def test_the_engine_comparison_streams_exercise_every_lvq_branch(name):
         return result
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rule, "miss", counting)
-        patch.setattr(rule, "lvq_step", watching)
+        patch.setattr(lvq, "miss", counting)
+        patch.setattr(lvq, "lvq_step", watching)
         step = m.prequential_(stream.x, stream.category, stream.action, skip=stream.skip)
     events = step.events
     assert events.spawned.any() and events.recycled.any() and events.initialized.any() and events.skipped.any()

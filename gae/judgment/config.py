@@ -62,7 +62,7 @@ class JudgmentConfig:
     spawn_support: float = 1.5  # recent wins a prototype needs before it scores: two wins close together
     win_decay: float = 0.05  # per decision of the action: wins remember about the last 20
     # -- learning='lvq' (docs/lvq.md): units from the data, a metric learned online, prototypes where errors are
-    learning: Learning = "gated"  # 'gated': the eta rule above; 'lvq': learning vector quantization (rule.lvq_step)
+    learning: Learning = "gated"  # 'gated': the eta rule above; 'lvq': learning vector quantization (judgment/lvq.py)
     units: Units = "category"  # lvq: squared differences over the category's mean running variance, or each criterion's
     rate_floor: float = 0.02  # lvq: prototypes learn at max(1 / (updates + 1), rate_floor): running mean, then tracking
     relevance_rate: float = 0.0  # lvq: step size of the criterion relevances (GRLVQ); 0 keeps them uniform

@@ -24,20 +24,9 @@ Learning one verified decision (:func:`prequential`, in stream order)::
     mu_{c,a,p} += eta (x - mu_{c,a,p});  counts += 1;  wins decay by win_decay, +1 for p  (P > 1)
     adaptive                -> weigh_evidence (before), track and shadow_and_promotion (after)
 
-``learning='lvq'`` (:func:`lvq_step`) replaces the gated rule by learning vector quantization in
-the data's own units: the distance weighs each criterion by the attention, a learned relevance
-and the inverse of the category's running variance (:func:`metric`)::
-
-    w_c       = alpha_c * softmax(relevance_logits_c) / (variance_c + VARIANCE_FLOOR)
-    observe                 category c's running mean and variance take x (Welford)
-    p, d      = the nearest prototype in use of (c, a) under w_c
-    relevance_step          GRLVQ: the relevances move to separate p from the best rival action's slot
-    miss                    the prototypes of other actions nearer than p lose miss_penalty of their wins
-    wrong and d > spawn_threshold -> spawn_slot; mu = x                                    (P > 1)
-    else      mu_{c,a,p} += max(1 / (counts + 1), rate_floor) (x - mu_{c,a,p})
-    wrong     -> the recommended action's slot q: mu_q -= push_rate max(1 / (counts_q + 1), rate_floor) (x - mu_q)
-
-where *wrong* means the memory's own recommendation was not the verified action.
+``learning='lvq'`` replaces the gated rule by learning vector quantization in the data's own
+units (:mod:`gae.judgment.lvq`, which uses this module's scoring and slot operations); its metric,
+:func:`metric`, is the scoring formula's weights.
 """
 
 from __future__ import annotations
@@ -352,118 +341,6 @@ def shadow_and_promotion(x: Tensor, c: int, a: int, p: int, fresh: bool, state: 
     return evidence
 
 
-def observe(x: Tensor, c: int, state: JudgmentState) -> None:
-    r"""Category ``c``'s running mean and (population) variance take ``x``, in place (Welford):
-    :math:`n \leftarrow n + 1`, :math:`\delta = x - m`, :math:`m \leftarrow m + \delta / n`,
-    :math:`v \leftarrow v + (\delta (x - m) - v) / n`."""
-    state.input_counts[c] += 1
-    n = state.input_counts[c].to(torch.float32)
-    delta = x - state.input_means[c]
-    state.input_means[c] += delta / n
-    state.input_variances[c] += (delta * (x - state.input_means[c]) - state.input_variances[c]) / n
-
-
-def miss(x: Tensor, c: int, a: int, weights: Tensor, state: JudgmentState, config: JudgmentConfig) -> None:
-    """The support of category ``c``'s prototypes, in place: every prototype in use of another
-    action that lies nearer to ``x`` under the metric than the verified action ``a``'s nearest
-    (scoring or not) loses ``miss_penalty`` of its wins (GLVQ's misclassification condition,
-    prototype by prototype). A prototype spawned by a noisy label inside another action's region,
-    or left where the labels changed, so loses its support. Nothing happens before ``a`` has a
-    prototype."""
-    own_slots = state.initialized[c, a]
-    if not bool(own_slots.any()):
-        return
-    lengths = weighted((x - state.centroids[c]) ** 2, weights[None].expand(state.centroids.shape[1], -1))
-    own = lengths[a][own_slots].min()
-    nearer = state.initialized[c] & (lengths < own)
-    nearer[a] = False
-    state.wins[c][nearer] *= _f32(1.0) - _f32(config.miss_penalty)
-
-
-def lvq_rate(count: Tensor, config: JudgmentConfig) -> Tensor:
-    """The step size of a prototype with ``count`` updates: ``max(1 / (count + 1), rate_floor)``,
-    the running mean of its decisions until the rate reaches the floor, then tracking."""
-    return torch.maximum(_f32(1.0) / (count.to(torch.float32) + _f32(1.0)), _f32(config.rate_floor))
-
-
-def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Tensor, state: JudgmentState,
-                   config: JudgmentConfig) -> None:
-    r"""One GRLVQ step of category ``c``'s relevance logits, in place, separating the verified
-    action's prototype :math:`\mu_J = \mu_{c,a,p}` from the rival's :math:`\mu_K = \mu_{c,r,q}`.
-
-    With :math:`g_k = \alpha_k (x_k - \mu_k)^2 / (v_k + \epsilon)`, :math:`d = \sum_k \lambda_k g_k`
-    and the relative distance :math:`\rho = (d_J - d_K) / (d_J + d_K)`:
-
-    .. math::
-        \partial\rho / \partial\lambda_k = 2\,(d_K g_{J,k} - d_J g_{K,k}) / (d_J + d_K)^2, \qquad
-        \ell_k \leftarrow \ell_k - \epsilon_\lambda\,\lambda_k\,\partial\rho / \partial\lambda_k
-
-    (the chain rule through the softmax, whose other term vanishes since
-    :math:`\sum_k \lambda_k \partial\rho / \partial\lambda_k = 0`). Nothing moves when both
-    distances are 0."""
-    lam = relevances(state.relevance_logits[c])
-    scale = alpha[c] / spread(state.input_variances[c], config)
-    g_own = scale * (x - state.centroids[c, a, p]) ** 2
-    g_rival = scale * (x - state.centroids[c, r, q]) ** 2
-    d_own, d_rival = (lam * g_own).sum(), (lam * g_rival).sum()
-    total = d_own + d_rival
-    if not total > 0:
-        return
-    gradient = _f32(2.0) * (d_rival * g_own - d_own * g_rival) / (total * total)
-    state.relevance_logits[c] -= _f32(config.relevance_rate) * (lam * gradient)
-
-
-def rival_action(logits: Tensor, a: int) -> int:
-    """The best-scoring action other than ``a`` (its first maximum), -1 when no other action scored."""
-    others = logits.clone()
-    others[a] = float("-inf")
-    return int(others.argmax()) if bool(torch.isfinite(others).any()) else -1
-
-
-def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logits: Tensor, alpha: Tensor,
-             state: JudgmentState, config: JudgmentConfig) -> tuple[int, Tensor, Tensor, bool, bool, bool, Tensor]:
-    """Learn one verified decision with ``learning='lvq'`` (the module docstring has the rule), in
-    place. ``recommended`` is the memory's own pre-learning action, ``nearest`` (A,) the slot
-    that scored each action and ``logits`` (A,) their logits.
-
-    Returns ``(slot, eta, distance, fresh, spawned, recycled, before)``: the taught slot, its step
-    size (1 for a new prototype), the metric distance to it before learning (0 on a first
-    touch), whether it was set to ``x``, spawned or recycled, and its row before the update."""
-    observe(x, c, state)
-    weights = metric(alpha, state, config)[c]
-    if state.centroids.shape[2] > 1 and config.miss_penalty > 0:
-        miss(x, c, a, weights, state, config)
-    in_use = state.initialized[c, a].nonzero().squeeze(-1)
-    wrong = recommended != a
-    spawned = recycled = False
-    if not in_use.numel():  # a first touch
-        target, distance, fresh = 0, _f32(0.0), True
-    else:
-        lengths = weighted((x - state.centroids[c, a, in_use]) ** 2, weights[None].expand(in_use.numel(), -1))
-        j = int(lengths.argmin())
-        target, distance = int(in_use[j]), lengths[j]
-        rival = rival_action(logits, a)
-        if config.relevance_rate > 0 and rival >= 0:
-            relevance_step(x, c, a, target, rival, int(nearest[rival]), alpha, state, config)
-        spawned = state.centroids.shape[2] > 1 and wrong and float(distance) > config.spawn_threshold
-        fresh = spawned
-        if spawned:
-            target, recycled = take_slot(c, a, state)
-    before = state.centroids[c, a, target].clone()
-    if fresh:
-        start_prototype(x, c, a, target, state, config)
-        eta = torch.tensor(1.0)
-    else:
-        eta = lvq_rate(state.counts[c, a, target], config)
-        step_toward(x, c, a, target, eta, state, config)
-    credit(c, a, target, state, config)
-    if wrong and recommended >= 0 and config.push_rate > 0:  # away from x: a negative step
-        q = int(nearest[recommended])
-        rate = _f32(config.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
-        step_toward(x, c, recommended, q, -rate, state, config)
-    return target, eta, distance, fresh, spawned, recycled, before
-
-
 def promotions_of(events: LearnEvents, category: Tensor, statistic: Tensor, evidence: Tensor,
                   shift: Tensor) -> PromotionLog:
     """The rows of the per-decision promotion outputs where a promotion happened (step = batch position)."""
@@ -510,7 +387,9 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
             events.skipped[b] = True
             continue
         if config.lvq:
-            target, eta, disp, fresh, spawned, recycled, before[b] = lvq_step(
+            from gae.judgment import lvq  # (it builds on this module: imported where the loop needs it)
+
+            target, eta, disp, fresh, spawned, recycled, before[b] = lvq.lvq_step(
                 x[b], c, int(action[b]), recommended, nearest[b], logits[b], alpha, state, config)
             events.initialized[b] = fresh and not spawned
             events.spawned[b], events.recycled[b] = spawned, recycled

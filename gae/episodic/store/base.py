@@ -17,8 +17,8 @@ from __future__ import annotations
 import abc
 import json
 import math
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -242,17 +242,32 @@ class MemoryStore(abc.ABC):
     erases: bool = False  # commit honours Change.erase and purge() exists (MemoryStore.purge)
     closed: bool = False  # close() was called: a memory keeps serving its index, and cannot write
     _rollback_hooks: list[Callable[[], None]] | None = None  # inside exclusive(): what to call should it roll back
+    _held = False  # inside exclusive(): the write lock is this connection's
+    _erase_after = False  # an erasing change committed in the current hold: complete it when the hold ends
 
     @abc.abstractmethod
     def open(self, dim: int) -> Snapshot | None:
         """Create the tables for width ``dim`` if the store is new (and return None), or check the
         width and return the stored :class:`Snapshot`. Raises ValueError on another width."""
 
-    @abc.abstractmethod
     def commit(self, change: Change) -> None:
         """Write one change in one transaction: all of it lands, or none of it. Writers are
-        serialized by the store's write lock; with ``change.base_version`` set, a store at any
-        other version raises :class:`StoreConflict` and writes nothing."""
+        serialized by the store's write lock (:meth:`exclusive`; inside a caller's hold the change
+        joins it, as a savepoint); with ``change.base_version`` set, a store at any other version
+        raises :class:`StoreConflict` and writes nothing. With ``change.erase``, the deleted data
+        is unreadable from the store's files when the hold ends (:meth:`_erase_now`)."""
+        if self.dim is None:
+            raise RuntimeError("open(dim) the store before committing to it")
+        if change.added is not None:
+            check_rows(change.added, self.dim)
+        with self.exclusive():
+            self._commit(change)
+            self._erase_after |= change.erase
+
+    @abc.abstractmethod
+    def _commit(self, change: Change) -> None:
+        """The change's statements inside the held write transaction, as a savepoint (a failure
+        leaves the transaction as it was), after checking ``change.base_version``."""
 
     @abc.abstractmethod
     def stored_version(self) -> int:
@@ -270,11 +285,43 @@ class MemoryStore(abc.ABC):
         for hook in hooks:
             hook()
 
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """A block that holds the store's write lock (:meth:`_hold`): its reads see the latest
+        committed state, no other writer commits until it ends, and its commits land when it ends,
+        or none of them if it raises (then the memories that committed in it are marked stale,
+        :meth:`on_rollback`). An erasing change is completed after it (:meth:`_erase_now`: no
+        transaction may be open). Re-entrant."""
+        if self._held:
+            yield
+            return
+        self._rollback_hooks = []
+        try:
+            with self._hold():
+                self._held = True
+                try:
+                    yield
+                finally:
+                    self._held = False
+        except BaseException:  # the block raised, or its commit failed: nothing of it landed
+            self._erase_after = False
+            self._rolled_back()
+            raise
+        finally:
+            self._rollback_hooks = None
+        if self._erase_after:
+            self._erase_after = False
+            self._erase_now()
+
     @abc.abstractmethod
-    def exclusive(self) -> AbstractContextManager[None]:
-        """A block that holds the store's write lock: its reads see the latest committed state,
-        no other writer commits until it ends, and its commits land when it ends, or none of
-        them if it raises. Re-entrant."""
+    def _hold(self) -> AbstractContextManager[None]:
+        """One transaction holding the write lock (waiting up to the store's ``timeout``, then
+        TimeoutError): committed when the block ends, rolled back if it raises."""
+
+    @abc.abstractmethod
+    def _erase_now(self) -> None:
+        """After an erasing commit, outside any transaction: what makes the deleted data
+        unreadable from the store's files."""
 
     @abc.abstractmethod
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,

@@ -22,7 +22,6 @@ from gae.episodic.store.base import (
     StoreConflict,
     StoreRetrieval,
     check_query,
-    check_rows,
     check_weights,
     padded,
     rows_from_records,
@@ -118,8 +117,6 @@ class PostgresStore(MemoryStore):
         self.ef_search = ef_search
         self.candidates = candidates
         self.dim: int | None = None
-        self._held = False  # inside exclusive(): the write lock is this connection's
-        self._erase_after = False  # an erasing change committed in exclusive(): purge when it ends
         self.exact_fallbacks = 0
         self._sql = sql
         self._statements: dict[tuple[bool, bool, bool], sql.Composed] = {}
@@ -237,45 +234,20 @@ class PostgresStore(MemoryStore):
         cur.execute("SELECT set_config('lock_timeout', '0', true)")  # the bound was for the writer lock only
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the write lock for a block (one transaction): its reads see the latest committed
-        state and no other writer commits until it ends; its commits land with it, or none of
-        them if it raises (then the memories that committed in it are marked stale,
-        :meth:`on_rollback`). Re-entrant."""
-        if self._held:
+    def _hold(self) -> Iterator[None]:
+        """A transaction with the table's advisory lock, committed when the block ends."""
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            self._lock(cur)
             yield
-            return
-        self._rollback_hooks = []
-        try:
-            with self._conn.transaction(), self._conn.cursor() as cur:
-                self._lock(cur)
-                self._held = True
-                try:
-                    yield
-                finally:
-                    self._held = False
-        except BaseException:  # the block raised, or its commit failed: nothing of it landed
-            self._erase_after = False
-            self._rolled_back()
-            raise
-        finally:
-            self._rollback_hooks = None
-        if self._erase_after:  # VACUUM cannot run inside a transaction: after it, as a plain commit does
-            self._erase_after = False
-            self.purge()
 
-    def commit(self, change: Change) -> None:
-        if self.dim is None:
-            raise RuntimeError("open(dim) the store before committing to it")
-        if change.added is not None:
-            check_rows(change.added, self.dim)
+    def _erase_now(self) -> None:
+        self.purge()  # VACUUM cannot run inside a transaction: after the hold, as the base class calls it
+
+    def _commit(self, change: Change) -> None:
         from psycopg.types.json import Jsonb
 
         conn = self._conn
-        # one transaction, or inside exclusive() a savepoint: a failed change leaves the transaction as it was
-        with conn.transaction(), conn.cursor() as cur:
-            if not self._held:
-                self._lock(cur)
+        with conn.transaction(), conn.cursor() as cur:  # inside the hold: a savepoint
             stored = int(self._meta("version"))
             if change.base_version is not None and stored != change.base_version:
                 raise StoreConflict(f"table {self.table!r} is at version {stored}, not {change.base_version}: "
@@ -295,11 +267,6 @@ class PostgresStore(MemoryStore):
             cur.executemany(self._q("UPDATE {meta} SET value = %s WHERE key = %s"), [
                 (str(change.version), "version"), (str(change.next_id), "next_id"),
                 (json.dumps(change.scope_names), "scope_names")])
-        if change.erase:
-            if self._held:
-                self._erase_after = True
-            else:
-                self.purge()
 
     @property
     def erases(self) -> bool:  # type: ignore[override]

@@ -24,7 +24,6 @@ from gae.episodic.store.base import (
     StoreConflict,
     StoreRetrieval,
     check_query,
-    check_rows,
     check_weights,
     dumps_ids,
     join_scope,
@@ -129,8 +128,6 @@ class SQLiteStore(MemoryStore):
             raise
         self.dim: int | None = None
         self._cache: tuple[int, dict[str, Any]] | None = None  # (version, live columns) for retrieve
-        self._held = False  # inside exclusive(): the write lock is this connection's
-        self._erase_after = False  # an erasing change committed in exclusive(): truncate the WAL on release
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, dim={self.dim})"
@@ -211,38 +208,19 @@ class SQLiteStore(MemoryStore):
                         json.loads(self._meta("scope_names")))
 
     # -- writing -----------------------------------------------------------------------------
-    def commit(self, change: Change) -> None:
-        if self.dim is None:
-            raise RuntimeError("open(dim) the store before committing to it")
-        if change.added is not None:
-            check_rows(change.added, self.dim)
+    def _commit(self, change: Change) -> None:
         conn = self._conn
-        if self._held:  # inside exclusive(): a savepoint, so that a failed change leaves the transaction as it was
-            conn.execute("SAVEPOINT gae_change")
-            try:
-                self._write(change)
-                conn.execute("RELEASE gae_change")
-            except BaseException:
-                if conn.in_transaction:  # (an I/O error or a full disk may have ended the whole transaction)
-                    conn.execute("ROLLBACK TO gae_change")
-                    conn.execute("RELEASE gae_change")
-                raise
-            finally:
-                self._cache = None
-            self._erase_after |= change.erase
-            return
-        self._begin_write()
+        conn.execute("SAVEPOINT gae_change")
         try:
             self._write(change)
-            conn.execute("COMMIT")
+            conn.execute("RELEASE gae_change")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            if conn.in_transaction:  # (an I/O error or a full disk may have ended the whole transaction)
+                conn.execute("ROLLBACK TO gae_change")
+                conn.execute("RELEASE gae_change")
             raise
         finally:
             self._cache = None  # whatever happened, the next retrieve reads the rows again
-        if change.erase:
-            self._truncate_wal()
 
     def _write(self, change: Change) -> None:
         """The statements of one change, in the open write transaction."""
@@ -264,33 +242,21 @@ class SQLiteStore(MemoryStore):
             conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the write lock for a block (``BEGIN IMMEDIATE`` ... ``COMMIT``): its reads see the
-        latest committed state and no other writer commits until it ends; its commits land with
-        it, or none of them if it raises (then the memories that committed in it are marked stale,
-        :meth:`on_rollback`). Re-entrant."""
-        if self._held:
-            yield
-            return
-        self._rollback_hooks = []
+    def _hold(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises)."""
         try:
             self._begin_write()
-            self._held = True
             yield
             self._conn.execute("COMMIT")
         except BaseException:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
-            self._erase_after = False
-            self._rolled_back()
             raise
         finally:
-            self._held = False
-            self._rollback_hooks = None
             self._cache = None
-        if self._erase_after:
-            self._erase_after = False
-            self._truncate_wal()
+
+    def _erase_now(self) -> None:
+        self._truncate_wal()
 
     def _begin_write(self) -> None:
         """``BEGIN IMMEDIATE``: take the write lock, waiting up to ``timeout`` for another writer."""

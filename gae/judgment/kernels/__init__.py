@@ -5,8 +5,10 @@ the maths (two work on one slot where the torch function works on all: ``scores`
 of ``rule.scoring_mask`` and ``logit`` one of ``rule.distances``, divided by ``-tau``); the
 tests hold the two equal on seeded random streams in every mode. ``scoring.py``
 holds the scoring (batched, one decision, and the online loop's), ``learning.py`` the online
-loop and its sub-rules. The kernels trust their inputs (the module validates) and run on
-private copies of the state, so a failure never leaves a half-updated memory.
+loop and its sub-rules, ``slots.py`` the slot operations they share and ``lvq.py`` the
+``learning='lvq'`` step (mirroring :mod:`gae.judgment.lvq`). The kernels trust their inputs (the
+module validates) and run on private copies of the state, so a failure never leaves a half-updated
+memory.
 
 The entry points take their arguments packed: the state as one
 :class:`~gae.judgment.state.JudgmentState` of arrays, the options as one :class:`Options`

@@ -1,6 +1,8 @@
 """The compiled online loop of the judgment memory: the mirror of :mod:`gae.judgment.rule`'s learning.
 
 See :mod:`gae.judgment.kernels` for the conventions; each function names its torch counterpart.
+The slot operations are in :mod:`~gae.judgment.kernels.slots`, the ``learning='lvq'`` step in
+:mod:`~gae.judgment.kernels.lvq`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import numba
 import numpy as np
 
 from gae.compiled import view
+from gae.judgment.kernels.lvq import lvq_step
 from gae.judgment.kernels.scoring import (
     NEG_INF,
     NOT_FINITE,
     VARIANCE_FLOOR32,
-    distance,
     logit,
     metric_row,
     nearest_slot,
@@ -26,93 +28,9 @@ from gae.judgment.kernels.scoring import (
     score_decision,
     spread,
 )
+from gae.judgment.kernels.slots import clipped, spawn_slot, taught_slot
 from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def clipped(value, do_clip, low32, high32):  # pragma: no cover
-    """``value`` clamped to ``[low, high]`` when clipping is on (``rule.clipped``)."""
-    return min(max(value, low32), high32) if do_clip else value
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def taught_slot(x, b, c, a, centroids, initialized):  # pragma: no cover
-    """(slot, unweighted L2 distance) of action ``a``'s nearest prototype in use; (-1, 0) when
-    none is (``rule.taught_slot``)."""
-    target = -1
-    closest = np.float32(np.inf)
-    for p in range(centroids.shape[2]):
-        if initialized[c, a, p]:
-            total = np.float32(0.0)
-            for k in range(x.shape[1]):
-                diff = x[b, k] - centroids[c, a, p, k]
-                total += diff * diff
-            if target < 0 or total < closest:  # the first in use, even at an infinite distance
-                closest = total
-                target = p
-    if target < 0:
-        return -1, np.float32(0.0)
-    return target, np.float32(math.sqrt(closest))
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def spawn_slot(c, a, initialized, wins):  # pragma: no cover
-    """(slot, recycled) for a new prototype of (c, a): the first free slot, else the one with
-    the fewest recent wins (``rule.spawn_slot``)."""
-    n_slots = initialized.shape[2]
-    for p in range(n_slots):
-        if not initialized[c, a, p]:
-            return p, False
-    free = 0
-    for p in range(1, n_slots):
-        if wins[c, a, p] < wins[c, a, free]:
-            free = p
-    return free, True
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def take_slot(c, a, initialized, counts, wins):  # pragma: no cover
-    """:func:`spawn_slot`, with the slot's count and wins reset: (slot, recycled) (``rule.take_slot``)."""
-    target, recycled = spawn_slot(c, a, initialized, wins)
-    counts[c, a, target] = 0
-    wins[c, a, target] = 0.0
-    return target, recycled
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def keep_before(b, c, a, p, centroids, before):  # pragma: no cover
-    """``before[b]`` := slot ``p`` of (c, a) as it is, before the decision teaches it."""
-    for k in range(centroids.shape[3]):
-        before[b, k] = centroids[c, a, p, k]
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def start_prototype(x, b, c, a, p, centroids, initialized, do_clip, low32, high32):  # pragma: no cover
-    """Slot ``p`` of (c, a) set to ``x[b]`` (clipped) and in use: a first touch or a spawn
-    (``rule.start_prototype``)."""
-    for k in range(x.shape[1]):
-        centroids[c, a, p, k] = clipped(x[b, k], do_clip, low32, high32)
-    initialized[c, a, p] = True
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def step_toward(x, b, c, a, p, eta, centroids, do_clip, low32, high32):  # pragma: no cover
-    """``mu <- mu + eta (x - mu)``, clipped: the update every rule makes (``rule.step_toward``)."""
-    for k in range(x.shape[1]):
-        value = centroids[c, a, p, k] + eta * (x[b, k] - centroids[c, a, p, k])
-        centroids[c, a, p, k] = clipped(value, do_clip, low32, high32)
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def credit(c, a, p, counts, wins, keep32):  # pragma: no cover
-    """Slot ``p`` taught: one more update, and with several slots the action's wins decay and
-    ``p`` wins one (``rule.credit``)."""
-    counts[c, a, p] += 1
-    if wins.shape[2] > 1:
-        for q in range(wins.shape[2]):
-            wins[c, a, q] *= keep32
-        wins[c, a, p] += np.float32(1.0)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -228,131 +146,6 @@ def shadow_and_promotion(x, b, c, a, target, fresh, centroids, initialized, shad
         statistic[c] = 0.0
         evidence[c, 0] = 0
         evidence[c, 1] = 0
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def observe(x, b, c, counts, means, variances):  # pragma: no cover
-    """Category ``c``'s running mean and variance take ``x[b]`` (``rule.observe``)."""
-    counts[c] += 1
-    n = np.float32(counts[c])
-    for k in range(x.shape[1]):
-        delta = x[b, k] - means[c, k]
-        means[c, k] += delta / n
-        variances[c, k] += (delta * (x[b, k] - means[c, k]) - variances[c, k]) / n
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def miss(x, b, c, a, weights, centroids, initialized, wins, penalty32):  # pragma: no cover
-    """Every prototype in use of another action nearer to ``x[b]`` than action ``a``'s nearest loses
-    ``miss_penalty`` of its wins (``rule.miss``)."""
-    own = np.float32(np.inf)
-    found = False
-    for p in range(centroids.shape[2]):
-        if initialized[c, a, p]:
-            own = min(own, distance(x, b, weights, c, centroids, a, p))
-            found = True
-    if not found:
-        return
-    for j in range(centroids.shape[1]):
-        for p in range(centroids.shape[2]):
-            if j != a and initialized[c, j, p] and distance(x, b, weights, c, centroids, j, p) < own:
-                wins[c, j, p] *= np.float32(1.0) - penalty32
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def lvq_rate(count, floor32):  # pragma: no cover
-    """``max(1 / (count + 1), rate_floor)`` (``rule.lvq_rate``)."""
-    return max(np.float32(1.0) / (np.float32(count) + np.float32(1.0)), floor32)
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def relevance_step(x, b, c, a, p, r, q, alpha, centroids, variances, relevance_logits, rate32,
-                   pooled):  # pragma: no cover
-    """One GRLVQ step of category ``c``'s relevance logits (``rule.relevance_step``)."""
-    top, total = relevance_norm(relevance_logits, c)
-    common = pooled_spread(variances, c) if pooled else VARIANCE_FLOOR32
-    d_own = np.float32(0.0)
-    d_rival = np.float32(0.0)
-    for k in range(x.shape[1]):
-        scale = alpha[c, k] / spread(variances, c, k, pooled, common)
-        own = x[b, k] - centroids[c, a, p, k]
-        rival = x[b, k] - centroids[c, r, q, k]
-        lam = relevance(relevance_logits, c, k, top, total)
-        d_own += lam * (scale * (own * own))
-        d_rival += lam * (scale * (rival * rival))
-    both = d_own + d_rival
-    if not both > 0:
-        return
-    square = both * both
-    for k in range(x.shape[1]):  # each relevance from the logits before this step: top and total are theirs
-        scale = alpha[c, k] / spread(variances, c, k, pooled, common)
-        own = x[b, k] - centroids[c, a, p, k]
-        rival = x[b, k] - centroids[c, r, q, k]
-        gradient = np.float32(2.0) * (d_rival * (scale * (own * own)) - d_own * (scale * (rival * rival))) / square
-        relevance_logits[c, k] -= rate32 * (relevance(relevance_logits, c, k, top, total) * gradient)
-
-
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def rival_action(logits, b, a):  # pragma: no cover
-    """The best-scoring action other than ``a``, -1 when none scored (``rule.rival_action``)."""
-    rival = -1
-    best = NEG_INF
-    for j in range(logits.shape[1]):
-        if j != a and logits[b, j] > best:
-            best = logits[b, j]
-            rival = j
-    return rival
-
-
-@numba.njit(nogil=True, boundscheck=False)
-def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids, initialized, counts, wins,
-             input_counts, means, variances, relevance_logits, before, options):  # pragma: no cover
-    """Learn one verified decision with ``learning='lvq'`` (``rule.lvq_step``): returns ``(slot,
-    eta, distance, fresh, spawned, recycled)`` and writes the slot's row before the update into
-    ``before[b]``; ``weights`` is scratch for the category's metric."""
-    n_slots = centroids.shape[2]
-    do_clip, low32, high32 = options.clip, np.float32(options.clip_low), np.float32(options.clip_high)
-    floor32 = np.float32(options.rate_floor)
-    observe(x, b, c, input_counts, means, variances)
-    metric_row(weights, c, alpha, relevance_logits, variances, c, options.pooled)
-    if n_slots > 1 and options.miss_penalty > 0:
-        miss(x, b, c, a, weights, centroids, initialized, wins, np.float32(options.miss_penalty))
-    target = -1
-    nearest_distance = np.float32(0.0)
-    for p in range(n_slots):  # the nearest prototype in use under the metric
-        if initialized[c, a, p]:
-            d = distance(x, b, weights, c, centroids, a, p)
-            if target < 0 or d < nearest_distance:
-                nearest_distance = d
-                target = p
-    wrong = recommended != a
-    spawned = False
-    recycled = False
-    if target < 0:  # a first touch
-        target = 0
-        fresh = True
-    else:
-        rival = rival_action(logits, b, a)
-        if options.relevance_rate > 0 and rival >= 0:
-            relevance_step(x, b, c, a, target, rival, nearest[b, rival], alpha, centroids, variances,
-                           relevance_logits, np.float32(options.relevance_rate), options.pooled)
-        spawned = n_slots > 1 and wrong and nearest_distance > options.spawn_threshold
-        fresh = spawned
-        if spawned:
-            target, recycled = take_slot(c, a, initialized, counts, wins)
-    keep_before(b, c, a, target, centroids, before)
-    if fresh:
-        start_prototype(x, b, c, a, target, centroids, initialized, do_clip, low32, high32)
-        eta = np.float32(1.0)
-    else:
-        eta = lvq_rate(counts[c, a, target], floor32)
-        step_toward(x, b, c, a, target, eta, centroids, do_clip, low32, high32)
-    credit(c, a, target, counts, wins, np.float32(1.0) - np.float32(options.win_decay))
-    if wrong and recommended >= 0 and options.push_rate > 0:  # away from x: a negative step
-        q = nearest[b, recommended]
-        rate = np.float32(options.push_rate) * lvq_rate(counts[c, recommended, q], floor32)
-        step_toward(x, b, c, recommended, q, -rate, centroids, do_clip, low32, high32)
-    return target, eta, nearest_distance, fresh, spawned, recycled
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
