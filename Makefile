@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # never the multi-GB CUDA download that a bare `pip install torch` would pick.
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: install test demo report bench train lint clean
+.PHONY: install test test-slow demo report bench train lint clean
 
 install: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# the heavy versions (many threads and runs, long soaks) of checks the default suite makes in short
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
 
 # the head-to-head in short (meant to take under 2 minutes): 5 report seeds, 3 tuning seeds, six settings
 demo: $(STAMP)

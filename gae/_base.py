@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -23,7 +24,19 @@ class DecisionMemory(nn.Module):
     Subclasses set ``category_names`` (or None when categories are ignored),
     ``action_names`` and ``n_factors``, and implement ``forward`` and ``_prequential``
     on inputs that have already been validated.
+
+    Thread safety: every memory holds one re-entrant lock (``_lock``, a
+    :class:`threading.RLock`) that each public call holds from its checks to its last write,
+    so learning is serialized (calls apply one after another, in the order the lock was
+    taken), a score taken while another thread learns sees the state before or after that
+    whole call, never half of it, and the logs stay consistent. A subclass takes the same lock
+    in every public method it overrides. A copy (``copy.deepcopy``, pickle) gets a lock of its
+    own.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
 
     n_factors: int
     backend: str = "compiled"
@@ -92,10 +105,11 @@ class DecisionMemory(nn.Module):
         Returns:
             :class:`~gae.types.StreamStep` with the pre-learning outputs and the learn events.
         """
-        x, category, action, confirmed, skip = self._check_stream(x, category, action, confirmed, skip)
-        if source_ids is not None:
-            source_ids = check.check_index(source_ids, "source_ids", None, x.shape[0], x.device)
-        return self._prequential(x, category, action, confirmed, skip, source_ids)
+        with self._lock:
+            x, category, action, confirmed, skip = self._check_stream(x, category, action, confirmed, skip)
+            if source_ids is not None:
+                source_ids = check.check_index(source_ids, "source_ids", None, x.shape[0], x.device)
+            return self._prequential(x, category, action, confirmed, skip, source_ids)
 
     @torch.no_grad()
     def learn_(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None = None,
@@ -108,13 +122,14 @@ class DecisionMemory(nn.Module):
                   category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``; a memory
         built with ``grow=True`` abstains in a category it has not met (after checking ``factors``)."""
-        x = self._one_factor_row(factors)
-        if self._unseen(category):
-            return None, 0.0
-        index = self._category_index(category)
-        with torch.no_grad():
-            out = self(x, torch.tensor([index], device=x.device))
-        return self._action_name(int(out.action[0])), float(out.confidence[0])
+        with self._lock:
+            x = self._one_factor_row(factors)
+            if self._unseen(category):
+                return None, 0.0
+            index = self._category_index(category)
+            with torch.no_grad():
+                out = self(x, torch.tensor([index], device=x.device))
+            return self._action_name(int(out.action[0])), float(out.confidence[0])
 
     def learn_one(self, factors: Sequence[float] | Tensor | np.ndarray, action: str | int,
                   category: str | int = "general", confirmed: bool | None = True,
@@ -129,14 +144,15 @@ class DecisionMemory(nn.Module):
             raise TypeError(f"outcome must be None or a string, got {outcome!r}")
         if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
             raise TypeError(f"confirmed must be a bool or None, got {confirmed!r}")
-        x = self._one_factor_row(factors, check.LEARN_LIMIT)
-        self._meet(action, category)  # after the checks: a rejected call adds no name
-        device = x.device
-        category_index = torch.tensor([self._category_index(category)], device=device)
-        action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
-        confirmed_t = None if confirmed is None else torch.tensor([bool(confirmed)], device=device)
-        skip = torch.tensor([outcome == INCORRECT], device=device)
-        events = self.learn_(x, category_index, action_index, confirmed_t, skip)
+        with self._lock:
+            x = self._one_factor_row(factors, check.LEARN_LIMIT)
+            self._meet(action, category)  # after the checks: a rejected call adds no name
+            device = x.device
+            category_index = torch.tensor([self._category_index(category)], device=device)
+            action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
+            confirmed_t = None if confirmed is None else torch.tensor([bool(confirmed)], device=device)
+            skip = torch.tensor([outcome == INCORRECT], device=device)
+            events = self.learn_(x, category_index, action_index, confirmed_t, skip)
         if bool(events.skipped[0]):
             return {"skipped": True}
         return {"skipped": False, "gated": bool(events.gated[0]), "eta": float(events.eta[0]),
@@ -154,9 +170,10 @@ class DecisionMemory(nn.Module):
         Raises:
             ValueError / TypeError: an empty, duplicate or existing name; nothing changes.
         """
-        new = check.new_names("actions", names, self.action_names)
-        self._grow_state(0, len(new))
-        self._set_action_names((*self.action_names, *new))
+        with self._lock:
+            new = check.new_names("actions", names, self.action_names)
+            self._grow_state(0, len(new))
+            self._set_action_names((*self.action_names, *new))
 
     def add_categories_(self, names: str | Sequence[str]) -> None:
         """Add categories at the end of :attr:`category_names`, keeping everything learned (see
@@ -167,9 +184,10 @@ class DecisionMemory(nn.Module):
         if self.category_names is None:
             raise ValueError(f"add_categories_({names!r}): this {type(self).__name__} ignores categories "
                              "(built with categories=None)")
-        new = check.new_names("categories", names, self.category_names)
-        self._grow_state(len(new), 0)
-        self._set_category_names((*self.category_names, *new))
+        with self._lock:
+            new = check.new_names("categories", names, self.category_names)
+            self._grow_state(len(new), 0)
+            self._set_category_names((*self.category_names, *new))
 
     def _grow_state(self, new_categories: int, new_actions: int) -> None:
         """Resize the state for names about to be added. The neighbour memories store indices
@@ -248,11 +266,17 @@ class DecisionMemory(nn.Module):
 
     # -- the single-decision path's views of the tensors ---------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
+        with self._lock:  # a copy taken while another thread learns is of one state
+            state = super().__getstate__()
+        state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
         host = state.get("_host")
         if host is not None:  # views of this instance's tensors: a copy builds its own
             state["_host"] = type(host)()
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["_lock"] = threading.RLock()
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> DecisionMemory:
         """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
@@ -394,8 +418,16 @@ class DecisionMemory(nn.Module):
         copied (ValueError naming each tensor's saved and current shape); if anything else fails
         half-way (a tampered extra state), the memory is put back as it was and the error raised.
         """
-        self._drop_views()  # a load may swap the tensors' data in place (torch's swap_tensors)
-        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+        with self._lock:
+            self._drop_views()  # a load may swap the tensors' data in place (torch's swap_tensors)
+            return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.state_dict`, of one state: taken under the memory's lock, so a
+        thread that learns meanwhile waits (the tensors are the memory's own, as in torch: copy
+        them, or ``torch.save`` the result, before the next call changes them)."""
+        with self._lock:
+            return super().state_dict(*args, **kwargs)
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number the memory holds, by parameter and buffer name, and their ``total``."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import io
 import multiprocessing
 import re
 import resource
@@ -64,6 +65,8 @@ MEMORIES: dict[str, dict[str, Any]] = {  # label, kind and constructor options o
     "jm_bounded": {"label": "JudgmentMemory, max_log_events=100,000", "kind": "judgment",
                    "options": {"max_log_events": 100_000}},
     "jm_batch50": {"label": "JudgmentMemory, calls of 50", "kind": "judgment", "options": {}, "batch": 50},
+    "river": {"label": "gae.river.JudgmentClassifier() (defaults), predict_one + learn_one", "kind": "river",
+              "options": {}},
     "knn": {"label": "KNNMemory (k=5, capacity 400)", "kind": "knn", "options": {"k": 5, "capacity": 400}},
     "episodic": {"label": "EpisodicMemory (capacity 10,000, D=8)", "kind": "episodic",
                  "options": {"capacity": 10_000}},
@@ -88,6 +91,10 @@ def decision_chunks(n_decisions: int, chunk: int, seed: int) -> Iterator[Decisio
 
 def build(name: str) -> Any:
     spec = MEMORIES[name]
+    if spec["kind"] == "river":
+        from gae.river import JudgmentClassifier
+
+        return JudgmentClassifier(**spec["options"])
     if spec["kind"] == "judgment":
         return JudgmentMemory(C, A, K, **spec["options"])
     if spec["kind"] == "episodic":
@@ -109,6 +116,24 @@ def feed_episodic(memory: EpisodicMemory, batch: DecisionBatch) -> None:
     if bool(keep.any()):
         memory.add(x[keep], 1.0, created_at=batch.timestamp[keep], scope=batch.category[keep].tolist(),
                    source_ids=[(i,) for i in batch.id[keep].tolist()], query=x[-1], now=float(batch.timestamp[-1]))
+
+
+def feed_river(classifier: Any, batch: DecisionBatch) -> None:
+    """What a river user writes: per decision a dict of named features, ``predict_one``, then
+    ``learn_one`` of the verified label (uncertain outcomes are not learned, as elsewhere here)."""
+    names = [f"factor {k}" for k in range(K)]
+    for row, action, skip in zip(batch.x.tolist(), batch.action.tolist(), batch.skip.tolist(), strict=True):
+        x = dict(zip(names, row, strict=True))
+        classifier.predict_one(x)
+        if not skip:
+            classifier.learn_one(x, f"action {action}")
+
+
+def state_dict_bytes(memory: Any) -> int:
+    """Bytes of ``torch.save(memory.state_dict())``: what a checkpoint of it costs."""
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    return buffer.tell()
 
 
 @functools.cache
@@ -190,7 +215,7 @@ def log_figures(memory: Any, audit: AuditMeter) -> dict[str, int]:
                        event_log_bytes=held_bytes(list(memory.history.chunks.values())),
                        gate_events=sum(int(chunk.step.shape[0]) for chunk in memory.history.chunks["gate"]),
                        gate_log_bytes=held_bytes(memory.history.chunks["gate"]),
-                       log_base_bytes=held_bytes([log.base, log.base_logs]))
+                       log_base_bytes=held_bytes([log.base]))
     store = memory.store if isinstance(memory, RetrievalMemory) else memory
     if isinstance(store, EpisodicMemory):
         figures["audit_bytes"] = audit(store.audit_log)
@@ -219,11 +244,13 @@ def soak_memory(task: tuple[str, int, int, int, int, int, bool]) -> dict[str, An
     torch.set_num_threads(1)
     spec = MEMORIES[name]
     batch = spec.get("batch", batch)
-    memory = build(name)
+    built = build(name)
+    river = spec["kind"] == "river"
+    memory = built.memory if river else built  # a river classifier builds its memory on its first sample
     optimizer = torch.optim.Adam([memory.criterion_logits], lr=0.05) if spec.get("learn_attention") else None
     audit = AuditMeter()
     samples: dict[str, list] = {key: [] for key in ("decisions", "rss", "rss_trimmed", "state_tensor_bytes",
-                                                    *LOG_KEYS)}
+                                                    "state_dict_bytes", *LOG_KEYS)}
     first_bad: dict[str, Any] | None = None
     bad_batches = 0
 
@@ -232,9 +259,10 @@ def soak_memory(task: tuple[str, int, int, int, int, int, bool]) -> dict[str, An
         samples["rss"].append(resident_bytes()[0])
         release_free_memory()
         samples["rss_trimmed"].append(resident_bytes()[0])
-        samples["state_tensor_bytes"].append({key: t.numel() * t.element_size() for key, t in
-                                              [*memory.named_parameters(), *memory.named_buffers()]})
-        for key, value in log_figures(memory, audit).items():
+        samples["state_tensor_bytes"].append({} if memory is None else {
+            key: t.numel() * t.element_size() for key, t in [*memory.named_parameters(), *memory.named_buffers()]})
+        samples["state_dict_bytes"].append(state_dict_bytes(memory) if river and memory is not None else 0)
+        for key, value in (dict.fromkeys(LOG_KEYS, 0) if memory is None else log_figures(memory, audit)).items():
             samples[key].append(value)
 
     began, learning = time.perf_counter(), 0.0
@@ -246,7 +274,10 @@ def soak_memory(task: tuple[str, int, int, int, int, int, bool]) -> dict[str, An
         for start in range(0, data.x.shape[0], batch):
             part = DecisionBatch(*(column[start:start + batch] for column in data))
             step_began = time.perf_counter()
-            if isinstance(memory, EpisodicMemory):
+            if river:
+                feed_river(built, part)
+                memory = built.memory
+            elif isinstance(memory, EpisodicMemory):
                 feed_episodic(memory, part)
             else:
                 learn_batch(memory, part.x, part.category, part.action, part.skip, optimizer)
@@ -291,7 +322,12 @@ def summarise(result: dict[str, Any], tolerance_mb: float) -> dict[str, Any]:
                "gate_events": s["gate_events"][-1], "gate_log_bytes_per_event":
                    s["gate_log_bytes"][-1] / s["gate_events"][-1] if s["gate_events"][-1] else None}
     state_constant = len(set(state[warm:])) == 1
-    return {"rss_start": rss[0], "rss_warm": rss[warm], "rss_end": rss[-1], "rss_peak": result["rss_peak"],
+    saved = s["state_dict_bytes"]
+    checkpoint = None if not saved[-1] else {  # the river classifier's: its state_dict, after warm-up
+        "bytes_warm": saved[warm], "bytes_end": saved[-1], "growth": saved[-1] / saved[warm] - 1,
+        "rss_growth": float(rss[-1] / rss[warm] - 1)}
+    return {"state_dict": checkpoint, "rss_start": rss[0], "rss_warm": rss[warm], "rss_end": rss[-1],
+            "rss_peak": result["rss_peak"],
             "warm_decisions": int(n[warm]), "rss_growth": rss_growth, "held_growth": held_growth,
             "unexplained_growth": unexplained, "unexplained_per_call": unexplained / calls,
             "rss_slope_per_decision": slope, "flat": bool(unexplained <= tolerance_mb * MB and state_constant),
@@ -370,6 +406,13 @@ def table(record: dict[str, Any]) -> str:
                      f"{s['held_growth'] / MB:+.1f} | {s['unexplained_growth'] / MB:+.1f} | "
                      f"{'yes' if s['flat'] else 'no'} | {held} | "
                      f"{'none' if s['finite'] else entry['nonfinite']['first']} |")
+    for entry in record["memories"].values():
+        saved = entry["summary"].get("state_dict")
+        if saved is not None:
+            lines += ["", f"{entry['label']}: its `state_dict` is {saved['bytes_warm'] / MB:.2f} MB at "
+                      f"{entry['summary']['warm_decisions']:,} decisions and {saved['bytes_end'] / MB:.2f} MB at "
+                      f"{entry['decisions']:,} ({saved['growth']:+.1%}); its RSS after `malloc_trim` grows by "
+                      f"{saved['rss_growth']:+.1%} over the same span."]
     return "\n".join(lines)
 
 

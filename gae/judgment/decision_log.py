@@ -41,15 +41,18 @@ class DecisionLog:
     and each costs some kilobytes of Python objects in memory: learn in batches where you can.
 
     Args:
-        max_events: keep at most this many decisions; older ones are folded into the base
-            (undo and forget cannot reach before it). None: unbounded.
+        max_events: keep at most this many decisions (``JudgmentConfig.max_log_events``); when
+            the log holds more, its oldest half is folded into the base (undo and forget cannot
+            reach before it), and their gate, promotion and recycle events leave the event logs
+            with them, so every log is bounded by this one setting and covers the same
+            decisions. 0: no log at all. None: unbounded (the memory's default; the river and
+            scikit-learn estimators bound it).
     """
 
     def __init__(self, max_events: int | None = None) -> None:
         self.max_events = max_events
         self.chunks: list[dict[str, Tensor]] = []  # one per learning call, with its attention "logits"
         self.base: dict[str, Tensor] = {}  # the memory's buffers before the first logged decision
-        self.base_logs: dict[str, Any] = {}  # the event logs (gate, promotion, recycle) of the folded decisions
         self.next_source = 0  # the next default source id (never reused, even after a forget)
         self._joined_upto = 0  # chunks before this index have been joined already
 
@@ -97,8 +100,7 @@ class DecisionLog:
             call_logits.append(len(runs) - 1)
         return {"max_events": self.max_events, "next_source": self.next_source, "columns": self.events(),
                 "call_sizes": sizes, "logits": torch.stack(runs) if runs else torch.zeros(0),
-                "call_logits": torch.tensor(call_logits, dtype=torch.int64), "base": dict(self.base),
-                "base_logs": self.base_logs}
+                "call_logits": torch.tensor(call_logits, dtype=torch.int64), "base": dict(self.base)}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DecisionLog:
@@ -114,8 +116,7 @@ class DecisionLog:
             log.chunks.append(chunk)
             start += size
         log.base = {k: v.cpu() for k, v in state.get("base", {}).items()}
-        log.base_logs = state.get("base_logs", {})
-        return log
+        return log  # a state saved before every log was bounded may hold "base_logs", a copy of the event logs
 
 
 class Trace(NamedTuple):

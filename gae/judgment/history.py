@@ -109,6 +109,18 @@ class History:
         self.chunks = {name: [log_type(**{k: v.cpu() for k, v in chunk.items()}) for chunk in logs.get(name, [])]
                        for name, log_type in EVENT_LOGS.items()}
 
+    def _keep_events(self, before: int | None = None, since: int | None = None) -> None:
+        """Keep only the events of decisions ``< before`` or ``>= since`` (sequence numbers)."""
+        for name in EVENT_LOGS:
+            log = self.joined(name)
+            keep = torch.ones_like(log.step, dtype=torch.bool)
+            if before is not None:
+                keep &= log.step < before
+            if since is not None:
+                keep &= log.step >= since
+            if not bool(keep.all()):
+                self._chunks[name][:] = [type(log)(*(field[keep] for field in log))] if bool(keep.any()) else []
+
     def records(self, names: tuple[str, ...], actions: tuple[str, ...]) -> list[dict[str, Any]]:
         """Every gate, promotion and recycle event as a dict with names, in stream order
         (:meth:`gae.JudgmentMemory.gate_records`)."""
@@ -143,8 +155,9 @@ class History:
         dropped: the state they were learned into is being replaced."""
         if self.staged is not None:
             self.staged.discard()
-        self.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") else [] for name in EVENT_LOGS})
         max_events = self.log.max_events  # this memory's setting, not the saved one
+        self.set_logs({name: [extra[f"{name}_log"]] if extra.get(f"{name}_log") and max_events != 0 else []
+                       for name in EVENT_LOGS})
         if "decision_log" in extra and max_events != 0:
             self.log = DecisionLog.from_state(extra["decision_log"])
         else:
@@ -182,13 +195,13 @@ class History:
 
     def _append(self, first: int, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor, given: Tensor,
                 step: StreamStep, promotions: PromotionLog, logits: Tensor, *, source_ids: Tensor | None) -> None:
+        log = self._log
+        if log.max_events == 0:  # every log is off
+            return
         events = step.events
         self._append_events(first, category, action, events)
         if promotions.step.numel():
             self._chunks["promotion"].append(promotions._replace(step=promotions.step + first))
-        log = self._log
-        if log.max_events == 0:  # the log is off
-            return
         n = x.shape[0]
         if source_ids is None:  # never reused, even after a forget_ shifts the sequence numbers
             source_ids = torch.arange(log.next_source, log.next_source + n)
@@ -236,7 +249,7 @@ class History:
         self.replaying = True
         try:
             load_buffers(module, self.log.base)
-            self.set_logs(self.log.base_logs)
+            self._keep_events(before=self._base_seq())  # the replay logs the events of what it learns again
             position = 0
             batch: list[dict[str, Tensor]] = []  # consecutive calls with the same attention: one engine call
             for chunk in chunks:
@@ -270,8 +283,13 @@ class History:
         finally:
             self.replay_logits = None
 
+    def _base_seq(self) -> int:
+        """The sequence number of the log's first decision (decisions before it are in the base)."""
+        return int(self._log.base.get("num_decisions", torch.zeros((), dtype=torch.int64)))
+
     def _fold(self, module: nn.Module, relearn: Relearn, count: int) -> None:
-        """Fold the oldest whole calls holding at least ``count`` decisions into the base."""
+        """Fold the oldest whole calls holding at least ``count`` decisions into the base; their
+        events leave the event logs with them, so every log covers the same decisions."""
         sizes = [int(chunk["seq"].shape[0]) for chunk in self.log.chunks]
         folded, calls = 0, 0
         while calls < len(sizes) and folded < count:
@@ -279,11 +297,12 @@ class History:
             calls += 1
         current = (buffer_state(module), self.logs_state(), list(self.log.chunks))
         self.replay(module, relearn, stop=folded)  # the state right after the folded decisions
-        self.log.base, self.log.base_logs = buffer_state(module), self.logs_state()
+        self.log.base = buffer_state(module)
         buffers, logs, chunks = current
         load_buffers(module, buffers)
         self.set_logs(logs)
         self.log.chunks = chunks[calls:]
+        self._keep_events(since=self._base_seq())
 
     def undo(self, module: nn.Module, relearn: Relearn, n: int) -> Tensor:
         """Replay all but the last ``n`` applied decisions; returns the attention logits in force
@@ -337,6 +356,7 @@ class HistoryMixin:
     ``criterion_logits`` and ``config``."""
 
     history: History
+    _lock: Any
     _updates: int
     category_names: tuple[str, ...]
     action_names: tuple[str, ...]
@@ -352,10 +372,11 @@ class HistoryMixin:
         restore). Raises ValueError, changing nothing, when the log holds fewer
         (``max_log_events`` folds older decisions into its base)."""
         n = check.check_int("n", n, low=1)
-        logits = self.history.undo(cast(nn.Module, self), self._relearn, n)
-        with torch.no_grad():
-            self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
-        self._updates += 1
+        with self._lock:
+            logits = self.history.undo(cast(nn.Module, self), self._relearn, n)
+            with torch.no_grad():
+                self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
+            self._updates += 1
 
     def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray) -> int:
         """Remove every decision with these source ids, as if they had never been learned.
@@ -377,8 +398,9 @@ class HistoryMixin:
                 ``max_log_events``), or ``source_ids`` is not a list of integers.
         """
         wanted = check.source_ids(source_ids)
-        removed = self.history.forget(cast(nn.Module, self), self._relearn, wanted)
-        self._updates += 1
+        with self._lock:
+            removed = self.history.forget(cast(nn.Module, self), self._relearn, wanted)
+            self._updates += 1
         return removed
 
     def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> Trace:
@@ -396,7 +418,8 @@ class HistoryMixin:
         prototype = check.check_int("prototype", prototype, low=0)
         if prototype >= self.config.prototypes:
             raise ValueError(f"prototype must be in [0, {self.config.prototypes}), got {prototype}")
-        return self.history.trace(c, a, prototype, top)
+        with self._lock:
+            return self.history.trace(c, a, prototype, top)
 
     # -- the logs ---------------------------------------------------------------------
     @property
@@ -411,22 +434,26 @@ class HistoryMixin:
     @property
     def decision_log(self) -> DecisionLog:
         """The :class:`~gae.judgment.history.DecisionLog`: every decision learned since its base state."""
-        return self.history.log
+        with self._lock:  # staged decisions join the logs first
+            return self.history.log
 
     @property
     def gate_log(self) -> GateLog:
         """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
-        return self.history.joined("gate")
+        with self._lock:  # staged decisions join the logs first
+            return self.history.joined("gate")
 
     @property
     def promotion_log(self) -> PromotionLog:
         """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
-        return self.history.joined("promotion")
+        with self._lock:  # staged decisions join the logs first
+            return self.history.joined("promotion")
 
     @property
     def recycle_log(self) -> RecycleLog:
         """Every recycled prototype so far (``prototypes > 1``), in stream order."""
-        return self.history.joined("recycle")
+        with self._lock:  # staged decisions join the logs first
+            return self.history.joined("recycle")
 
     def gate_records(self) -> list[dict[str, Any]]:
         """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
@@ -434,9 +461,11 @@ class HistoryMixin:
         promotions with their evidence (``event='promoted'``: ``statistic``, ``shadow_right``,
         ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
         (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
-        return self.history.records(self.category_names, self.action_names)
+        with self._lock:
+            return self.history.records(self.category_names, self.action_names)
 
     def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
         """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
         building the records of every gate event."""
-        return self.history.promotion_records(self.category_names, last)
+        with self._lock:
+            return self.history.promotion_records(self.category_names, last)

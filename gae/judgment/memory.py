@@ -56,6 +56,19 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     the original rule, bit for bit. The attention logits :math:`\ell` are the only parameters;
     they are trained by gradient (:meth:`attention_loss`), while the prototypes are buffers.
 
+    The audit trail (:attr:`decision_log` and the gate, promotion and recycle logs behind
+    ``trace``, ``undo_`` and ``forget_``) is kept whole by default: it grows with every decision
+    learned (about ``53 + 8 K`` bytes a decision). On an endless stream bound it with
+    ``max_log_events=N``: every log then covers the last N to N/2 decisions, and the state
+    stays flat (the river and scikit-learn estimators bound it by default).
+
+    Thread safety: one memory may be shared by many threads. Every public call holds the
+    memory's lock from its checks to its last write, so learning calls apply one after
+    another, a score (``forward``, ``score_one``, ``explain``) answers from the state between
+    two whole calls, and the logs hold exactly the learned rows in the order taken. An
+    optimizer stepping ``criterion_logits`` runs outside the memory: do not step it while other
+    threads learn.
+
     Args:
         categories: number of categories, or their names.
         actions: number of actions, or their names.
@@ -188,8 +201,13 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         batch after batch into the same ``out`` saves the first touch of new memory, a large part
         of a call at B = 1M when the allocator hands out new pages (docs/scoring_speed.md).
         """
-        if not torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # a traced graph reads the state it was traced on
+            return self._forward(x, category, out)
+        with self._lock:  # the state of one learning call or the next, never half of one
             x, category = self._check_query(x, category)
+            return self._forward(x, category, out)
+
+    def _forward(self, x: Tensor, category: Tensor, out: MemoryOutput | None) -> MemoryOutput:
         alpha = self.metric()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
         if out is not None:
@@ -242,8 +260,8 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
         """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
         prototype), -1 where the action has none. Always 0 or -1 when P = 1."""
-        x, category = self._check_query(x, category)
-        with torch.no_grad():
+        with self._lock, torch.no_grad():
+            x, category = self._check_query(x, category)
             logits = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), self.metric(),
                                 self._config)[2]
         return torch.where(torch.isfinite(logits).any(-1), logits.argmax(-1), -1)
@@ -274,6 +292,10 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             >>> bool(torch.allclose(why.contributions.sum(-1), why.distance))
             True
         """
+        with self._lock:
+            return self._explain(factors, category)
+
+    def _explain(self, factors: Any, category: Any) -> Explanation:
         if isinstance(factors, Tensor) and factors.dim() == 2:
             if not isinstance(category, Tensor):
                 raise TypeError(f"category must be a (B,) tensor of indices with (B, K) factors, got {category!r}")

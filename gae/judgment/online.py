@@ -266,6 +266,7 @@ class SingleDecisionMixin:
     (``super()``), which anything unusual takes."""
 
     _host: HostState
+    _lock: Any
     history: Any
     backend: str
     grow: bool
@@ -290,20 +291,21 @@ class SingleDecisionMixin:
         On a CPU module this is one compiled call of a few microseconds on views of the
         memory's own buffers (:mod:`gae.judgment.online`); anything unusual (bad input, another
         device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
-        yet abstains.
+        yet abstains. Holds the memory's lock: a score never sees half of a learning call.
         """
-        host = self._host.get(self._buffers, self._parameters, scoring=True)
-        index = (self._category_positions.get(category) if category.__class__ is str
-                 else self._category_position(category))
-        if host is None or index is None:
-            return cast(Any, super()).score_one(factors, category)
-        row = self._fast_row(factors)
-        if row is None:
-            return cast(Any, super()).score_one(factors, category)  # the checks, with the full error message
-        action, confidence = host.score_row(row, index, self._options)
-        if action == kernels.NOT_FINITE:
-            return cast(Any, super()).score_one(factors, category)
-        return None if action < 0 else self.action_names[action], confidence
+        with self._lock:
+            host = self._host.get(self._buffers, self._parameters, scoring=True)
+            index = (self._category_positions.get(category) if category.__class__ is str
+                     else self._category_position(category))
+            if host is None or index is None:
+                return cast(Any, super()).score_one(factors, category)
+            row = self._fast_row(factors)
+            if row is None:
+                return cast(Any, super()).score_one(factors, category)  # the checks, with the full error message
+            action, confidence = host.score_row(row, index, self._options)
+            if action == kernels.NOT_FINITE:
+                return cast(Any, super()).score_one(factors, category)
+            return None if action < 0 else self.action_names[action], confidence
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
@@ -313,25 +315,27 @@ class SingleDecisionMixin:
         decision is learned in place as the next row of a staged batch that goes to the logs
         as one call (:mod:`gae.judgment.online`), so a run of ``learn_one`` calls ends exactly
         where one :meth:`prequential_` over the same decisions ends, logs included. Anything
-        unusual takes the checked batched path.
+        unusual takes the checked batched path. Holds the memory's lock from its checks to its
+        last write: calls from several threads learn one after another.
         """
-        if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
-                and self.backend == "compiled" and not self.history.replaying):
-            host = self._host.get(self._buffers, self._parameters)
-            # names, the common case, looked up here: a call costs a tenth of a microsecond
-            c = (self._category_positions.get(category) if category.__class__ is str
-                 else self._category_position(category))
-            a = (self._action_positions.get(action) if action.__class__ is str
-                 else self._position(action, self._action_positions, len(self.action_names)))
-            if host is not None and c is not None and a is not None:
-                row = self._fast_row(factors)
-                if row is not None:
-                    learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
-                    if learned is not None:
-                        _, skipped, gated, eta, disp, initialized = learned
-                        return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
-                                                                  "disp": disp, "initialized": initialized}
-        return cast(Any, super()).learn_one(factors, action, category, confirmed, outcome)
+        with self._lock:
+            if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
+                    and self.backend == "compiled" and not self.history.replaying):
+                host = self._host.get(self._buffers, self._parameters)
+                # names, the common case, looked up here: a call costs a tenth of a microsecond
+                c = (self._category_positions.get(category) if category.__class__ is str
+                     else self._category_position(category))
+                a = (self._action_positions.get(action) if action.__class__ is str
+                     else self._position(action, self._action_positions, len(self.action_names)))
+                if host is not None and c is not None and a is not None:
+                    row = self._fast_row(factors)
+                    if row is not None:
+                        learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
+                        if learned is not None:
+                            _, skipped, gated, eta, disp, initialized = learned
+                            return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
+                                                                      "disp": disp, "initialized": initialized}
+            return cast(Any, super()).learn_one(factors, action, category, confirmed, outcome)
 
     def _stage(self, host: HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
                skip: bool, flush_full: bool = False) -> tuple | None:
