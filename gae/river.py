@@ -13,13 +13,18 @@ How a river sample becomes a decision of the memory:
 
 - Factors: the features of the first sample ``learn_one`` sees, in sorted order (so the order
   of a dict's keys never matters; names of several types by type, then ``repr``), the
-  ``category`` field left out. A feature met later is
-  ignored; a missing one is 0 (``missing="zero"``) or a KeyError naming it
-  (``missing="error"``). Values must be numbers (bool, int, float or a NumPy scalar).
+  ``category`` field left out. A feature met later is ignored; a missing one is 0
+  (``missing="zero"``) or a KeyError naming it (``missing="error"``). ``missing="zero"`` fills
+  the factors a sample lacks, not a whole sample: ``learn_one`` refuses a sample that holds
+  none of them (``{}``, only the category, only features met later) with a ValueError, since
+  it would teach a decision of all zeros; scoring one scores the all-zero row. Values must be
+  numbers (bool, int, float or a NumPy scalar).
 - Category: ``category="field"`` reads each decision's category from that field (a str, or
   an int or bool converted with ``str``); ``category=None`` puts every decision in one
   category, ``"general"``. A sample without the field is a KeyError, whatever ``missing``.
-- Labels: any hashable (bool, int, str, ...), learned on sight. The memory is built at the
+- Labels: any hashable (bool, int, str, ...), learned on sight. None and NaN (of any numeric
+  type) mark a missing label and are refused with a ValueError (``predict_one`` answers None
+  before any learning, and each NaN would be a label of its own). The memory is built at the
   first ``learn_one`` and grows a new action (and category) the first time one is met. Each
   label is an action named ``str(label)`` (made distinct), and ``predict_one`` returns the
   label object itself.
@@ -32,12 +37,17 @@ How a river sample becomes a decision of the memory:
   flag), not what is predicted. Before any learning: ``{}`` and None.
 
 Bad input gets an error naming the feature and its value, and changes nothing.
+
+Threads: a classifier can be shared. Each holds a re-entrant lock that every public method
+holds from its checks to its last write (each class says what that covers).
 """
 
 from __future__ import annotations
 
 import inspect
 import numbers
+import pickle
+import threading
 from collections.abc import Hashable, Mapping
 from typing import Any, NoReturn
 
@@ -54,6 +64,33 @@ from gae.judgment import JudgmentConfig, JudgmentMemory
 GENERAL = "general"  # the one category of a classifier without a category field
 _PLAIN_NUMBERS = frozenset((float, int, bool))  # checked by type, the common case, before any isinstance
 _SCORE_LIMIT = float(np.finfo(np.float32).max)  # the memories score in float32
+# an estimator learns an endless stream: it keeps the audit trail of its latest decisions only
+_DEFAULTS = JudgmentConfig.recommended().replace(max_log_events=10_000)
+
+
+class _Lock:
+    """A re-entrant lock whose copy is a fresh lock: river's ``clone(include_attributes=True)``
+    deep-copies every attribute, and a :func:`threading.RLock` cannot be copied."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __reduce__(self) -> tuple[type[_Lock], tuple[()]]:
+        return _Lock, ()
 
 
 class _MemoryClassifier(base.Classifier):
@@ -76,6 +113,27 @@ class _MemoryClassifier(base.Classifier):
         self._labels_names: list[str] = []  # the memory's action_names
         self._counts: list[int] = []  # decisions learned per label: the answer where the memory abstains
         self._categories: dict[str, int] = {}  # category name -> index in the memory
+        self._lock = _Lock()  # held by every public method, from its checks to its last write
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:  # the state between two calls, even while other threads learn
+            state = {name: value.copy() if isinstance(value, (list, dict)) else value
+                     for name, value in self.__dict__.items() if name != "_lock"}
+            if self.memory is not None:  # pickled here, under the lock, not after this returns
+                state["memory"] = pickle.dumps(self.memory, pickle.HIGHEST_PROTOCOL)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("memory"), bytes):
+            state = {**state, "memory": pickle.loads(state["memory"])}
+        self.__dict__.update(state)
+        self._lock = _Lock()
+
+    def clone(self, new_params: dict[str, Any] | None = None, include_attributes: bool = False) -> Any:
+        """river's :meth:`~river.base.Base.clone`, under the lock (with ``include_attributes``,
+        the learned state between two calls)."""
+        with self._lock:
+            return super().clone(new_params, include_attributes)
 
     @property
     def _multiclass(self) -> bool:
@@ -90,59 +148,64 @@ class _MemoryClassifier(base.Classifier):
 
     # -- learning --------------------------------------------------------------------
     def learn_one(self, x: dict[FeatureName, Any], y: Hashable) -> None:
-        """Learn one verified decision: features ``x``, label ``y`` (any hashable)."""
-        memory = self.memory
-        features = self._first_features(x) if memory is None else self._features
-        row = self._row(x, features)
-        category = self._category_name(x)
-        try:
-            index = self._label_index.get(y)
-        except TypeError:
-            raise TypeError(f"y must be a hashable label, got {y!r}") from None
-        name = _distinct_name(y, self._label_of) if index is None else self._labels_names[index]
-        first = memory is None
-        if memory is None:
-            memory = self._build(_distinct_names(features), name, category)
-        try:
-            memory.learn_one(row, name, category, confirmed=None)
-        except (TypeError, ValueError) as error:
-            _raise_for_values(row, features, check.LEARN_LIMIT, error)
-        if first:  # only now: a rejected first sample leaves the classifier as it was
-            self.memory, self._features = memory, features
-        if index is None:
-            index = len(self._labels)
-            self._labels.append(y)
-            self._label_index[y] = index
-            self._label_of[name] = y
-            self._labels_names.append(name)
-            self._counts.append(0)
-        self._counts[index] += 1
-        if self.category is not None and category not in self._categories:
-            self._categories[category] = len(self._categories)  # the memory appended it too
+        """Learn one verified decision: features ``x``, label ``y`` (any hashable but None and NaN)."""
+        with self._lock:
+            memory = self.memory
+            features = self._first_features(x) if memory is None else self._features
+            row = self._row(x, features, learn=True)
+            category = self._category_name(x)
+            try:
+                index = self._label_index.get(y)
+            except TypeError:
+                raise TypeError(f"y must be a hashable label, got {y!r}") from None
+            if index is None:  # a label met before is never missing
+                _check_label(y)
+            name = _distinct_name(y, self._label_of) if index is None else self._labels_names[index]
+            first = memory is None
+            if memory is None:
+                memory = self._build(_distinct_names(features), name, category)
+            try:
+                memory.learn_one(row, name, category, confirmed=None)
+            except (TypeError, ValueError) as error:
+                _raise_for_values(row, features, check.LEARN_LIMIT, error)
+            if first:  # only now: a rejected first sample leaves the classifier as it was
+                self.memory, self._features = memory, features
+            if index is None:
+                index = len(self._labels)
+                self._labels.append(y)
+                self._label_index[y] = index
+                self._label_of[name] = y
+                self._labels_names.append(name)
+                self._counts.append(0)
+            self._counts[index] += 1
+            if self.category is not None and category not in self._categories:
+                self._categories[category] = len(self._categories)  # the memory appended it too
 
     # -- scoring ---------------------------------------------------------------------
     def predict_one(self, x: dict[FeatureName, Any], **kwargs: Any) -> ClfTarget | None:
         """The most probable label (the memory's recommendation); None before any learning."""
-        if self.memory is None:
-            return None
-        row = self._row(x, self._features)
-        index = self._score_index(x)
-        if index is not None:
-            try:
-                name, _ = self.memory.score_one(row, index)
-            except (TypeError, ValueError) as error:
-                _raise_for_values(row, self._features, _SCORE_LIMIT, error)
-            if name is not None:
-                return self._label_of[name]
-        proba = self._proba(row, index)
-        return max(proba, key=proba.__getitem__)
+        with self._lock:
+            if self.memory is None:
+                return None
+            row = self._row(x, self._features)
+            index = self._score_index(x)
+            if index is not None:
+                try:
+                    name, _ = self.memory.score_one(row, index)
+                except (TypeError, ValueError) as error:
+                    _raise_for_values(row, self._features, _SCORE_LIMIT, error)
+                if name is not None:
+                    return self._label_of[name]
+            proba = self._proba(row, index)
+            return max(proba, key=proba.__getitem__)
 
     def predict_proba_one(self, x: dict[FeatureName, Any], **kwargs: Any) -> dict[ClfTarget, float]:
         """The probability of every label learned so far (the label frequencies where the memory
         abstains); ``{}`` before any learning."""
-        if self.memory is None:
-            return {}
-        return self._proba(self._row(x, self._features), self._score_index(x))
+        with self._lock:
+            if self.memory is None:
+                return {}
+            return self._proba(self._row(x, self._features), self._score_index(x))
 
     def _proba(self, row: np.ndarray, index: int | None) -> dict[ClfTarget, float]:
         assert self.memory is not None
@@ -176,12 +239,15 @@ class _MemoryClassifier(base.Classifier):
         except TypeError:  # names of several types (1 and 'a'): by type, then by repr
             return tuple(sorted(keys, key=lambda key: (type(key).__name__, repr(key))))
 
-    def _row(self, x: dict[FeatureName, Any], features: tuple[Hashable, ...]) -> np.ndarray:
+    def _row(self, x: dict[FeatureName, Any], features: tuple[Hashable, ...], learn: bool = False) -> np.ndarray:
         """(K,) float64: the factors of ``x`` in the memory's order."""
         if type(x) is not dict and not isinstance(x, Mapping):
             raise TypeError(f"x must be a dict of features, got {type(x).__name__}")
         if self.missing == "zero":
             values = [x.get(name, 0.0) for name in features]
+            if learn and x.keys().isdisjoint(features):
+                raise ValueError(f"x must hold at least one of the features {list(features)} to be learned "
+                                 f"(missing='zero' fills the ones a sample lacks, not a whole sample), got {x!r}")
         else:
             try:
                 values = [x[name] for name in features]
@@ -221,10 +287,24 @@ class JudgmentClassifier(_MemoryClassifier):
         **options: every option of :class:`~gae.JudgmentConfig` (``tau=0.2``,
             ``prototypes=3``, ...), documented there. The defaults are
             :meth:`JudgmentConfig.recommended` (``learning="lvq"``, docs/lvq.md), not the seed
-            rule of a bare ``JudgmentMemory``; ``drift_mode="adaptive"`` needs
-            ``learning="gated"``. An unknown option is a TypeError. The memory logs every
-            decision it learns (for ``trace``, ``undo_``, ``forget_``): on an endless stream,
-            bound the log with ``max_log_events``.
+            rule of a bare ``JudgmentMemory``, but for ``max_log_events=10_000`` (below);
+            ``drift_mode="adaptive"`` needs ``learning="gated"``. An unknown option is a TypeError.
+
+    Audit trail: the memory logs the decisions it learns (``memory.decision_log``, behind
+    ``trace``, ``undo_`` and ``forget_``) and its gate, promotion and recycle events, all bounded
+    by ``max_log_events``, so that on an endless stream the classifier's state stays flat. By
+    default the log keeps at most about the latest 10,000 decisions: past that the oldest are
+    folded into its base (after a fold it holds a few thousand), and ``undo_`` and ``forget_``
+    reach back only as far as it does. ``max_log_events=None`` keeps every decision (the log grows
+    without end), ``0`` keeps none (no ``undo_`` or ``forget_``).
+
+    Thread safety: a classifier can be shared by threads. Its own lock serializes
+    ``learn_one``, ``predict_one``, ``predict_proba_one``, ``clone`` and copies (pickle,
+    ``copy.deepcopy``), so decisions are learned one after another, none lost, and every answer
+    and copy comes from the state between two whole calls; a copy has a lock of its own. Not
+    covered: setting attributes (options) while other threads call it, and calls on
+    :attr:`memory` itself, which its own lock serializes apart from the classifier (an
+    ``undo_`` there leaves the classifier's label counts as they were).
 
     Attributes:
         memory: the :class:`~gae.JudgmentMemory`, built at the first ``learn_one`` (None before).
@@ -241,7 +321,7 @@ class JudgmentClassifier(_MemoryClassifier):
     """
 
     def __init__(self, category: Hashable | None = None, missing: str = "zero", **options: Any) -> None:
-        values = JudgmentConfig.with_defaults(options, "JudgmentClassifier")
+        values = JudgmentConfig.with_defaults(options, "JudgmentClassifier", _DEFAULTS)
         self._config = JudgmentConfig(**values)  # checks every value
         super().__init__(category, missing)
         for name, value in values.items():  # the values as given: river's clone passes them back
@@ -253,10 +333,11 @@ class JudgmentClassifier(_MemoryClassifier):
 
 def _judgment_signature() -> inspect.Signature:
     """``__init__``'s signature with every JudgmentConfig option as a keyword, so that river's
-    ``_get_params``, ``clone`` and ``repr`` see them all; the defaults are the recommended config's."""
+    ``_get_params``, ``clone`` and ``repr`` see them all; the defaults are the recommended config's
+    with a bounded log."""
     given = inspect.signature(JudgmentClassifier.__init__).parameters
     return inspect.Signature([given["self"], given["category"], given["missing"],
-                              *JudgmentConfig.keyword_parameters()])
+                              *JudgmentConfig.keyword_parameters(_DEFAULTS)])
 
 
 JudgmentClassifier.__init__.__signature__ = _judgment_signature()  # type: ignore[attr-defined]
@@ -275,6 +356,12 @@ class KNNClassifier(_MemoryClassifier):
             Default: False.
         respect_skip: passed to the memory; river gives no uncertain outcomes, so every sample is
             stored either way. Default: False.
+
+    The memory keeps no log: its state is the ring of ``capacity`` decisions.
+
+    Thread safety: as :class:`JudgmentClassifier`, a classifier can be shared by threads: its
+    lock serializes ``learn_one``, ``predict_one``, ``predict_proba_one``, ``clone`` and copies,
+    so no decision is lost and every answer comes from the state between two whole calls.
 
     Attributes:
         memory: the :class:`~gae.KNNMemory`, built at the first ``learn_one`` (None before).
@@ -313,6 +400,13 @@ class KNNClassifier(_MemoryClassifier):
 
     def _index_of_unknown_category(self) -> int | None:
         return None if self.scoped else 0  # unscoped, the category plays no part in the vote
+
+
+def _check_label(y: Any) -> None:
+    """None and NaN (of any numeric type: float, NumPy, complex, Decimal) are no label."""
+    if y is None or (isinstance(y, numbers.Number) and y != y):
+        raise ValueError(f"y must be a label, got {y!r} (None and NaN mark a missing label: learn_one learns "
+                         "verified labels, and predict_one answers None before any learning)")
 
 
 def _check_numbers(values: list[Any], features: tuple[Hashable, ...]) -> None:

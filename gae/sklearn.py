@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import pickle
+import threading
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,8 @@ from gae.validation import LEARN_LIMIT
 __all__ = ["JudgmentClassifier"]
 
 _SCORE_LIMIT = float(np.finfo(np.float32).max)  # the memory scores in float32
+# an estimator learns an endless stream: it keeps the audit trail of its latest decisions only
+_DEFAULTS = JudgmentConfig.recommended().replace(max_log_events=10_000)
 
 
 class JudgmentClassifier(ClassifierMixin, BaseEstimator):
@@ -55,9 +59,10 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
             and the memory keeps prototypes and attention per category.
         **options: every :class:`~gae.JudgmentConfig` option (``tau``, ``eta_confirmed``,
             ``drift_mode``, ``prototypes``, ...: documented there), each a keyword parameter of
-            this estimator with the default of :meth:`JudgmentConfig.recommended`. They are
-            stored as given and checked when the memory is built (``fit``, or the first
-            ``partial_fit``): a bad value raises there, naming the option.
+            this estimator with the default of :meth:`JudgmentConfig.recommended`, but for
+            ``max_log_events=10_000`` (the audit trail, below). They are stored as given and
+            checked when the memory is built (``fit``, or the first ``partial_fit``): a bad
+            value raises there, naming the option.
 
     What the estimator decides:
 
@@ -77,7 +82,24 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
       ``set_params`` and calling ``partial_fit`` raises; call ``fit`` to build anew.
     - **Inputs.** Anything :func:`~sklearn.utils.check_array` takes (lists, arrays, DataFrames),
       dense and finite. The factors are learned in float32 and must lie in
-      ``[-1e15, 1e15]`` (scored: within float32's range). A rejected call changes nothing.
+      ``[-1e15, 1e15]`` (scored: within float32's range). Labels are any scikit-learn takes but
+      None and NaN (of any numeric type), which mark a missing label: a ValueError naming the
+      first one and its position in ``y`` (or ``classes``). A rejected call changes nothing.
+    - **Audit trail.** The memory logs the decisions it learns (``memory_.decision_log``, behind
+      ``trace``, ``undo_`` and ``forget_``) and its gate, promotion and recycle events, all
+      bounded by ``max_log_events``, so that ``partial_fit`` on an endless stream keeps the
+      state flat. By default the log keeps at most the latest 10,000 decisions: past that the
+      oldest calls are folded into its base (whole: a ``fit`` or ``partial_fit`` of more rows
+      than that keeps none of them), and ``undo_`` and ``forget_`` reach back only as far as it
+      does. ``max_log_events=None`` keeps every decision (the log grows without end), ``0``
+      none.
+    - **Threads.** An estimator can be shared by threads: its own lock serializes ``fit``,
+      ``partial_fit``, ``predict``, ``predict_proba``, ``predict_log_proba`` (and ``score``,
+      through ``predict``) and copies (pickle, ``copy.deepcopy``), so calls learn one after
+      another, none lost, and every answer and copy comes from the state between two whole
+      calls; a copy or :func:`~sklearn.base.clone` has a lock of its own. Not covered:
+      ``set_params`` while other threads call it, and calls on ``memory_`` itself, which its
+      own lock serializes apart from the estimator.
 
     Attributes:
         memory_: the fitted :class:`~gae.JudgmentMemory`; actions are the classes (named
@@ -103,8 +125,23 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, *, category: int | None = None, **options: Any) -> None:
         self.category = category
-        for name, value in JudgmentConfig.with_defaults(options, "JudgmentClassifier").items():
+        for name, value in JudgmentConfig.with_defaults(options, "JudgmentClassifier", _DEFAULTS).items():
             setattr(self, name, value)
+        self._lock = threading.RLock()  # held by every public method, from its checks to its last write
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:  # the state between two calls, even while other threads learn
+            state = {name: value for name, value in super().__getstate__().items() if name != "_lock"}
+            if "memory_" in state:  # pickled here, under the lock, not after this returns
+                state["memory_"] = pickle.dumps(state["memory_"], pickle.HIGHEST_PROTOCOL)
+                state["class_count_"] = state["class_count_"].copy()  # partial_fit adds to it in place
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("memory_"), bytes):
+            state = {**state, "memory_": pickle.loads(state["memory_"])}
+        super().__setstate__(state)
+        self._lock = threading.RLock()
 
     def _config(self) -> JudgmentConfig:
         """The options as a :class:`~gae.JudgmentConfig`: its checks name a bad option and value."""
@@ -114,23 +151,25 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> JudgmentClassifier:
         """Build a fresh memory and learn every row of ``X`` (n_samples, n_features) with its
         label in ``y`` (n_samples,), in order. Returns self."""
-        config = self._config()
-        X_checked, y = check_X_y(X, y, dtype="numeric", estimator=self)
-        column = _category_column(self.category, X_checked.shape[1])
-        check_classification_targets(y)
-        classes, labels = np.unique(y, return_inverse=True)
-        factors, ids = _split(X_checked, column, LEARN_LIMIT)
-        categories = None if ids is None else np.unique(ids)
-        # every check passed: from here on the estimator changes
-        validate_data(self, X, skip_check_array=True)  # n_features_in_ and feature_names_in_
-        self.classes_ = classes
-        self.class_count_ = np.zeros(len(classes))
-        self.categories_ = categories
-        self._category_column = column
-        self.memory_ = JudgmentMemory(1 if categories is None else _names(categories), _names(classes),
-                                      self._factor_names(column), config)
-        self._learn(factors, ids, labels)
-        return self
+        with self._lock:
+            config = self._config()
+            _check_labels(y, "y")
+            X_checked, y = check_X_y(X, y, dtype="numeric", estimator=self)
+            column = _category_column(self.category, X_checked.shape[1])
+            check_classification_targets(y)
+            classes, labels = np.unique(y, return_inverse=True)
+            factors, ids = _split(X_checked, column, LEARN_LIMIT)
+            categories = None if ids is None else np.unique(ids)
+            # every check passed: from here on the estimator changes
+            validate_data(self, X, skip_check_array=True)  # n_features_in_ and feature_names_in_
+            self.classes_ = classes
+            self.class_count_ = np.zeros(len(classes))
+            self.categories_ = categories
+            self._category_column = column
+            self.memory_ = JudgmentMemory(1 if categories is None else _names(categories), _names(classes),
+                                          self._factor_names(column), config)
+            self._learn(factors, ids, labels)
+            return self
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> JudgmentClassifier:
         """Learn the rows of ``X`` with the labels ``y``, in order, continuing the memory.
@@ -141,7 +180,14 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
             classes: every label the memory will learn; required on the first call (when
                 ``fit`` was not called), then None or the same labels.
         """
+        with self._lock:
+            return self._partial_fit(X, y, classes)
+
+    def _partial_fit(self, X: Any, y: Any, classes: Any) -> JudgmentClassifier:
         first = not hasattr(self, "memory_")
+        _check_labels(y, "y")
+        if classes is not None:
+            _check_labels(classes, "classes")
         if first:
             config = self._config()
             if classes is None:
@@ -217,23 +263,24 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """(n_samples, n_classes) float64 probabilities, columns in ``classes_`` order: the
         memory's, or the training class frequencies where it abstains."""
-        check_is_fitted(self)
-        X_checked = validate_data(self, X, reset=False, dtype="numeric")
-        factors, ids = _split(X_checked, self._category_column, _SCORE_LIMIT)
-        n = factors.shape[0]
-        proba = np.tile(self.class_count_ / self.class_count_.sum(), (n, 1))
-        category, known = self._category_index(ids, n)
-        rows = np.flatnonzero(known)
-        if rows.size:
-            device = self.memory_.centroids.device
-            with torch.no_grad():
-                out = self.memory_(torch.from_numpy(factors[rows]).to(device),
-                                   torch.from_numpy(category[rows]).to(device))
-            probs = out.probs.double().cpu().numpy()  # (n_known, n_classes), rows of zeros: abstained
-            total = probs.sum(axis=1)
-            answered = total > 0
-            proba[rows[answered]] = probs[answered] / total[answered, None]
-        return proba
+        with self._lock:
+            check_is_fitted(self)
+            X_checked = validate_data(self, X, reset=False, dtype="numeric")
+            factors, ids = _split(X_checked, self._category_column, _SCORE_LIMIT)
+            n = factors.shape[0]
+            proba = np.tile(self.class_count_ / self.class_count_.sum(), (n, 1))
+            category, known = self._category_index(ids, n)
+            rows = np.flatnonzero(known)
+            if rows.size:
+                device = self.memory_.centroids.device
+                with torch.no_grad():
+                    out = self.memory_(torch.from_numpy(factors[rows]).to(device),
+                                       torch.from_numpy(category[rows]).to(device))
+                probs = out.probs.double().cpu().numpy()  # (n_known, n_classes), rows of zeros: abstained
+                total = probs.sum(axis=1)
+                answered = total > 0
+                proba[rows[answered]] = probs[answered] / total[answered, None]
+            return proba
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
         """The log of :meth:`predict_proba` (``-inf`` for a class with probability 0)."""
@@ -242,8 +289,9 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """(n_samples,) the most probable class of each row (ties: the first in ``classes_``)."""
-        proba = self.predict_proba(X)  # first: it says when the estimator is not fitted
-        return self.classes_[np.argmax(proba, axis=1)]
+        with self._lock:  # classes_ read from the state predict_proba answered from
+            proba = self.predict_proba(X)  # first: it says when the estimator is not fitted
+            return self.classes_[np.argmax(proba, axis=1)]
 
 
 def _signature() -> inspect.Signature:
@@ -252,7 +300,7 @@ def _signature() -> inspect.Signature:
     return inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
          inspect.Parameter("category", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None"),
-         *JudgmentConfig.keyword_parameters()], return_annotation=None)
+         *JudgmentConfig.keyword_parameters(_DEFAULTS)], return_annotation=None)
 
 
 JudgmentClassifier.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
@@ -270,6 +318,38 @@ def _category_column(category: Any, n_columns: int) -> int | None:
     if n_columns == 1:
         raise ValueError(f"category={category} is X's only column: the memory needs at least one factor column")
     return column
+
+
+def _check_labels(values: Any, argument: str) -> None:
+    """ValueError naming the first missing label (None or NaN) in ``values`` and its position."""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError):  # not an array of labels: scikit-learn's checks say what it is
+        return
+    if array.ndim == 0:  # y=None and other non-sequences: scikit-learn's checks say so too
+        return
+    if array.dtype.kind in "fc":
+        missing = np.isnan(array)
+    elif array.dtype.kind == "O":
+        missing = np.fromiter((_is_missing(value) for value in array.flat), bool, array.size).reshape(array.shape)
+    else:
+        return
+    if missing.any():
+        where = tuple(int(i) for i in np.argwhere(missing)[0])
+        value = array[where]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise ValueError(f"{argument} must hold labels, not missing values: got {value!r} at "
+                         f"{argument}[{', '.join(map(str, where))}] (None and NaN mark a missing label)")
+
+
+def _is_missing(value: Any) -> bool:
+    """None and NaN (of any numeric type: float, NumPy, complex, Decimal) are no label."""
+    if value is None:
+        return True
+    try:
+        return isinstance(value, numbers.Number) and bool(value != value)
+    except ArithmeticError:  # a signalling Decimal NaN refuses even to be compared
+        return True
 
 
 def _split(X: np.ndarray, column: int | None, limit: float) -> tuple[np.ndarray, np.ndarray | None]:

@@ -182,11 +182,11 @@ def test_numpy_and_bool_values_are_numbers(cls):
 # -- labels ------------------------------------------------------------------------------
 @pytest.mark.parametrize("cls", CLASSIFIERS)
 def test_labels_of_any_hashable_type_come_back_as_themselves(cls):
-    labels = [False, 2, "2", (1, "a"), "", None, 2.5]  # '2' and 2 are two labels; '' and None too
+    labels = [False, 2, "2", (1, "a"), "", 2.5]  # '2' and 2 are two labels (None and NaN are none)
     model = cls(k=1) if cls is KNNClassifier else cls()
     for step, label in enumerate(labels):  # each label new mid-stream
         model.learn_one({"a": float(step), "b": -float(step)}, label)
-    assert model.memory.action_names == ("False", "2", "2 (2)", "(1, 'a')", "''", "None", "2.5")
+    assert model.memory.action_names == ("False", "2", "2 (2)", "(1, 'a')", "''", "2.5")
     for step, label in enumerate(labels):
         predicted = model.predict_one({"a": float(step), "b": -float(step)})
         assert predicted == label and type(predicted) is type(label)
@@ -248,14 +248,31 @@ def test_bad_categories_are_refused_and_change_nothing(cls, desk, error, words):
 
 
 # -- options, clone and pickle -----------------------------------------------------------
-def test_the_signature_is_the_config_with_the_recommended_defaults():
+def test_the_signature_is_the_config_with_the_recommended_defaults_and_a_bounded_log():
     parameters = inspect.signature(JudgmentClassifier).parameters
     assert list(parameters) == ["category", "missing", *JudgmentConfig.options()]
-    recommended = JudgmentConfig.recommended()
-    assert all(parameters[name].default == getattr(recommended, name) for name in JudgmentConfig.options())
+    defaults = JudgmentConfig.recommended().replace(max_log_events=10_000)
+    assert all(parameters[name].default == getattr(defaults, name) for name in JudgmentConfig.options())
     model = JudgmentClassifier()
     model.learn_one({"a": 1.0}, "x")
-    assert model.memory.config == recommended and model.memory.config.learning == "lvq"
+    assert model.memory.config == defaults and model.memory.config.learning == "lvq"
+
+
+@pytest.mark.parametrize("bound", ["default", None, 0, 40])
+def test_the_log_bound_is_an_option(bound):
+    model = JudgmentClassifier(category="desk", **({} if bound == "default" else {"max_log_events": bound}))
+    bound = 10_000 if bound == "default" else bound
+    assert model._get_params()["max_log_events"] == model.clone()._get_params()["max_log_events"] == bound
+    for x, y in stream(n=200):
+        model.learn_one(x, y)
+    memory, log = model.memory, model.memory.decision_log
+    assert memory.config.max_log_events == bound and int(memory.num_decisions) == 200
+    if bound in (None, 10_000):
+        assert len(log) == 200
+    elif bound == 0:
+        assert len(log) == 0
+    else:  # folded as it passed the bound: its base and the log account for every decision
+        assert 0 < len(log) <= 40 and int(log.base["num_decisions"]) + len(log) == 200
 
 
 def test_every_option_reaches_the_memory():
@@ -266,7 +283,8 @@ def test_every_option_reaches_the_memory():
     assert model.memory.config == JudgmentConfig(**OPTIONS)
     tau = JudgmentClassifier(tau=0.2)
     tau.learn_one({"a": 1.0}, "x")
-    assert tau.memory.config.tau == 0.2 and tau.memory.config.replace(tau=0.1) == JudgmentConfig.recommended()
+    assert tau.memory.config.tau == 0.2
+    assert tau.memory.config.replace(tau=0.1) == JudgmentConfig.recommended().replace(max_log_events=10_000)
     knn = KNNClassifier(category="desk", k=2, capacity=7, scoped=True, respect_skip=True)
     knn.learn_one({"desk": "a", "v": 1.0}, "x")
     memory = knn.memory

@@ -179,18 +179,39 @@ def other_value(name: str, default):
     return default / 2 if default > 0 else 0.25
 
 
-def test_parameters_are_the_config_options_with_recommended_defaults():
+def test_parameters_are_the_config_options_with_recommended_defaults_and_a_bounded_log():
     signature = inspect.signature(JudgmentClassifier)
     assert list(signature.parameters) == ["category", *OPTIONS]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in signature.parameters.values())
-    recommended = JudgmentConfig.recommended()
+    defaults = JudgmentConfig.recommended().replace(max_log_events=10_000)
     assert JudgmentClassifier().get_params() == {"category": None,
-                                                 **{name: getattr(recommended, name) for name in OPTIONS}}
+                                                 **{name: getattr(defaults, name) for name in OPTIONS}}
     assert JudgmentClassifier().get_params()["learning"] == "lvq"
     assert repr(JudgmentClassifier()) == "JudgmentClassifier()"
     assert repr(JudgmentClassifier(tau=0.5, category=1)) == "JudgmentClassifier(category=1, tau=0.5)"
+    assert repr(JudgmentClassifier(max_log_events=None)) == "JudgmentClassifier(max_log_events=None)"
+    X, y = stream(17, 20)
+    assert JudgmentClassifier().fit(X, y).memory_.config == defaults
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['taus'\]"):
         JudgmentClassifier(taus=0.2)
+
+
+@pytest.mark.parametrize("bound", ["default", None, 0, 40])
+def test_the_log_bound_is_a_parameter(bound):
+    X, y = stream(18, 200)
+    model = JudgmentClassifier(category=4, **({} if bound == "default" else {"max_log_events": bound}))
+    bound = 10_000 if bound == "default" else bound
+    assert clone(model).get_params()["max_log_events"] == bound
+    for start in range(0, 200, 10):
+        model.partial_fit(X[start:start + 10], y[start:start + 10], classes=[0, 1, 2])
+    memory, log = model.memory_, model.memory_.decision_log
+    assert memory.config.max_log_events == bound and int(memory.num_decisions) == 200
+    if bound in (None, 10_000):
+        assert len(log) == 200
+    elif bound == 0:
+        assert len(log) == 0
+    else:  # folded as it passed the bound: its base and the log account for every decision
+        assert 0 < len(log) <= 40 and int(log.base["num_decisions"]) + len(log) == 200
 
 
 def test_every_option_round_trips_get_params_set_params_clone_and_fit():
