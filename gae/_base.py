@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
+import pickle
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, SupportsIndex, cast
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ class DecisionMemory(nn.Module):
         self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
 
     n_factors: int
+    _lock: threading.RLock  # see the class docstring; outside nn.Module's attributes, so not a buffer or module
     backend: str = "compiled"
     grow: bool = False  # learn_one adds an action or category it has not met (see add_actions_)
 
@@ -266,13 +269,28 @@ class DecisionMemory(nn.Module):
 
     # -- the single-decision path's views of the tensors ---------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        with self._lock:  # a copy taken while another thread learns is of one state
-            state = super().__getstate__()
-        state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
+        """The attributes without the lock (each copy gets its own) and the single-decision views
+        (views of this instance's tensors: a copy builds its own)."""
+        state = dict(super().__getstate__())
+        state.pop("_lock", None)
         host = state.get("_host")
-        if host is not None:  # views of this instance's tensors: a copy builds its own
+        if host is not None:
             state["_host"] = type(host)()
         return state
+
+    # A copy is made whole under the lock: pickle and deepcopy read the attributes after
+    # __getstate__ returns, when another thread may be learning, so each does its reading here.
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        with self._lock:
+            payload = pickle.dumps(self.__getstate__(), protocol=max(int(protocol), pickle.DEFAULT_PROTOCOL))
+        return _restore, (type(self), payload)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DecisionMemory:
+        with self._lock:
+            twin = type(self).__new__(type(self))
+            memo[id(self)] = twin
+            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return twin
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
@@ -442,3 +460,10 @@ class DecisionMemory(nn.Module):
             mine = None if mine is None else list(mine)
             if key in state and state[key] != mine:
                 raise ValueError(f"state_dict was saved with {key}={state[key]!r} but this memory has {mine!r}")
+
+
+def _restore(cls: type[DecisionMemory], payload: bytes) -> DecisionMemory:
+    """Unpickle a memory pickled by :meth:`DecisionMemory.__reduce_ex__`."""
+    memory = cls.__new__(cls)
+    memory.__setstate__(pickle.loads(payload))
+    return memory

@@ -78,3 +78,29 @@ def test_the_default_keeps_everything() -> None:
     memory = JudgmentMemory(3, 3, 6)
     feed(memory, 2_000, seed=0)
     assert len(memory.decision_log) == 2_000 and memory.gate_log.step.numel() > 0
+
+
+@pytest.mark.parametrize("reader", ["state_dict", "decision_log", "gate_log"])
+def test_a_frequent_reader_does_not_keep_the_log_from_folding(reader: str) -> None:
+    memory = JudgmentMemory(3, 3, 6, max_log_events=400)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.rand(5_000, 6, generator=generator)
+    for i in range(5_000):
+        memory.learn_one(x[i], i % 3, (i // 3) % 3, confirmed=None)
+        if i % 50 == 0:  # more often than a staged batch fills
+            getattr(memory, reader)() if reader == "state_dict" else getattr(memory, reader)
+        assert len(memory.history._log) <= 400 + 100  # the staged rows join it at most a batch at a time
+
+
+def test_a_call_larger_than_the_bound_folds_whole() -> None:
+    memory = JudgmentMemory(3, 3, 6, max_log_events=100)
+    generator = torch.Generator().manual_seed(2)
+    x = torch.rand(1_000, 6, generator=generator)
+    category, action = torch.randint(0, 3, (1_000,), generator=generator), torch.randint(0, 3, (1_000,))
+    memory.learn_(x, category, action)
+    unbounded = JudgmentMemory(3, 3, 6)
+    unbounded.learn_(x, category, action)
+    assert len(memory.decision_log) == 0 and memory.gate_log.step.numel() == 0
+    for name, buffer in unbounded.named_buffers():
+        assert torch.equal(buffer, memory.get_buffer(name)), name
+    assert torch.equal(memory.decision_log.base["centroids"], unbounded.centroids)

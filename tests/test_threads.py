@@ -152,3 +152,29 @@ def test_a_copy_has_a_lock_of_its_own() -> None:
         with memory._lock:  # held here: the copy must not wait for it
             twin.learn_one([0.4] * K, "reject", "invoice")
         assert int(twin.num_decisions) == 2
+
+
+def test_a_copy_taken_while_another_thread_learns_is_of_one_state() -> None:
+    import copy
+
+    memory = JudgmentMemory(CATEGORIES, ACTIONS, K, JudgmentConfig.recommended())
+    done = threading.Event()
+
+    def learner() -> None:
+        for factors, action, category in decisions(0, 3_000):
+            memory.learn_one(factors, action, category, confirmed=None)
+        done.set()
+
+    worker = threading.Thread(target=learner)
+    worker.start()
+    copies = []
+    while not done.is_set():
+        copies.append(copy.deepcopy(memory))
+    worker.join()
+    assert copies
+    for twin in copies[:: max(1, len(copies) // 5)]:  # each one a whole number of calls, logs and state alike
+        log = twin.decision_log.events()
+        assert int(twin.num_decisions) == len(log["seq"])
+        serial, _ = replay(JudgmentConfig.recommended(), log, set())
+        for name, buffer in serial.named_buffers():
+            assert torch.equal(buffer, twin.get_buffer(name)), name

@@ -295,6 +295,10 @@ class History:
         while calls < len(sizes) and folded < count:
             folded += sizes[calls]
             calls += 1
+        if calls == len(sizes):  # every call folds: the base is the state as it is, no replay needed
+            self.log.base, self.log.chunks = buffer_state(module), []
+            self._keep_events(since=int(module.get_buffer("num_decisions")))
+            return
         current = (buffer_state(module), self.logs_state(), list(self.log.chunks))
         self.replay(module, relearn, stop=folded)  # the state right after the folded decisions
         self.log.base = buffer_state(module)
@@ -365,6 +369,12 @@ class HistoryMixin:
     _category_index: Callable[[str | int], int]
     _relearn: Relearn
 
+    def _flushed(self) -> History:
+        """The history with the staged decisions in its logs, folded if that puts the decision
+        log over ``max_log_events`` (a reader must not keep the bound from holding)."""
+        self.history.flush(cast(nn.Module, self), self._relearn)
+        return self.history
+
     def undo_(self, n: int = 1) -> None:
         """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
         attention logits are bit for bit what they were before them (skipped decisions among
@@ -434,26 +444,26 @@ class HistoryMixin:
     @property
     def decision_log(self) -> DecisionLog:
         """The :class:`~gae.judgment.history.DecisionLog`: every decision learned since its base state."""
-        with self._lock:  # staged decisions join the logs first
-            return self.history.log
+        with self._lock:
+            return self._flushed().log
 
     @property
     def gate_log(self) -> GateLog:
         """Every drift-gate event so far, in stream order (1-D CPU tensors)."""
-        with self._lock:  # staged decisions join the logs first
-            return self.history.joined("gate")
+        with self._lock:
+            return self._flushed().joined("gate")
 
     @property
     def promotion_log(self) -> PromotionLog:
         """Every promotion of the change test so far (``drift_mode='adaptive'``), in stream order."""
-        with self._lock:  # staged decisions join the logs first
-            return self.history.joined("promotion")
+        with self._lock:
+            return self._flushed().joined("promotion")
 
     @property
     def recycle_log(self) -> RecycleLog:
         """Every recycled prototype so far (``prototypes > 1``), in stream order."""
-        with self._lock:  # staged decisions join the logs first
-            return self.history.joined("recycle")
+        with self._lock:
+            return self._flushed().joined("recycle")
 
     def gate_records(self) -> list[dict[str, Any]]:
         """Every learning event, in stream order, as dicts with names: the drift gate's damped steps
@@ -462,10 +472,10 @@ class HistoryMixin:
         ``main_right``, ``shift``), and with ``prototypes > 1`` the recycled prototypes
         (``event='recycled'``: ``action``, ``prototype``, ``disp``)."""
         with self._lock:
-            return self.history.records(self.category_names, self.action_names)
+            return self._flushed().records(self.category_names, self.action_names)
 
     def promotion_records(self, last: int | None = None) -> list[dict[str, Any]]:
         """The promotions of :meth:`gate_records` alone (the ``last`` ones, or all), without
         building the records of every gate event."""
         with self._lock:
-            return self.history.promotion_records(self.category_names, last)
+            return self._flushed().promotion_records(self.category_names, last)

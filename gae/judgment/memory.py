@@ -411,6 +411,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
                 f"factors={self.n_factors}, config={self._config!r}")
 
     def get_extra_state(self) -> dict[str, Any]:
+        self.history.flush(self, self._relearn)  # staged decisions join the logs, which then keep their bound
         return {**self._names_state(), "config": self._config.to_dict(), "updates": self._updates,
                 **self.history.state()}
 
