@@ -15,19 +15,27 @@ noise, so each has near neighbours. The score is the hourly one of ``RetrievalSc
    Postgres exact (every row scored in SQL) and Postgres through the HNSW index.
 3. HNSW recall@5 of Postgres against the exact ranking, over ``hnsw.ef_search``.
 
+With ``--integrity true`` it measures instead what the stores' integrity checks cost, on stores
+of a few sizes (``--sizes``, ``--postgres_sizes``): the checksums a write computes, opening a
+SQLite file (its header, ``PRAGMA quick_check``, the schema version) beside the snapshot that
+opening reads anyway, and ``store.check()`` on both stores.
+
     python scripts/bench_store.py                        # N=100,000, D=384 (several minutes on 2 cores)
     python scripts/bench_store.py --quick true           # N=3,000, D=32: a smoke run
     python scripts/bench_store.py --readme README.md     # also refresh the README's table
+    python scripts/bench_store.py --integrity true --readme docs/store.md   # the integrity costs (a minute or two)
 
 Writes every number to ``--out`` (JSON) and, with ``--readme``, puts the tables between
-``<!-- bench-store:start -->`` and ``<!-- bench-store:end -->`` and commits the record they are
-rendered from to docs/results/bench-store.json.
+``<!-- bench-store:start -->`` and ``<!-- bench-store:end -->`` (with ``--integrity``,
+``<!-- bench-store-integrity:start -->`` and its end) and commits the record they are rendered
+from to docs/results/bench-store.json (bench-store-integrity.json).
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -47,6 +55,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from gae import EpisodicMemory, RetrievalScorer  # noqa: E402
 from gae.episodic.store import SQLiteStore  # noqa: E402
+from gae.episodic.store.base import dumps_ids, split_scope  # noqa: E402
+from gae.episodic.store.integrity import row_checksum  # noqa: E402
 from training.readme import markers, publish_section, record_path  # noqa: E402
 
 START, END = markers("bench-store")
@@ -115,8 +125,9 @@ def start_postgres(folder: str) -> Any:
 
 
 def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 64, k: int = 5, batch: int = 1000,
-         repeats: int = 5, ef_search: list[int] | None = None, out: Path = Path("results/bench/bench_store.json"),
-         readme: Path | None = None) -> dict[str, Any]:
+         repeats: int = 5, ef_search: list[int] | None = None, out: Path | None = None,
+         readme: Path | None = None, integrity: bool = False, sizes: list[int] | None = None,
+         postgres_sizes: list[int] | None = None) -> dict[str, Any]:
     """Run the store benchmark (see the module docstring).
 
     Args:
@@ -127,9 +138,18 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
         batch: memories per add call (one transaction each).
         repeats: timed repeats per latency.
         ef_search: the HNSW ``ef_search`` values of the recall curve. Default: 10 .. 400.
-        out: JSON file for every number.
-        readme: a README with bench-store markers to refresh.
+        out: JSON file for every number. Default: results/bench/bench_store.json
+            (bench_store_integrity.json with ``integrity``).
+        readme: a README with bench-store markers to refresh (with ``integrity``: a page with
+            bench-store-integrity markers, docs/store.md).
+        integrity: measure the integrity checks' costs instead (see the module docstring).
+        sizes, postgres_sizes: with ``integrity``, the SQLite and Postgres store sizes. Default:
+            1,000, 10,000 and 100,000; 1,000 and 10,000 (Postgres adds are HNSW-bound).
     """
+    if integrity:
+        return integrity_main(sizes or [1_000, 10_000, 100_000], postgres_sizes or [1_000, 10_000], dim, batch,
+                              repeats, out or Path("results/bench/bench_store_integrity.json"), readme)
+    out = out or Path("results/bench/bench_store.json")
     if quick:
         n, dim, repeats = 3000, 32, 2
     ef_values = ef_search or [10, 20, 40, 80, 100, 200, 400]
@@ -236,6 +256,113 @@ def tables(results: dict[str, Any]) -> str:
               for row in results["recall_curve"]]
     lines += ["", f"Measured on {results['machine']}; regenerate with `python scripts/bench_store.py --readme "
               "README.md`."]
+    return "\n".join(lines)
+
+
+def checksum_us(data: dict[str, Any]) -> float:
+    """Microseconds per row of the checksums a write computes (SQLiteStore's insert, over every
+    column: the embedding's bytes, scope, content, provenance, validity, importance, time)."""
+    records = [(i, *split_scope(scope), "episode", None, row.tobytes(), 1.0, "normal", dumps_ids(()), -np.inf,
+                np.inf, float(importance), float(created), None, None)
+               for i, (row, scope, importance, created) in enumerate(zip(
+                   data["x"], data["scope"], data["importance"], data["created_at"], strict=True))]
+    began = time.perf_counter()
+    for values in records:
+        row_checksum(values)
+    return (time.perf_counter() - began) / len(records) * 1e6
+
+
+def sqlite_costs(path: Path, data: dict[str, Any], batch: int, repeats: int) -> dict[str, Any]:
+    """One SQLite store of ``data``'s memories: its add rate and checksums, opening it, checking it."""
+    n, dim = data["x"].shape
+    with SQLiteStore(path) as store:
+        adds = fill(EpisodicMemory(dim, capacity=n, store=store), data, batch, f"SQLite {n:,}")
+    raw = sqlite3.connect(path)
+    store = SQLiteStore(path)
+    costs = {"n": n, "mb": path.stat().st_size / 1e6, "adds_per_s": adds, "checksum_us": checksum_us(data),
+             "construct_ms": timed(lambda: SQLiteStore(path).close(), repeats),
+             "quick_check_ms": timed(lambda: raw.execute("PRAGMA quick_check").fetchall(), repeats),
+             "open_ms": timed(lambda: store.open(dim), repeats),
+             "integrity_check_ms": timed(lambda: raw.execute("PRAGMA integrity_check").fetchall(), repeats),
+             "check_ms": timed(store.check, repeats)}
+    store.close()
+    raw.close()
+    return costs
+
+
+def integrity_main(sizes: list[int], postgres_sizes: list[int], dim: int, batch: int, repeats: int, out: Path,
+                   readme: Path | None) -> dict[str, Any]:
+    """What the integrity checks cost: on SQLite stores of ``sizes`` memories and Postgres
+    tables of ``postgres_sizes``, the checksums' cost per written row beside the add rate,
+    opening (medians of ``repeats``, warm page cache) and ``check()``."""
+    began = time.perf_counter()
+    folder = tempfile.mkdtemp(prefix="gae-bench-integrity-")
+    results: dict[str, Any] = {"dim": dim, "batch": batch, "repeats": repeats, "sqlite": [], "postgres": []}
+    for n in sizes:
+        progress(f"SQLite, {n:,} memories of width {dim}")
+        data = make_data(n, dim, 1)
+        path = Path(folder) / f"memory-{n}.db"
+        results["sqlite"].append(sqlite_costs(path, data, batch, repeats))
+        path.unlink()
+    if postgres_sizes:
+        from gae.episodic.store import PostgresStore
+
+        server = start_postgres(str(Path(folder) / "postgres"))
+        for n in postgres_sizes:
+            progress(f"Postgres, {n:,} memories of width {dim}")
+            data = make_data(n, dim, 1)
+            table = f"memories_{n}"
+            with PostgresStore(server.get_uri(), table=table) as store:
+                adds = fill(EpisodicMemory(dim, capacity=n, store=store), data, batch, f"Postgres {n:,}")
+
+            def reopen(table: str = table) -> None:
+                with PostgresStore(server.get_uri(), table=table) as opened:
+                    opened.open(dim)
+
+            store = PostgresStore(server.get_uri(), table=table)
+            results["postgres"].append({"n": n, "adds_per_s": adds, "open_ms": timed(reopen, repeats),
+                                        "check_ms": timed(store.check, repeats),
+                                        "skipped": list(store.check().skipped)})
+            store.close()
+        server.cleanup()
+    results["machine"] = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, "
+                          f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")
+    results["seconds"] = time.perf_counter() - began
+    text = integrity_tables(results)
+    print(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    progress(f"wrote {out}")
+    if readme is not None and publish_section(readme, "bench-store-integrity", results, integrity_tables):
+        progress(f"updated the section in {readme} and {record_path(readme, 'bench-store-integrity')}")
+    return results
+
+
+def integrity_tables(results: dict[str, Any]) -> str:
+    """docs/store.md's integrity section, rendered from a ``bench_store_integrity.json`` record."""
+    lines = [f"D = {results['dim']}, adds in batches of {results['batch']:,}, times the median of "
+             f"{results['repeats']} runs on a warm page cache:", "",
+             "| SQLite store | file | adds/s | checksums per written row | `SQLiteStore(path)` (header, size, "
+             "`quick_check`, version) | `quick_check` alone | `open(dim)` (reads the live rows) | `check()` | "
+             "`integrity_check` alone |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['n']:,} | {r['mb']:,.1f} MB | {r['adds_per_s']:,.0f} | {r['checksum_us']:.1f} µs "
+              f"({r['checksum_us'] * r['adds_per_s'] / 1e4:.0f}% of an add) | {r['construct_ms']:,.1f} ms | "
+              f"{r['quick_check_ms']:,.1f} ms | {r['open_ms']:,.1f} ms | {r['check_ms']:,.1f} ms | "
+              f"{r['integrity_check_ms']:,.1f} ms |" for r in results["sqlite"]]
+    big = max(results["sqlite"], key=lambda r: r["n"])
+    lines += ["", f"At {big['n']:,} memories, opening's checks (`SQLiteStore(path)`) take "
+              f"{big['construct_ms'] / big['open_ms']:.0%} of the time `open(dim)` takes to read the rows, and "
+              f"`check()` {big['check_ms'] / big['open_ms']:.1f} times as long."]
+    if results["postgres"]:
+        lines += ["", "| Postgres table | adds/s | `PostgresStore(dsn).open(dim)` | `check()` |",
+                  "|---:|---:|---:|---:|"]
+        lines += [f"| {r['n']:,} | {r['adds_per_s']:,.0f} | {r['open_ms']:,.1f} ms | {r['check_ms']:,.1f} ms |"
+                  for r in results["postgres"]]
+        lines += ["", "Postgres `check()` skipped, on this server: " + "; ".join(results["postgres"][0]["skipped"])
+                  + "."]
+    lines += ["", f"Measured on {results['machine']} in {results['seconds']:.0f} s; regenerate with "
+              "`python scripts/bench_store.py --integrity true --readme docs/store.md`."]
     return "\n".join(lines)
 
 

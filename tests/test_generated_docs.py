@@ -59,6 +59,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "scoring-speed": ("scoring-speed.json", script("scripts.profile_scoring", "section")),
     "bench-retrieval": ("bench-retrieval.json", script("scripts.bench_retrieval", "tables")),
     "bench-store": ("bench-store.json", script("scripts.bench_store", "tables")),
+    "bench-store-integrity": ("bench-store-integrity.json", script("scripts.bench_store", "integrity_tables")),
     "soak": ("soak.json", script("scripts.soak", "section")),
     "benchmark-streams": ("benchmark-streams.json", script("scripts.benchmark_streams", "section")),
     "tune-lvq": ("tune-lvq.json", script("scripts.tune_lvq", "section")),

@@ -440,6 +440,74 @@ def test_row_level_security_restricts_every_statement(server: str) -> None:
     assert PostgresStore(app).open(DIM).rows.seq.tolist() == list(range(40))
 
 
+# -- integrity -----------------------------------------------------------------------------------
+def _busy_table(dsn: str) -> None:
+    """A table that has added, evicted, deleted and expired rows."""
+    with PostgresStore(dsn) as store:
+        store.open(DIM)
+        store.commit(added(unit_rows(np.random.default_rng(3), range(8))))
+        store.commit(Change(removed=[("evict", 2.0, (5,)), ("delete", 2.0, (6,)), ("expire", 3.0, (7,))],
+                            audit=[AuditEntry("evict", 2.0, (5,), "capacity", 2),
+                                   AuditEntry("delete", 2.0, (6,), "user asked", 3),
+                                   AuditEntry("expire", 3.0, (7,), "expired", 4)],
+                            version=4, next_id=8, scope_names=["alpha", "beta,gamma"]))
+
+
+def test_check_passes_a_sound_table_and_finds_what_changed_behind_its_back(dsn: str) -> None:
+    from gae.episodic.store import StoreCorrupted
+    from gae.episodic.store.integrity import CHECKED, row_checksum
+    from gae.episodic.store.postgres_integrity import canonical
+
+    _busy_table(dsn)
+    store = PostgresStore(dsn)
+    report = store.check()  # before open(dim) too
+    assert report.ok and (report.rows, report.audit) == (8, 4) and report.where.startswith("table 'memories' of ")
+    assert any("checksums" in c for c in report.checks) and any("amcheck" in s for s in report.skipped)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the deleted row's checksum is of what is left
+        record = conn.execute(f"SELECT {', '.join(CHECKED)}, checksum FROM memories WHERE seq = 6").fetchone()
+        assert record[4] is None and record[5] is None and record[-1] == row_checksum(canonical(record[:-1]))
+        conn.execute("UPDATE memories SET embedding = '[1, 0, 0, 0]' WHERE seq = 3")
+        conn.execute("UPDATE memories SET deleted_at = NULL, deleted_reason = NULL WHERE seq = 5")  # revived
+        conn.execute("UPDATE memories_audit SET reason = 'nothing to see' WHERE action = 'delete'")
+    with pytest.raises(StoreCorrupted, match=r"table 'memories' of database '\w+' is damaged: row seq=3 ") as raised:
+        store.check()
+    assert raised.value.problems[1].startswith("row seq=5 does not match")
+    assert raised.value.problems[2].startswith("audit record n=")
+    assert store.check(raises=False).problems == tuple(raised.value.problems)
+    with pytest.raises(ValueError, match="raises must be a bool"):
+        store.check(raises="no")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the counters are checked on every open
+        conn.execute("UPDATE memories_meta SET value = '[]' WHERE key = 'scope_names'")
+    with pytest.raises(StoreCorrupted, match="meta value 'scope_names' does not match its checksum"):
+        PostgresStore(dsn).open(DIM)
+    store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        store.check()
+
+
+def test_a_schema_1_table_gains_the_checksums_it_would_have_written(dsn: str) -> None:
+    from gae.episodic.store import StoreCorrupted
+
+    _busy_table(dsn)
+    tables = ("memories", "memories_audit", "memories_meta")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sums = {t: conn.execute(f"SELECT checksum FROM {t} ORDER BY 1").fetchall() for t in tables}
+        for table in tables:
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN checksum")
+        conn.execute("UPDATE memories_schema_version SET version = 1")
+    assert PostgresStore(dsn).check().skipped == ("checksums: schema version 1 has none (open(dim) adds them)",)
+    store = PostgresStore(dsn)
+    assert store.open(DIM) is not None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM memories_schema_version").fetchone() == (SCHEMA_VERSION,)
+        assert {t: conn.execute(f"SELECT checksum FROM {t} ORDER BY 1").fetchall() for t in tables} == sums
+    assert store.check().ok
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memories_schema_version SET version = 0")
+    with pytest.raises(StoreCorrupted, match=r"unknown schema version \[0\]"):
+        PostgresStore(dsn).open(DIM)
+
+
 # -- errors --------------------------------------------------------------------------------------
 def test_argument_errors(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for kwargs, message in (({"table": "Memories"}, "table"), ({"table": "a;drop"}, "table"),

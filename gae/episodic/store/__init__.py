@@ -7,11 +7,21 @@ See ``docs/store.md``.
 
 from typing import Any
 
-from gae.episodic.store.base import AuditEntry, Change, MemoryStore, Rows, Snapshot, StoreRetrieval
+from gae.episodic.store.base import (
+    AuditEntry,
+    Change,
+    MemoryStore,
+    Rows,
+    Snapshot,
+    StoreCheck,
+    StoreConflict,
+    StoreCorrupted,
+    StoreRetrieval,
+)
 from gae.episodic.store.sqlite import SQLiteStore
 
-__all__ = ["AuditEntry", "Change", "MemoryStore", "PostgresStore", "Rows", "SQLiteStore", "Snapshot",
-           "StoreRetrieval"]
+__all__ = ["AuditEntry", "Change", "MemoryStore", "PostgresStore", "Rows", "SQLiteStore", "Snapshot", "StoreCheck",
+           "StoreConflict", "StoreCorrupted", "StoreRetrieval"]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,7 @@ import numpy as np
 from gae.episodic.columns import scope_lists
 from gae.validation import plain_ids
 
-SCHEMA_VERSION = 1  # bump with a migration in each store's _migrate when the tables change
+SCHEMA_VERSION = 2  # bump with a migration in each store's _migrate when the tables change (2: checksums)
 MEMORY_TYPES = ("episode", "semantic")
 AUDIT_ACTIONS = ("add", "evict", "delete", "expire", "reject")
 
@@ -92,6 +92,57 @@ class StoreConflict(RuntimeError):
     """A commit found the store at another version than the one its change was made on: another
     writer committed first. Nothing of the change was written. (A memory writes holding the
     store's lock from its reload on, so it never meets one: this is the store's second line.)"""
+
+
+class StoreCorrupted(ValueError):
+    """A store's file (or table) is damaged, or holds what no gae wrote: opening refuses it, and
+    ``check()`` raises it. The message names the store (``where``: the SQLite file's path, or the
+    Postgres table) and every problem found (``problems``); nothing was changed."""
+
+    def __init__(self, where: str, problems: str | Sequence[str]) -> None:
+        self.where = where
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        shown = self.problems[:10]
+        more = f"; and {len(self.problems) - len(shown)} more" if len(self.problems) > len(shown) else ""
+        super().__init__(f"{where} is damaged: " + "; ".join(shown) + more)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled with its arguments, not its message
+        return type(self), (self.where, self.problems)
+
+
+class NewerSchema(ValueError):
+    """A store written by a newer gae (or with a damaged version number): refused as such, not as damage."""
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """What ``check()`` verified of a store, and what it found wrong (:attr:`ok`: nothing).
+
+    Attributes:
+        where: the SQLite file, or the Postgres table.
+        rows, audit: memories rows (tombstoned ones too) and audit records whose checksums were verified.
+        checks: what was verified, in words. skipped: what could not be, and why.
+        problems: each problem found (empty: the store is sound as far as ``checks`` go).
+        seconds: how long the check took.
+    """
+
+    where: str
+    rows: int
+    audit: int
+    checks: tuple[str, ...]
+    skipped: tuple[str, ...]
+    problems: tuple[str, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return value
 
 
 @dataclass
@@ -335,6 +386,13 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def audit(self) -> list[AuditEntry]:
         """Every audit row, in order."""
+
+    @abc.abstractmethod
+    def check(self, *, raises: bool = True) -> StoreCheck:
+        """Verify the whole store: the database's own integrity check, and that every row, audit
+        record and meta value is the one written (its checksum). Returns a :class:`StoreCheck`;
+        with ``raises`` (default) a problem raises :class:`StoreCorrupted` naming it instead.
+        Changes nothing."""
 
     @abc.abstractmethod
     def close(self) -> None:

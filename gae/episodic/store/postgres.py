@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time as _time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gae.episodic.store import postgres_erase
+from gae.episodic.store import postgres_integrity as integrity
 from gae.episodic.store import postgres_schema as schema
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
@@ -17,18 +19,24 @@ from gae.episodic.store.base import (
     AuditEntry,
     Change,
     MemoryStore,
+    NewerSchema,
     Rows,
     Snapshot,
+    StoreCheck,
     StoreConflict,
+    StoreCorrupted,
     StoreRetrieval,
+    check_flag,
     check_query,
     check_weights,
+    dumps_ids,
     padded,
     rows_from_records,
     scope_filters,
     scope_keys,
     split_scope,
 )
+from gae.episodic.store.integrity import checksum, reals, row_checksum
 from gae.episodic.store.postgres_vector import Vector, register_vector
 
 if TYPE_CHECKING:
@@ -64,6 +72,10 @@ class PostgresStore(MemoryStore):
     scopes sees, changes and retrieves only their rows, whatever the query. This guards against
     mistakes in the application, not against a client that can set ``gae.scopes`` itself; and
     Postgres superusers and roles with BYPASSRLS are never restricted.
+
+    Integrity: every row, audit record and meta value carries a checksum written with it;
+    :meth:`open` refuses an unknown or newer schema version and meta values that do not match
+    theirs, and :meth:`check` verifies every checksum (and the btree indexes, with amcheck).
 
     Args:
         dsn: a libpq connection string or URI.
@@ -112,7 +124,7 @@ class PostgresStore(MemoryStore):
         except ImportError as error:
             raise ImportError("PostgresStore needs psycopg 3: pip install 'gae-torch[store]'") from error
         self.table = table
-        self.actor = actor
+        self.actor = str(actor)  # a plain str: it is part of each audit record's checksum
         self.row_level_security = row_level_security
         self.ef_search = ef_search
         self.candidates = candidates
@@ -127,6 +139,7 @@ class PostgresStore(MemoryStore):
             ("policy", "_scopes"))}
         self._conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
         self._dbname = self._conn.info.dbname  # for repr, which must not show the dsn's password
+        self._where = f"table {table!r} of database {self._dbname!r}"  # what StoreCorrupted names
 
     def __repr__(self) -> str:
         return f"PostgresStore(dbname={self._dbname!r}, table={self.table!r}, dim={self.dim})"
@@ -152,8 +165,9 @@ class PostgresStore(MemoryStore):
                         conn.execute(self._q(statement, dim=self._sql.Literal(dim)))
                     conn.execute(self._q("INSERT INTO {version} VALUES (%s)"), (SCHEMA_VERSION,))
                     with conn.cursor() as cur:
-                        cur.executemany(self._q("INSERT INTO {meta} VALUES (%s, %s)"), [
-                            ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]")])
+                        cur.executemany(self._q("INSERT INTO {meta} VALUES (%s, %s, %s)"), [
+                            (key, value, checksum(b"meta", (key, value))) for key, value in (
+                                ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]"))])
                     if self.row_level_security:
                         self._enable_row_level_security()
                     created = True
@@ -161,8 +175,10 @@ class PostgresStore(MemoryStore):
         if created:
             self.dim = dim
             return None
-        self._migrate()
-        stored = int(self._meta("dim"))
+        if self._schema_version() < SCHEMA_VERSION:
+            self._migrate()
+        with self._reading("its meta table cannot be read"):
+            stored = int(self._meta("dim"))
         if stored != dim:
             raise ValueError(f"table {self.table!r} holds memories of dim={stored}, not dim={dim}")
         if self.row_level_security and not self._has_row_level_security():
@@ -171,14 +187,71 @@ class PostgresStore(MemoryStore):
         self.dim = dim
         return self._snapshot()
 
-    def _migrate(self) -> None:
-        """Bring an older schema up to :data:`SCHEMA_VERSION` (there is one version so far)."""
-        row = self._conn.execute(self._q("SELECT version FROM {version}")).fetchone()
-        if row is None:
-            raise ValueError(f"table {self.table!r} has no schema version: not a gae store")
-        if row[0] > SCHEMA_VERSION:
-            raise ValueError(f"table {self.table!r} has schema version {row[0]}, newer than this gae "
+    def _schema_version(self) -> int:
+        """The stored schema version; none or an unknown one is refused (StoreCorrupted), a newer one too."""
+        rows = self._conn.execute(self._q("SELECT version FROM {version}")).fetchall()
+        if not rows:
+            raise StoreCorrupted(self._where, "it has no schema version: not a gae store")
+        if len(rows) != 1 or rows[0][0] < 1:
+            raise StoreCorrupted(self._where, f"unknown schema version {[r[0] for r in rows]!r} (this gae writes "
+                                              f"1 to {SCHEMA_VERSION})")
+        if rows[0][0] > SCHEMA_VERSION:
+            raise NewerSchema(f"table {self.table!r} has schema version {rows[0][0]}, newer than this gae "
                              f"({SCHEMA_VERSION}); upgrade gae to open it")
+        return int(rows[0][0])
+
+    def _migrate(self) -> None:
+        """Bring an older schema up to :data:`SCHEMA_VERSION`, holding the write lock. 1 -> 2: a
+        checksum on every row, audit record and meta value, of the data as it is
+        (:func:`~gae.episodic.store.postgres_integrity.add_checksums`)."""
+        with self.exclusive(), self._reading("cannot add checksums to it"):
+            if self._schema_version() >= SCHEMA_VERSION:  # another process migrated it while this one waited
+                return
+            integrity.add_checksums(self._conn, self._q)
+            self._conn.execute(self._q("UPDATE {version} SET version = %s"), (SCHEMA_VERSION,))
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Raise what reading damaged data raises (the server's data_corrupted and index_corrupted,
+        undecodable values) as :class:`StoreCorrupted` saying ``what`` failed."""
+        import psycopg
+
+        try:
+            yield
+        except (StoreCorrupted, NewerSchema):
+            raise
+        except psycopg.Error as error:
+            if error.sqlstate not in integrity.CORRUPTED:
+                raise
+            raise StoreCorrupted(self._where, f"{what}: {error}") from error
+        except (ValueError, KeyError, IndexError, TypeError) as error:  # json's errors are ValueErrors
+            raise StoreCorrupted(self._where, f"{what}: {type(error).__name__}: {error}") from error
+
+    def check(self, *, raises: bool = True) -> StoreCheck:
+        """Verify the whole store (see :meth:`MemoryStore.check`): every row's, audit record's and
+        meta value's checksum, read in one consistent read-only view (writers go on), with the
+        server verifying each page's checksum as it reads it when it runs with data_checksums; and
+        amcheck's ``bt_index_check`` of every btree index where the extension is installed.
+        :attr:`StoreCheck.skipped` says what could not be checked. Under row-level security only
+        the rows this connection may see are checked."""
+        check_flag("raises", raises)
+        if self.closed:
+            raise RuntimeError(f"{self._where}: the store is closed; open a new PostgresStore to check it")
+        if not self._exists():
+            raise ValueError(f"{self._where} holds no store: nothing to check")
+        began = _time.perf_counter()
+        version = self._schema_version()
+        if version < SCHEMA_VERSION:
+            report = StoreCheck(self._where, 0, 0, (), (f"checksums: schema version {version} has none (open(dim) "
+                                                        "adds them)",), (), _time.perf_counter() - began)
+        else:
+            register_vector(self._conn)
+            rows, audit, checks, skipped, problems = integrity.verify(self._conn, self._q, self.table)
+            report = StoreCheck(self._where, rows, audit, tuple(checks), tuple(skipped), tuple(problems),
+                                _time.perf_counter() - began)
+        if report.problems and raises:
+            raise StoreCorrupted(self._where, report.problems)
+        return report
 
     def _has_row_level_security(self) -> bool:
         found = self._conn.execute("SELECT relrowsecurity AND relforcerowsecurity FROM pg_class "
@@ -199,11 +272,13 @@ class PostgresStore(MemoryStore):
         self._conn.execute("SELECT set_config('gae.scopes', %s, false)", (setting,))
 
     def stored_version(self) -> int:
-        return int(self._meta("version"))
+        with self._reading("its meta table cannot be read"):
+            return int(self._meta("version"))
 
     def _meta(self, key: str) -> str:
         row = self._conn.execute(self._q("SELECT value FROM {meta} WHERE key = %s"), (key,)).fetchone()
-        assert row is not None
+        if row is None:
+            raise StoreCorrupted(self._where, f"its meta table has no {key!r}")
         return str(row[0])
 
     def _snapshot(self) -> Snapshot:
@@ -214,9 +289,16 @@ class PostgresStore(MemoryStore):
             records = self._conn.execute(self._q(f"SELECT {SNAPSHOT_COLUMNS} FROM {{t}} WHERE deleted_at IS NULL "
                                                  "ORDER BY seq"), binary=True).fetchall()
             audit = self.audit()
-            version, next_id, scope_names = (self._meta(key) for key in ("version", "next_id", "scope_names"))
-        live = rows_from_records(records, self.dim)
-        return Snapshot(self.dim, live, audit, int(version), int(next_id), json.loads(scope_names))
+            with self._reading("its meta table cannot be read"):
+                meta = {}
+                for key, value, stored in self._conn.execute(self._q("SELECT key, value, checksum FROM {meta}")):
+                    if stored is None or checksum(b"meta", (key, value)) != stored:
+                        raise StoreCorrupted(self._where, f"meta value {key!r} does not match its checksum")
+                    meta[key] = value
+        with self._reading("its rows cannot be read"):
+            live = rows_from_records(records, self.dim)
+            return Snapshot(self.dim, live, audit, int(meta["version"]), int(meta["next_id"]),
+                            json.loads(meta["scope_names"]))
 
     # -- writing -----------------------------------------------------------------------------
     def _lock(self, cur: psycopg.Cursor[Any]) -> None:
@@ -255,18 +337,19 @@ class PostgresStore(MemoryStore):
             if change.added is not None and len(change.added):
                 self._insert(cur, change.added)
             for action, time, seqs in change.removed:
-                purge = ", content = NULL, embedding = NULL" if action == "delete" else ""  # the data goes
-                cur.execute(self._q("UPDATE {t} SET deleted_at = %s, deleted_reason = %s{purge} "
-                                    "WHERE seq = ANY(%s::bigint[])", purge=self._sql.SQL(purge)),
-                            (float(time), action, [int(s) for s in seqs]))
+                integrity.tombstone(cur, self._q, action, time, seqs)
             if change.audit:
-                cur.executemany(self._q("INSERT INTO {audit} (action, time, ids, reason, version, actor) "
-                                        "VALUES (%s, %s, %s, %s, %s, %s)"),
-                                [(e.action, float(e.time), Jsonb([int(i) for i in e.ids]), e.reason, int(e.version),
-                                  self.actor) for e in change.audit])
-            cur.executemany(self._q("UPDATE {meta} SET value = %s WHERE key = %s"), [
-                (str(change.version), "version"), (str(change.next_id), "next_id"),
-                (json.dumps(change.scope_names), "scope_names")])
+                audit = [(str(e.action), float(e.time) + 0.0, [int(i) for i in e.ids], str(e.reason), int(e.version),
+                          self.actor) for e in change.audit]
+                cur.executemany(self._q(f"INSERT INTO {{audit}} ({integrity.AUDIT}, checksum) "
+                                        "VALUES (%s, %s, %s, %s, %s, %s, %s)"),
+                                [(a, t, Jsonb(ids), r, v, actor,
+                                  checksum(b"audit", (a, t, dumps_ids(ids), r, v, actor)))
+                                 for a, t, ids, r, v, actor in audit])
+            cur.executemany(self._q("UPDATE {meta} SET value = %s, checksum = %s WHERE key = %s"), [
+                (value, checksum(b"meta", (key, value)), key) for key, value in (
+                    ("version", str(change.version)), ("next_id", str(change.next_id)),
+                    ("scope_names", json.dumps(change.scope_names)))])
 
     @property
     def erases(self) -> bool:  # type: ignore[override]
@@ -293,18 +376,28 @@ class PostgresStore(MemoryStore):
         row-level security, and the HNSW index's upkeep dominates either way)."""
         from psycopg.types.json import Jsonb
 
-        scopes = [split_scope(key) for key in rows.scope]
-        contents, sensitivities = rows.contents(), rows.sensitivities()
-        cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(schema.COLUMNS)}) VALUES ({', '.join(['%s'] * 13)})"), [
-            (int(rows.seq[i]), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
-             Vector(rows.embedding[i]), float(rows.confidence[i]), sensitivities[i],
-             Jsonb([int(s) for s in rows.source_ids[i]]), float(rows.valid_from[i]), float(rows.valid_until[i]),
-             float(rows.importance[i]), float(rows.created_at[i])) for i in range(len(rows))])
+        scopes = [split_scope(str(key)) for key in rows.scope]  # plain str (numpy's str_ has another repr)
+        contents = [None if text is None else str(text) for text in rows.contents()]
+        sensitivities, memory_types = [str(s) for s in rows.sensitivities()], [str(t) for t in rows.memory_type]
+        embedding = np.ascontiguousarray(rows.embedding, dtype="<f4")
+        confidence, valid_from, valid_until, importance, created_at = (reals(getattr(rows, name)) for name in (
+            "confidence", "valid_from", "valid_until", "importance", "created_at"))
+        records = []
+        for i, seq in enumerate(rows.seq.tolist()):
+            sources = [int(s) for s in rows.source_ids[i]]
+            values = (seq, scopes[i][0], scopes[i][1], memory_types[i], contents[i], embedding[i], confidence[i],
+                      sensitivities[i], sources, valid_from[i], valid_until[i], importance[i], created_at[i])
+            sums = row_checksum((*values[:5], embedding[i].tobytes(), *values[6:8], dumps_ids(sources), *values[9:],
+                                 None, None))  # CHECKED's order, as check() reads it back
+            records.append((*values[:5], Vector(embedding[i]), *values[6:8], Jsonb(sources), *values[9:], sums))
+        cur.executemany(self._q(f"INSERT INTO {{t}} ({', '.join(schema.COLUMNS)}, checksum) "
+                                f"VALUES ({', '.join(['%s'] * 14)})"), records)
 
     # -- reading -------------------------------------------------------------------------------
     def audit(self) -> list[AuditEntry]:
-        return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor in self._conn.execute(
-            self._q("SELECT action, time, ids, reason, version, actor FROM {audit} ORDER BY n"))]
+        with self._reading("its audit table cannot be read"):
+            return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor in self._conn.execute(
+                self._q("SELECT action, time, ids, reason, version, actor FROM {audit} ORDER BY n"))]
 
     def _ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
         """One query's ranking statement: filters, scores and top k, over a candidate pool or not.

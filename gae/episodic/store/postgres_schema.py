@@ -12,7 +12,7 @@ COLUMNS = ("seq", "scope_type", "scope_id", "memory_type", "content", "embedding
 SCHEMA = """
 CREATE EXTENSION IF NOT EXISTS vector;
 CREATE TABLE {version} (version integer NOT NULL);
-CREATE TABLE {meta} (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {meta} (key text PRIMARY KEY, value text NOT NULL, checksum bigint);
 CREATE TABLE {t} (
     id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     seq bigint UNIQUE NOT NULL,
@@ -29,7 +29,8 @@ CREATE TABLE {t} (
     importance double precision NOT NULL,
     created_at double precision NOT NULL,
     deleted_at double precision,
-    deleted_reason text
+    deleted_reason text,
+    checksum bigint
 );
 CREATE INDEX {filter_index} ON {t} (scope_type, scope_id, memory_type, valid_until);
 CREATE INDEX {hnsw_index} ON {t} USING hnsw (embedding vector_cosine_ops) WHERE deleted_at IS NULL;
@@ -43,7 +44,8 @@ CREATE TABLE {audit} (
     ids jsonb NOT NULL,
     reason text NOT NULL,
     version bigint NOT NULL,
-    actor text NOT NULL
+    actor text NOT NULL,
+    checksum bigint
 )
 """
 

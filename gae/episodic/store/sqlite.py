@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time as _time
 import uuid
@@ -13,16 +14,21 @@ from typing import Any
 
 import numpy as np
 
+from gae.episodic.store import sqlite_integrity
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
     SNAPSHOT_COLUMNS,
     AuditEntry,
     Change,
     MemoryStore,
+    NewerSchema,
     Rows,
     Snapshot,
+    StoreCheck,
     StoreConflict,
+    StoreCorrupted,
     StoreRetrieval,
+    check_flag,
     check_query,
     check_weights,
     dumps_ids,
@@ -32,10 +38,11 @@ from gae.episodic.store.base import (
     scope_filters,
     split_scope,
 )
+from gae.episodic.store.integrity import CHECKED, checksum, reals, row_checksum, sqlite_file_problems, tombstoned
 
 _SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum INTEGER);
 CREATE TABLE memories (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -52,7 +59,8 @@ CREATE TABLE memories (
     importance REAL NOT NULL,
     created_at REAL NOT NULL,
     deleted_at REAL,
-    deleted_reason TEXT
+    deleted_reason TEXT,
+    checksum INTEGER
 );
 CREATE INDEX memories_filter ON memories (scope_type, scope_id, memory_type, valid_until);
 CREATE VIRTUAL TABLE memories_text USING fts5 (content);
@@ -63,9 +71,11 @@ CREATE TABLE audit (
     ids TEXT NOT NULL,
     reason TEXT NOT NULL,
     version INTEGER NOT NULL,
-    actor TEXT NOT NULL
+    actor TEXT NOT NULL,
+    checksum INTEGER
 );
 """
+_ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_integrity.SHOWN
 
 
 class SQLiteStore(MemoryStore):
@@ -93,6 +103,12 @@ class SQLiteStore(MemoryStore):
     :meth:`purge` completes it later). :meth:`purge` rewrites the whole file (``VACUUM``), for
     rows deleted before, or by a gae that did not zero freed space.
 
+    Integrity: constructing the store on an existing file first checks what is cheap (SQLite's
+    header and the file's size against it, ``PRAGMA quick_check``, the schema version) and refuses
+    a damaged file with :class:`~gae.episodic.store.StoreCorrupted`, before anything writes to
+    it; every row, audit record and meta value carries a checksum, which :meth:`check` verifies
+    with ``PRAGMA integrity_check`` and the full-text index's own check.
+
     Args:
         path: the database file (created if missing), or ``':memory:'``.
         synchronous: SQLite's ``synchronous`` pragma: ``'FULL'`` (default) also survives a
@@ -116,10 +132,13 @@ class SQLiteStore(MemoryStore):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
         self.timeout = float(timeout)
         self.path = str(path)
-        self.actor = actor
+        self.actor = str(actor)  # a plain str: it is part of each audit record's checksum
         self.erase_timeout = float(erase_timeout)
+        existing = self._check_file()
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout)
         try:
+            if existing:
+                self._check_database()
             self._wal()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
@@ -131,6 +150,114 @@ class SQLiteStore(MemoryStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, dim={self.dim})"
+
+    # -- integrity -------------------------------------------------------------------------------
+    def _check_file(self) -> bool:
+        """Refuse a file whose header or size is wrong (:func:`~gae.episodic.store.integrity.sqlite_file_problems`),
+        reading it only. True when the file exists and is not empty (a store or something else)."""
+        if self.path in ("", ":memory:") or self.path.startswith("file:") or not os.path.isfile(self.path):
+            return False
+        problems = sqlite_file_problems(self.path)
+        if problems:
+            raise StoreCorrupted(self.path, problems)
+        return os.path.getsize(self.path) > 0
+
+    def _check_database(self) -> None:
+        """``PRAGMA quick_check`` and the schema version, on a connection that may not write."""
+        conn = self._conn
+        conn.execute("PRAGMA query_only = ON")
+        try:
+            with self._reading("SQLite cannot read it"):
+                found = [row[0] for row in conn.execute(f"PRAGMA quick_check({_SHOWN})")]
+                if found != ["ok"]:
+                    raise StoreCorrupted(self.path, [f"quick_check: {line}" for line in found])
+                if "memories" in self._tables():
+                    self._schema_version()
+        finally:
+            conn.execute("PRAGMA query_only = OFF")
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Raise what reading a damaged store raises (SQLite's errors, undecodable values) as
+        :class:`StoreCorrupted` saying ``what`` failed; a lock stays what it is."""
+        try:
+            yield
+        except (StoreCorrupted, NewerSchema):
+            raise
+        except sqlite3.DatabaseError as error:
+            if sqlite_integrity.busy(error):
+                raise
+            raise StoreCorrupted(self.path, f"{what}: {error}") from error
+        except (ValueError, TypeError, KeyError, IndexError, UnicodeError) as error:  # json's errors are ValueErrors
+            raise StoreCorrupted(self.path, f"{what}: {type(error).__name__}: {error}") from error
+
+    def _schema_version(self) -> int:
+        """The stored schema version; an unknown one is refused (StoreCorrupted), a newer one too."""
+        if "schema_version" not in self._tables():
+            raise StoreCorrupted(self.path, "it has a memories table but no schema_version table: not a gae store")
+        rows = self._conn.execute("SELECT version FROM schema_version").fetchall()
+        if len(rows) != 1 or type(rows[0][0]) is not int or rows[0][0] < 1:
+            raise StoreCorrupted(self.path, f"unknown schema version {[r[0] for r in rows]!r} (this gae writes "
+                                            f"1 to {SCHEMA_VERSION})")
+        version = int(rows[0][0])
+        if version > SCHEMA_VERSION:
+            raise NewerSchema(f"{self.path} has schema version {version}, newer than this gae ({SCHEMA_VERSION}); "
+                             "upgrade gae to open it (if no newer gae wrote it, the file is damaged)")
+        return version
+
+    def check(self, *, raises: bool = True) -> StoreCheck:
+        """Verify the whole file (see :meth:`MemoryStore.check`): ``PRAGMA integrity_check`` (every
+        page, b-tree and index entry, and the constraints), each row's, audit record's and meta
+        value's checksum, and the full-text index (FTS5's ``integrity-check``, and that it holds
+        exactly the live rows' content). Reads run in one read transaction, so writers go on; the
+        full-text check holds the write lock, so writers wait for it. Reads the whole file: its
+        cost is in docs/store.md."""
+        check_flag("raises", raises)
+        if self.closed:
+            raise RuntimeError(f"{self.path}: the store is closed; open a new SQLiteStore to check it")
+        began = _time.perf_counter()
+        problems: list[str] = []
+        checks: list[str] = []
+        skipped: list[str] = []
+        rows = audit = 0
+        try:
+            with self._reading("SQLite cannot read it"), self._read_transaction():
+                found = [row[0] for row in self._conn.execute("PRAGMA integrity_check(100)")]
+                checks.append("PRAGMA integrity_check")
+                problems += [] if found == ["ok"] else [f"integrity_check: {line}" for line in found]
+                stored = "memories" in self._tables()
+                version = self._schema_version() if stored else 0
+                if not stored:
+                    skipped.append("checksums: the file holds no store yet")
+                elif version < 2:
+                    skipped.append(f"checksums: schema version {version} has none (open(dim) adds them)")
+                else:
+                    rows, audit = sqlite_integrity.verify(self._conn, problems)
+                    checks.append("row, audit and meta checksums")
+            if stored:
+                with self._reading("its full-text index cannot be read"), self.exclusive():
+                    problems += sqlite_integrity.check_text(self._conn)
+                    checks.append("full-text index (FTS5 integrity-check, live rows' content)")
+        except StoreCorrupted as error:
+            problems += error.problems
+        report = StoreCheck(self.path, rows, audit, tuple(checks), tuple(skipped), tuple(problems),
+                            _time.perf_counter() - began)
+        if problems and raises:
+            raise StoreCorrupted(self.path, problems)
+        return report
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[None]:
+        """One read transaction (a consistent view while others write), unless the write lock is held."""
+        if self._held:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("COMMIT")
 
     def _wal(self) -> None:
         """``journal_mode=WAL``. Connections switching a new file at once get "locked" at once
@@ -162,8 +289,9 @@ class SQLiteStore(MemoryStore):
                     if statement.strip():
                         self._conn.execute(statement)
                 self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-                self._conn.executemany("INSERT INTO meta VALUES (?, ?)", [
-                    ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]")])
+                self._conn.executemany("INSERT INTO meta VALUES (?, ?, ?)", [
+                    (key, value, checksum(b"meta", (key, value))) for key, value in (
+                        ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]"))])
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
@@ -171,41 +299,58 @@ class SQLiteStore(MemoryStore):
                 raise
             self.dim = dim
             return None
-        self._migrate()
-        stored = int(self._meta("dim"))
+        if self._schema_version() < SCHEMA_VERSION:
+            self._migrate()
+        with self._reading("its meta table cannot be read"):
+            stored = int(self._meta("dim"))
         if stored != dim:
             raise ValueError(f"{self.path} holds memories of dim={stored}, not dim={dim}")
         self.dim = dim
         return self._snapshot()
 
     def _migrate(self) -> None:
-        """Bring an older schema up to :data:`SCHEMA_VERSION` (there is one version so far)."""
-        version = self._conn.execute("SELECT version FROM schema_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"{self.path} has schema version {version}, newer than this gae ({SCHEMA_VERSION}); "
-                             "upgrade gae to open it")
+        """Bring an older schema up to :data:`SCHEMA_VERSION`, holding the write lock. 1 -> 2: a
+        checksum on every row, audit record and meta value, of the data as it is, which
+        ``PRAGMA integrity_check`` must find sound first."""
+        conn = self._conn
+        with self.exclusive(), self._reading("cannot add checksums to it"):
+            if self._schema_version() >= SCHEMA_VERSION:  # another process migrated it while this one waited
+                return
+            found = [row[0] for row in conn.execute(f"PRAGMA integrity_check({_SHOWN})")]
+            if found != ["ok"]:
+                raise StoreCorrupted(self.path, [f"integrity_check (before adding checksums): {line}"
+                                                 for line in found])
+            sqlite_integrity.add_checksums(conn)
+            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
     def _meta(self, key: str) -> str:
-        return self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None or not isinstance(row[0], str):
+            raise StoreCorrupted(self.path, f"its meta table has no {key!r}")
+        return row[0]
 
     def _snapshot(self) -> Snapshot:
         assert self.dim is not None
-        if self._held:  # the write lock is ours: nobody else writes, the read is consistent as it is
+        with self._reading("its rows cannot be read"), self._read_transaction():  # one consistent read
             return self._read_snapshot()
-        self._conn.execute("BEGIN")  # one consistent read of rows, audit and counters, whatever others write
-        try:
-            return self._read_snapshot()
-        finally:
-            self._conn.execute("COMMIT")
 
     def _read_snapshot(self) -> Snapshot:
         assert self.dim is not None
+        meta = {}
+        for key, value, stored in self._conn.execute("SELECT key, value, checksum FROM meta"):
+            if stored is None or checksum(b"meta", (key, value)) != stored:
+                raise StoreCorrupted(self.path, f"meta value {key!r} does not match its checksum")
+            meta[key] = value
         records = self._conn.execute(f"SELECT {SNAPSHOT_COLUMNS} FROM memories WHERE deleted_at IS NULL "
                                      "ORDER BY seq").fetchall()
+        width = 4 * self.dim
+        for r in records:
+            if not isinstance(r[1], bytes) or len(r[1]) != width:
+                raise StoreCorrupted(self.path, f"row seq={r[0]!r}: its embedding is not {width} bytes")
         live = rows_from_records([(r[0], np.frombuffer(r[1], dtype=np.float32), *r[2:10], json.loads(r[10]), *r[11:])
                                   for r in records], self.dim)
-        return Snapshot(self.dim, live, self.audit(), int(self._meta("version")), int(self._meta("next_id")),
-                        json.loads(self._meta("scope_names")))
+        return Snapshot(self.dim, live, self.audit(), int(meta["version"]), int(meta["next_id"]),
+                        json.loads(meta["scope_names"]))
 
     # -- writing -----------------------------------------------------------------------------
     def _commit(self, change: Change) -> None:
@@ -233,11 +378,14 @@ class SQLiteStore(MemoryStore):
             self._insert(change.added)
         for action, time_, seqs in change.removed:
             self._remove(action, time_, seqs)
-        conn.executemany("INSERT INTO audit (action, time, ids, reason, version, actor) VALUES (?, ?, ?, ?, ?, ?)",
-                         [(e.action, e.time, dumps_ids(e.ids), e.reason, e.version, self.actor) for e in change.audit])
-        conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [
-            (str(change.version), "version"), (str(change.next_id), "next_id"),
-            (json.dumps(change.scope_names), "scope_names")])
+        audit = [(str(e.action), float(e.time) + 0.0, dumps_ids(e.ids), str(e.reason), int(e.version), self.actor)
+                 for e in change.audit]
+        conn.executemany(f"INSERT INTO audit ({_AUDIT}, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         [(*values, checksum(b"audit", values)) for values in audit])
+        conn.executemany("UPDATE meta SET value = ?, checksum = ? WHERE key = ?", [
+            (value, checksum(b"meta", (key, value)), key) for key, value in (
+                ("version", str(change.version)), ("next_id", str(change.next_id)),
+                ("scope_names", json.dumps(change.scope_names)))])
         if change.erase:  # the full-text index rebuilt: a deleted row's terms leave its segments
             conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
 
@@ -269,7 +417,8 @@ class SQLiteStore(MemoryStore):
                                "nothing of this call was written") from error
 
     def stored_version(self) -> int:
-        return int(self._meta("version"))
+        with self._reading("its meta table cannot be read"):
+            return int(self._meta("version"))
 
     def _truncate_wal(self) -> None:
         """Copy the WAL into the file and truncate it: the old page images, which hold what was
@@ -296,33 +445,42 @@ class SQLiteStore(MemoryStore):
         self._truncate_wal()
 
     def _insert(self, rows: Rows) -> None:
-        scopes = [split_scope(key) for key in rows.scope]
-        contents, sensitivities = rows.contents(), rows.sensitivities()
-        self._conn.executemany(
-            "INSERT INTO memories (seq, id, scope_type, scope_id, memory_type, content, embedding, confidence, "
-            "sensitivity, source_ids, valid_from, valid_until, importance, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(int(rows.seq[i]), str(uuid.uuid4()), scopes[i][0], scopes[i][1], rows.memory_type[i], contents[i],
-              np.ascontiguousarray(rows.embedding[i], dtype=np.float32).tobytes(), float(rows.confidence[i]),
-              sensitivities[i], json.dumps(list(rows.source_ids[i])), float(rows.valid_from[i]),
-              float(rows.valid_until[i]), float(rows.importance[i]), float(rows.created_at[i]))
-             for i in range(len(rows))])
+        scopes = [split_scope(str(key)) for key in rows.scope]  # plain str (numpy's str_ has another repr)
+        contents = [None if text is None else str(text) for text in rows.contents()]
+        sensitivities, memory_types = [str(s) for s in rows.sensitivities()], [str(t) for t in rows.memory_type]
+        embedding = np.ascontiguousarray(rows.embedding, dtype="<f4")
+        confidence, valid_from, valid_until, importance, created_at = (reals(getattr(rows, name)) for name in (
+            "confidence", "valid_from", "valid_until", "importance", "created_at"))
+        records = []
+        for i, seq in enumerate(rows.seq.tolist()):
+            values = (seq, scopes[i][0], scopes[i][1], memory_types[i], contents[i], embedding[i].tobytes(),
+                      confidence[i], sensitivities[i], dumps_ids(rows.source_ids[i]), valid_from[i], valid_until[i],
+                      importance[i], created_at[i], None, None)  # CHECKED's order
+            records.append((*values[:-2], str(uuid.uuid4()), row_checksum(values)))
+        self._conn.executemany(f"INSERT INTO memories ({', '.join(CHECKED[:-2])}, id, checksum) "
+                               f"VALUES ({', '.join(['?'] * (len(CHECKED) - 2 + 2))})", records)
         self._conn.executemany("INSERT INTO memories_text (rowid, content) VALUES (?, ?)",
                                [(int(rows.seq[i]), text) for i, text in enumerate(contents) if text is not None])
 
     def _remove(self, action: str, time: float, seqs: Sequence[int]) -> None:
-        ids = [(float(time), action, int(s)) for s in seqs]
-        if action == "delete":  # a user's data goes: only the tombstone and the audit record stay
-            self._conn.executemany("UPDATE memories SET deleted_at = ?, deleted_reason = ?, content = NULL, "
-                                   "embedding = NULL WHERE seq = ?", ids)
-        else:
-            self._conn.executemany("UPDATE memories SET deleted_at = ?, deleted_reason = ? WHERE seq = ?", ids)
-        self._conn.executemany("DELETE FROM memories_text WHERE rowid = ?", [(int(s),) for s in seqs])
+        erase = action == "delete"  # a user's data goes: only the tombstone and the audit record stay
+        seqs = [int(s) for s in seqs]
+        updates = []
+        for start in range(0, len(seqs), 500):  # each row's new checksum, from the row as stored
+            chunk = seqs[start:start + 500]
+            for *values, stored in self._conn.execute(f"SELECT {_ROW}, checksum FROM memories WHERE seq IN "
+                                                      f"({', '.join(['?'] * len(chunk))})", chunk):
+                updates.append((float(time) + 0.0, action, tombstoned(values, stored, time, action, erase),
+                                values[0]))
+        self._conn.executemany("UPDATE memories SET deleted_at = ?, deleted_reason = ?, checksum = ?"
+                               f"{', content = NULL, embedding = NULL' if erase else ''} WHERE seq = ?", updates)
+        self._conn.executemany("DELETE FROM memories_text WHERE rowid = ?", [(s,) for s in seqs])
 
     # -- reading -------------------------------------------------------------------------------
     def audit(self) -> list[AuditEntry]:
-        return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor in
-                self._conn.execute("SELECT action, time, ids, reason, version, actor FROM audit ORDER BY n")]
+        with self._reading("its audit table cannot be read"):
+            return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor in
+                    self._conn.execute(f"SELECT {_AUDIT} FROM audit ORDER BY n")]
 
     def _live(self) -> dict[str, Any]:
         """The live rows' retrieval columns, cached until the stored version changes."""
@@ -364,7 +522,8 @@ class SQLiteStore(MemoryStore):
         n_queries = unit.shape[0]
         allowed = scope_filters(scopes, n_queries)
         texts = check_weights(weights, tau, w_text, text, n_queries)
-        live = self._live()
+        with self._reading("its rows cannot be read"):
+            live = self._live()
         result = padded(n_queries, k)
         valid = (live["valid_from"] <= now) & (now < live["valid_until"])
         recency = np.exp(-(now - live["created_at"]) / tau)
@@ -386,7 +545,8 @@ class SQLiteStore(MemoryStore):
                 match = np.zeros(rows.size)
                 query_text = texts[q]
                 if query_text is not None and w_text != 0.0:
-                    scores_by_seq = self._text_scores(query_text)
+                    with self._reading("its full-text index cannot be read"):
+                        scores_by_seq = self._text_scores(query_text)
                     match = np.array([scores_by_seq.get(int(s), 0.0) for s in seq])
                     best = match.max() if match.size else 0.0  # scaled among the rows this query may see
                     match = np.where(match > 0, match / best, 0.0) if best > 0 else (match != 0).astype(float)
