@@ -77,7 +77,9 @@ def check_int(argument: str, value: int, *, low: int) -> int:
     return value
 
 
-LEARN_LIMIT = 1e15  # the largest |value| learned or stored: K (2 x)^2 / tau stays finite in float32
+# the largest |value| learned or stored: K (2 x)^2 / tau stays finite in float32, and every mode of the judgment
+# memory keeps its state finite for every value inside it (docs/inputs.md, "Extreme values")
+LEARN_LIMIT = 1e15
 
 
 def check_factors(x: Tensor, n_factors: int, device: torch.device, argument: str = "x", *,

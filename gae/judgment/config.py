@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from gae import validation as check
 
 DriftMode = Literal["seed", "adaptive"]
@@ -74,6 +76,9 @@ class JudgmentConfig:
         real = check.check_real
         set_ = object.__setattr__  # frozen: the checked values (ints as floats) are set once, here
         set_(self, "tau", real("tau", self.tau, low=0.0, low_open=True))
+        if float(np.float32(self.tau)) == 0.0:  # the rule divides by tau in float32 (logits: -distance / tau)
+            raise ValueError(f"tau must be at least the smallest float32 (1.4e-45): the memory divides by it in "
+                             f"float32, got {self.tau!r}")
         for name in ("eta_confirmed", "eta_override", "gate_damping", "shadow_eta", "tracking_eta", "lead_rate"):
             set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0, low_open=True))
         for name in ("push_rate", "min_confidence", "win_decay", "miss_penalty"):

@@ -3,7 +3,8 @@ r"""``learning='lvq'`` in plain torch: the reference the compiled kernel
 
 ``learning='lvq'`` (:func:`lvq_step`) replaces the gated rule by learning vector quantization in
 the data's own units: the distance weighs each criterion by the attention, a learned relevance
-and the inverse of the category's running spread (:func:`gae.judgment.rule.metric`)::
+and the inverse of the category's running spread (:func:`gae.judgment.primitives.metric`, also
+:func:`gae.judgment.rule.metric`)::
 
     w_c       = alpha_c * softmax(relevance_logits_c) / (variance_c + VARIANCE_FLOOR)
     observe                 category c's running mean and variance take x (Welford)
@@ -15,18 +16,24 @@ and the inverse of the category's running spread (:func:`gae.judgment.rule.metri
     wrong     -> the recommended action's slot q: mu_q -= push_rate max(1 / (counts_q + 1), rate_floor) (x - mu_q)
 
 where *wrong* means the memory's own recommendation was not the verified action.
+
+It builds on :mod:`gae.judgment.primitives` (the distance, the units, the slot operations) and
+:mod:`gae.judgment.rule`'s loop calls :func:`lvq_step`: the imports point one way.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
-from gae.judgment.rule import (
+from gae.judgment.primitives import (
     _f32,
     credit,
     metric,
+    push_away,
     relevances,
     spread,
     start_prototype,
@@ -35,6 +42,9 @@ from gae.judgment.rule import (
     weighted,
 )
 from gae.judgment.state import JudgmentState
+
+# the smallest normal float32: below it a square of distances has lost its precision (or is 0)
+TINY = float(torch.finfo(torch.float32).tiny)
 
 
 def observe(x: Tensor, c: int, state: JudgmentState) -> None:
@@ -85,17 +95,31 @@ def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Ten
 
     (the chain rule through the softmax, whose other term vanishes since
     :math:`\sum_k \lambda_k \partial\rho / \partial\lambda_k = 0`). Nothing moves when both
-    distances are 0."""
+    distances are 0, or when their sum is beyond float32.
+
+    Each step :math:`\lambda_k \partial\rho / \partial\lambda_k` lies in :math:`[-2, 2]`, since
+    :math:`\lambda_k g_{J,k} \le d_J`; but in float32 the formula's :math:`(d_J + d_K)^2`
+    underflows to 0 for distances below about 1e-19 (a category whose spread one huge value made
+    vast) and overflows past 1e19, and :math:`d_K g_{J,k}` may overflow. Where the square is not a
+    normal float32 (:data:`TINY`) or the gradient not finite, the same step is taken rescaled, every
+    factor in :math:`[0, 1]`: :math:`2\,((d_K / s)(\lambda_k g_{J,k} / s) - (d_J / s)(\lambda_k
+    g_{K,k} / s))` with :math:`s = d_J + d_K`. Elsewhere (every ordinary decision) it is the
+    formula above, bit for bit as before."""
     lam = relevances(state.relevance_logits[c])
     scale = alpha[c] / spread(state.input_variances[c], config)
     g_own = scale * (x - state.centroids[c, a, p]) ** 2
     g_rival = scale * (x - state.centroids[c, r, q]) ** 2
     d_own, d_rival = (lam * g_own).sum(), (lam * g_rival).sum()
     total = d_own + d_rival
-    if not total > 0:
+    if not 0.0 < float(total) < math.inf:  # (NaN fails too)
         return
-    gradient = _f32(2.0) * (d_rival * g_own - d_own * g_rival) / (total * total)
-    state.relevance_logits[c] -= _f32(config.relevance_rate) * (lam * gradient)
+    square = total * total
+    gradient = _f32(2.0) * (d_rival * g_own - d_own * g_rival) / square
+    if TINY <= float(square) < math.inf and bool(torch.isfinite(gradient).all()):
+        step = lam * gradient
+    else:
+        step = _f32(2.0) * ((d_rival / total) * (lam * g_own / total) - (d_own / total) * (lam * g_rival / total))
+    state.relevance_logits[c] -= _f32(config.relevance_rate) * step
 
 
 def rival_action(logits: Tensor, a: int) -> int:
@@ -145,5 +169,5 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
     if wrong and recommended >= 0 and config.push_rate > 0:  # away from x: a negative step
         q = int(nearest[recommended])
         rate = _f32(config.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
-        step_toward(x, c, recommended, q, -rate, state, config)
+        push_away(x, c, recommended, q, rate, state, config)
     return target, eta, distance, fresh, spawned, recycled, before

@@ -22,11 +22,20 @@ Learning one verified decision (:func:`prequential`, in stream order)::
     following               -> follow_step: running mean since the change point
     disp > drift_threshold  -> eta *= gate_damping                                       (the gate)
     mu_{c,a,p} += eta (x - mu_{c,a,p});  counts += 1;  wins decay by win_decay, +1 for p  (P > 1)
+    overridden, push_rate   -> push_away: the wrongly recommended prototype moves away from x
     adaptive                -> weigh_evidence (before), track and shadow_and_promotion (after)
 
 ``learning='lvq'`` replaces the gated rule by learning vector quantization in the data's own
-units (:mod:`gae.judgment.lvq`, which uses this module's scoring and slot operations); its metric,
-:func:`metric`, is the scoring formula's weights.
+units (:mod:`gae.judgment.lvq`); its metric, :func:`metric`, is the scoring formula's weights.
+The distance, the units and the slot operations both rules build on are in
+:mod:`gae.judgment.primitives` (re-exported here): this module imports ``lvq``, ``lvq`` imports
+``primitives``, never the other way.
+
+Every quantity stays finite for every value ``learn_one`` / ``prequential_`` accept (|x| <= 1e15,
+docs/inputs.md): prototypes are means of learned values or held within the limit
+(:func:`push_away`), a change test whose two distances both overflow float32 sees no gap
+(:func:`logit_gap`), and the relevance step is rescaled where its formula would leave float32
+(:func:`gae.judgment.lvq.relevance_step`).
 """
 
 from __future__ import annotations
@@ -34,7 +43,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gae.judgment import lvq
 from gae.judgment.config import JudgmentConfig
+from gae.judgment.primitives import STATE_LIMIT as STATE_LIMIT
+from gae.judgment.primitives import VARIANCE_FLOOR as VARIANCE_FLOOR
+from gae.judgment.primitives import _f32
+from gae.judgment.primitives import clipped as clipped
+from gae.judgment.primitives import credit as credit
+from gae.judgment.primitives import metric as metric
+from gae.judgment.primitives import push_away as push_away
+from gae.judgment.primitives import relevances as relevances
+from gae.judgment.primitives import spawn_slot as spawn_slot
+from gae.judgment.primitives import spread as spread
+from gae.judgment.primitives import start_prototype as start_prototype
+from gae.judgment.primitives import step_toward as step_toward
+from gae.judgment.primitives import take_slot as take_slot
+from gae.judgment.primitives import taught_slot as taught_slot
+from gae.judgment.primitives import units as units
+from gae.judgment.primitives import weighted as weighted
 from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
@@ -67,12 +93,6 @@ def distances(x: Tensor, estimates: Tensor, alpha: Tensor) -> tuple[Tensor, Tens
     shape = (x.shape[0],) + (1,) * (estimates.dim() - 2) + (x.shape[1],)
     sq_diff = (x.to(estimates.dtype).reshape(shape) - estimates) ** 2
     return sq_diff, weighted(sq_diff, alpha)
-
-
-def weighted(sq_diff: Tensor, alpha: Tensor) -> Tensor:
-    """``sum_k alpha_k sq_diff_k``: (B, ..., K) squared differences and (B, K) attention -> (B, ...)."""
-    shape = (sq_diff.shape[0],) + (1,) * (sq_diff.dim() - 2) + (sq_diff.shape[-1],)
-    return (sq_diff * alpha.reshape(shape)).sum(-1)
 
 
 def scoring_mask(initialized: Tensor, wins: Tensor, support: float) -> Tensor:
@@ -146,100 +166,12 @@ def score_decision(x: Tensor, c: int, estimates: Tensor, scoring: Tensor, alpha:
     return out, nearest, sq_diff[0, torch.arange(n_actions), nearest.clamp(min=0)]
 
 
-VARIANCE_FLOOR = 1e-6  # added to every running variance: a criterion that never varied weighs 1e6 / K, not inf
-
-
-def relevances(relevance_logits: Tensor) -> Tensor:
-    """``softmax(relevance_logits)`` over the last dim, each row summing to 1 (uniform at zero
-    logits); written out like :func:`attention`."""
-    weights = (relevance_logits - relevance_logits.amax(-1, keepdim=True)).exp()
-    return weights / weights.sum(-1, keepdim=True)
-
-
-def spread(variances: Tensor, config: JudgmentConfig) -> Tensor:
-    """(..., K) what ``learning='lvq'`` divides each squared difference by: with
-    ``units='criterion'`` its criterion's running variance, with ``units='category'`` the
-    category's mean running variance over its criteria (one scale, the criteria's ratios kept);
-    plus :data:`VARIANCE_FLOOR`."""
-    if config.units == "category":
-        return variances.mean(-1, keepdim=True).expand(variances.shape) + VARIANCE_FLOOR
-    return variances + VARIANCE_FLOOR
-
-
-def units(state: JudgmentState, c: int, config: JudgmentConfig) -> Tensor:
-    """(K,) what ``learning='lvq'`` weighs category ``c``'s squared differences by before the
-    attention does: its relevances over the spread (:func:`spread`)."""
-    return relevances(state.relevance_logits[c]) / spread(state.input_variances[c], config)
-
-
-def metric(alpha: Tensor, state: JudgmentState, config: JudgmentConfig) -> Tensor:
-    r"""(C, K) the weights of the scoring distance: the attention :math:`\alpha` itself with the
-    gated rule; with ``learning='lvq'``, :math:`w_c = \alpha_c \lambda_c / (v_c + \epsilon)`: the
-    attention times the learned relevances (:func:`relevances`) over each category's running
-    variance (plus :data:`VARIANCE_FLOOR`), so a distance is measured in the data's own units."""
-    if not config.lvq:
-        return alpha
-    return alpha * relevances(state.relevance_logits) / spread(state.input_variances, config)
-
-
-# -- learning -----------------------------------------------------------------------------------
-def _f32(value: float) -> Tensor:
-    return torch.tensor(value, dtype=torch.float32)
-
-
-def clipped(row: Tensor, config: JudgmentConfig) -> Tensor:
-    """``row`` clamped to ``config.clip`` when it is set."""
-    return row.clamp(*config.clip) if config.clip is not None else row
-
-
-def taught_slot(x: Tensor, c: int, a: int, state: JudgmentState) -> tuple[int, Tensor]:
-    """The prototype a verified decision teaches: (slot, ``||x - mu_{c,a,p}||_2``) of the nearest
-    in use by the unweighted distance (the gate's), ``(-1, 0)`` when none is."""
-    in_use = state.initialized[c, a].nonzero().squeeze(-1)
-    if not in_use.numel():
-        return -1, _f32(0.0)
-    lengths = ((x - state.centroids[c, a, in_use]) ** 2).sum(-1).sqrt()
-    j = int(lengths.argmin())
-    return int(in_use[j]), lengths[j]
-
-
-def spawn_slot(c: int, a: int, state: JudgmentState) -> tuple[int, bool]:
-    """Where a decision farther than ``spawn_threshold`` from every prototype of its action starts
-    a new one: ``(slot, recycled)``, the first free slot, else the one with the fewest recent wins
-    (the lowest on a tie), recycled."""
-    free = (~state.initialized[c, a]).nonzero().squeeze(-1)
-    if free.numel():
-        return int(free[0]), False
-    return int(state.wins[c, a].argmin()), True
-
-
-def take_slot(c: int, a: int, state: JudgmentState) -> tuple[int, bool]:
-    """:func:`spawn_slot`, with the slot's count and wins reset: ``(slot, recycled)``."""
-    target, recycled = spawn_slot(c, a, state)
-    state.counts[c, a, target], state.wins[c, a, target] = 0, 0.0
-    return target, recycled
-
-
-def start_prototype(x: Tensor, c: int, a: int, p: int, state: JudgmentState, config: JudgmentConfig) -> None:
-    """Slot ``p`` of (c, a) set to ``x`` (clipped) and in use: a first touch or a spawn."""
-    state.centroids[c, a, p] = clipped(x.clone(), config)
-    state.initialized[c, a, p] = True
-
-
-def step_toward(x: Tensor, c: int, a: int, p: int, eta: Tensor, state: JudgmentState, config: JudgmentConfig) -> None:
-    """``mu_{c,a,p} <- mu + eta (x - mu)``, clipped, in place: the update every rule makes (a
-    negative ``eta`` moves it away)."""
-    row = state.centroids[c, a, p]
-    state.centroids[c, a, p] = clipped(row + eta * (x - row), config)
-
-
-def credit(c: int, a: int, p: int, state: JudgmentState, config: JudgmentConfig) -> None:
-    """Slot ``p`` taught, in place: one more update, and with several slots the action's wins
-    decay by ``win_decay`` and ``p`` wins one."""
-    state.counts[c, a, p] += 1
-    if state.centroids.shape[2] > 1:
-        state.wins[c, a] *= _f32(1.0) - _f32(config.win_decay)
-        state.wins[c, a, p] += 1.0
+def logit_gap(logit: Tensor, proto_logit: Tensor) -> Tensor:
+    """``logit - proto_logit``, how much better a shadow or tracking prototype scores a decision than
+    the prototype itself; 0 where both logits are ``-inf`` (a tiny ``tau`` can take both distances
+    beyond float32: neither prototype scores better), where the difference would be NaN."""
+    gap = logit - proto_logit
+    return gap if bool(gap == gap) else _f32(0.0)
 
 
 def weigh_evidence(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha: Tensor, state: JudgmentState,
@@ -253,8 +185,8 @@ def weigh_evidence(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha
     ``promotion_evidence[c]`` counts the run's decisions with ``g > 0`` and the others; when
     ``S_c`` returns to 0 a new run starts: its evidence and run means are reset.
     """
-    gap = -distances(x[None], state.shadow_centroids[c, a, p][None], alpha[c][None])[1][0] / _f32(config.tau) \
-        - proto_logit
+    gap = logit_gap(-distances(x[None], state.shadow_centroids[c, a, p][None], alpha[c][None])[1][0]
+                    / _f32(config.tau), proto_logit)
     step = gap.clamp(-config.evidence_clip, config.evidence_clip) - _f32(config.evidence_allowance)
     statistic = state.promotion_statistic
     statistic[c] = torch.clamp(statistic[c] + step, min=0.0)
@@ -270,8 +202,8 @@ def lead_step(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha: Ten
     r"""The tracking lead, in place: :math:`L_c \leftarrow L_c + r\,(\mathrm{clip}(\mathrm{logit}
     (\text{tracking}_{c,a,p}) - \mathrm{logit}(\mu_{c,a,p}), \pm e_{clip}) - L_c)`; while
     :math:`L_c > 0` the category scores with its tracking prototypes."""
-    gap = -distances(x[None], state.tracking_centroids[c, a, p][None], alpha[c][None])[1][0] / _f32(config.tau) \
-        - proto_logit
+    gap = logit_gap(-distances(x[None], state.tracking_centroids[c, a, p][None], alpha[c][None])[1][0]
+                    / _f32(config.tau), proto_logit)
     clipped_gap = gap.clamp(-config.evidence_clip, config.evidence_clip)
     state.tracking_lead[c] += _f32(config.lead_rate) * (clipped_gap - state.tracking_lead[c])
 
@@ -387,8 +319,6 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
             events.skipped[b] = True
             continue
         if config.lvq:
-            from gae.judgment import lvq  # (it builds on this module: imported where the loop needs it)
-
             target, eta, disp, fresh, spawned, recycled, before[b] = lvq.lvq_step(
                 x[b], c, int(action[b]), recommended, nearest[b], logits[b], alpha, state, config)
             events.initialized[b] = fresh and not spawned
@@ -427,8 +357,7 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
         credit(c, a, target, state, config)
         events.applied[b], events.eta[b], events.prototype[b] = True, eta, target
         if config.push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
-            step_toward(x[b], c, recommended, int(nearest[b, recommended]), -_f32(config.push_rate), state,
-                        config)  # away from x
+            push_away(x[b], c, recommended, int(nearest[b, recommended]), _f32(config.push_rate), state, config)
         if config.adaptive:
             track(x[b], c, a, target, fresh, state, config)
             promotion = shadow_and_promotion(x[b], c, a, target, fresh, state, config)

@@ -28,16 +28,23 @@ from gae.judgment.kernels.scoring import (
     score_decision,
     spread,
 )
-from gae.judgment.kernels.slots import clipped, spawn_slot, taught_slot
+from gae.judgment.kernels.slots import clipped, push_away, spawn_slot, taught_slot
 from gae.judgment.state import JudgmentState
 from gae.types import LearnEvents
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def logit_gap(value, proto_logit):  # pragma: no cover
+    """``value - proto_logit``, 0 where both are -inf and it would be NaN (``rule.logit_gap``)."""
+    gap = value - proto_logit
+    return gap if gap == gap else np.float32(0.0)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def weigh_evidence(x, b, c, a, p, proto_logit, alpha, tau32, shadow, statistic, evidence, run_count, clip32,
                    allowance32):  # pragma: no cover
     """One verified decision's step of the category's change test (``rule.weigh_evidence``)."""
-    gap = logit(x, b, alpha, c, tau32, shadow, a, p) - proto_logit
+    gap = logit_gap(logit(x, b, alpha, c, tau32, shadow, a, p), proto_logit)
     statistic[c] = max(np.float32(0.0), statistic[c] + (min(max(gap, -clip32), clip32) - allowance32))
     if statistic[c] == 0:  # the evidence and the run means are those of the current run of the test
         evidence[c, 0] = 0
@@ -54,7 +61,7 @@ def weigh_evidence(x, b, c, a, p, proto_logit, alpha, tau32, shadow, statistic, 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def lead_step(x, b, c, a, p, proto_logit, alpha, tau32, tracking, lead, clip32, lead_rate32):  # pragma: no cover
     """The tracking lead of category ``c`` (``rule.lead_step``)."""
-    gap = logit(x, b, alpha, c, tau32, tracking, a, p) - proto_logit
+    gap = logit_gap(logit(x, b, alpha, c, tau32, tracking, a, p), proto_logit)
     lead[c] += lead_rate32 * (min(max(gap, -clip32), clip32) - lead[c])
 
 
@@ -297,11 +304,8 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
         eta_out[b] = eta
         prototype[b] = target
         if push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
-            r = nearest[b, recommended]
-            push32 = np.float32(push_rate)
-            for k in range(n_factors):
-                value = centroids[c, recommended, r, k] - push32 * (x[b, k] - centroids[c, recommended, r, k])
-                centroids[c, recommended, r, k] = clipped(value, do_clip, low32, high32)
+            push_away(x, b, c, recommended, nearest[b, recommended], np.float32(push_rate), centroids, do_clip,
+                      low32, high32)
         if adaptive:
             track(x, b, c, a, target, fresh, tracking, tracking_eta32, drift_threshold, damping32, do_clip, low32,
                   high32)

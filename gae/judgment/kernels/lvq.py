@@ -6,6 +6,8 @@ See :mod:`gae.judgment.kernels` for the conventions; the online loop
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -19,7 +21,10 @@ from gae.judgment.kernels.scoring import (
     relevance_norm,
     spread,
 )
-from gae.judgment.kernels.slots import credit, keep_before, start_prototype, step_toward, take_slot
+from gae.judgment.kernels.slots import credit, keep_before, push_away, start_prototype, step_toward, take_slot
+from gae.judgment.lvq import TINY
+
+TINY32 = np.float32(TINY)  # lvq.TINY: the smallest normal float32
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -73,15 +78,31 @@ def relevance_step(x, b, c, a, p, r, q, alpha, centroids, variances, relevance_l
         d_own += lam * (scale * (own * own))
         d_rival += lam * (scale * (rival * rival))
     both = d_own + d_rival
-    if not both > 0:
+    if not (both > 0 and both < np.inf):  # (NaN fails too)
         return
     square = both * both
+    exact = square >= TINY32 and square < np.inf  # the formula as written, where every step it takes is finite
+    if exact:
+        for k in range(x.shape[1]):
+            scale = alpha[c, k] / spread(variances, c, k, pooled, common)
+            own = x[b, k] - centroids[c, a, p, k]
+            rival = x[b, k] - centroids[c, r, q, k]
+            gradient = np.float32(2.0) * (d_rival * (scale * (own * own)) - d_own * (scale * (rival * rival))) / square
+            if not math.isfinite(gradient):  # (then its step, times a relevance in [0, 1], is not either)
+                exact = False
+                break
     for k in range(x.shape[1]):  # each relevance from the logits before this step: top and total are theirs
         scale = alpha[c, k] / spread(variances, c, k, pooled, common)
         own = x[b, k] - centroids[c, a, p, k]
         rival = x[b, k] - centroids[c, r, q, k]
-        gradient = np.float32(2.0) * (d_rival * (scale * (own * own)) - d_own * (scale * (rival * rival))) / square
-        relevance_logits[c, k] -= rate32 * (relevance(relevance_logits, c, k, top, total) * gradient)
+        lam = relevance(relevance_logits, c, k, top, total)
+        if exact:
+            gradient = np.float32(2.0) * (d_rival * (scale * (own * own)) - d_own * (scale * (rival * rival))) / square
+            step = lam * gradient
+        else:  # rescaled, every factor in [0, 1] (lvq.relevance_step)
+            step = np.float32(2.0) * ((d_rival / both) * (lam * (scale * (own * own)) / both)
+                                      - (d_own / both) * (lam * (scale * (rival * rival)) / both))
+        relevance_logits[c, k] -= rate32 * step
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -143,5 +164,5 @@ def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids
     if wrong and recommended >= 0 and options.push_rate > 0:  # away from x: a negative step
         q = nearest[b, recommended]
         rate = np.float32(options.push_rate) * lvq_rate(counts[c, recommended, q], floor32)
-        step_toward(x, b, c, recommended, q, -rate, centroids, do_clip, low32, high32)
+        push_away(x, b, c, recommended, q, rate, centroids, do_clip, low32, high32)
     return target, eta, nearest_distance, fresh, spawned, recycled

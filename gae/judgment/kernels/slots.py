@@ -1,8 +1,9 @@
 """The compiled slot operations every learning rule shares: the mirror of :mod:`gae.judgment.rule`'s.
 
 A prototype slot is found (``taught_slot``), taken for a new prototype (``spawn_slot``,
-``take_slot``), started at a decision (``start_prototype``), moved (``step_toward``) and credited
-(``credit``); each function names its torch counterpart.
+``take_slot``), started at a decision (``start_prototype``), moved (``step_toward``, and
+``push_away`` for a wrong recommendation) and credited (``credit``); each function names its
+torch counterpart in :mod:`gae.judgment.primitives` (re-exported by :mod:`gae.judgment.rule`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import math
 
 import numba
 import numpy as np
+
+from gae.judgment.primitives import STATE_LIMIT
+
+STATE_LIMIT32 = np.float32(STATE_LIMIT)  # primitives.STATE_LIMIT: the largest |value| a prototype holds
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -81,10 +86,20 @@ def start_prototype(x, b, c, a, p, centroids, initialized, do_clip, low32, high3
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def step_toward(x, b, c, a, p, eta, centroids, do_clip, low32, high32):  # pragma: no cover
-    """``mu <- mu + eta (x - mu)``, clipped: the update every rule makes (``rule.step_toward``)."""
+    """``mu <- mu + eta (x - mu)``, clipped: the update every rule makes toward a decision
+    (``rule.step_toward``)."""
     for k in range(x.shape[1]):
         value = centroids[c, a, p, k] + eta * (x[b, k] - centroids[c, a, p, k])
         centroids[c, a, p, k] = clipped(value, do_clip, low32, high32)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def push_away(x, b, c, a, p, rate, centroids, do_clip, low32, high32):  # pragma: no cover
+    """``mu <- mu - rate (x - mu)``, clipped and held within ``[-STATE_LIMIT, STATE_LIMIT]``: the
+    wrongly recommended prototype moved away from ``x[b]`` (``rule.push_away``)."""
+    for k in range(x.shape[1]):
+        value = clipped(centroids[c, a, p, k] - rate * (x[b, k] - centroids[c, a, p, k]), do_clip, low32, high32)
+        centroids[c, a, p, k] = min(max(value, -STATE_LIMIT32), STATE_LIMIT32)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
