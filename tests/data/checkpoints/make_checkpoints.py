@@ -4,6 +4,11 @@ Run once by the gae that wrote them (the commit named in each file's ``written_b
 again: the point of the fixtures is that a later gae keeps loading what an earlier one saved.
 
     python tests/data/checkpoints/make_checkpoints.py COMMIT
+
+The fixtures were written on an x86-64 AMD EPYC. ``stream`` draws its factors with
+``torch.randn``, whose last bits depend on the CPU's vector kernels (AVX2 and AVX-512 draw the
+writer's bits, the default kernels and ARM others), so the 100 decisions learned after the save
+are kept as data in tests/data/checkpoint_stream.pt, and the test reads them from there.
 """
 
 from __future__ import annotations
