@@ -34,10 +34,15 @@ def index_of(memory: EpisodicMemory) -> dict:
             "source_ids": list(memory.source_ids), "audit": list(memory.audit_log)}
 
 
-def assert_same_index(a: EpisodicMemory, b: EpisodicMemory) -> None:
+def assert_same_index(a: EpisodicMemory, b: EpisodicMemory, float_tolerance: bool = False) -> None:
+    """Both indexes alike, bit for bit; with ``float_tolerance`` (one side written on another CPU)
+    the floats within a few float32 ulps: ``torch.randn`` and the unit-norm scaling draw other
+    last bits on other SIMD kernels."""
     left, right = index_of(a), index_of(b)
     for key, value in left.items():
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and float_tolerance and value.is_floating_point():
+            torch.testing.assert_close(value, right[key], rtol=1e-5, atol=1e-6, msg=key)
+        elif isinstance(value, torch.Tensor):
             assert torch.equal(value, right[key]), key
         else:
             assert value == right[key], key
@@ -226,7 +231,7 @@ def test_a_store_of_this_schema_version_opens_and_a_newer_one_is_refused(tmp_pat
     shutil.copyfile(ROOT / "tests" / "data" / "store_v1.db", fixture)
     opened = EpisodicMemory(DIM, capacity=12, store=SQLiteStore(fixture))
     assert len(opened) == 9 and opened.version == 12 and opened.scope_names == ["alice", "bob"]
-    assert_same_index(opened, busy_memory(SQLiteStore(":memory:")))
+    assert_same_index(opened, busy_memory(SQLiteStore(":memory:")), float_tolerance=True)  # written on another CPU
     connection = sqlite3.connect(path)
     connection.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     connection.commit()

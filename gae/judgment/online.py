@@ -293,7 +293,9 @@ class SingleDecisionMixin:
         device or dtype) goes through :meth:`forward`. With ``grow=True``, a category not met
         yet abstains. Holds the memory's lock: a score never sees half of a learning call.
         """
-        with self._lock:
+        lock = self._lock  # acquire() and release() cost half a `with` block, on every call
+        lock.acquire()
+        try:
             host = self._host.get(self._buffers, self._parameters, scoring=True)
             index = (self._category_positions.get(category) if category.__class__ is str
                      else self._category_position(category))
@@ -306,6 +308,8 @@ class SingleDecisionMixin:
             if action == kernels.NOT_FINITE:
                 return cast(Any, super()).score_one(factors, category)
             return None if action < 0 else self.action_names[action], confidence
+        finally:
+            lock.release()
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
@@ -318,7 +322,9 @@ class SingleDecisionMixin:
         unusual takes the checked batched path. Holds the memory's lock from its checks to its
         last write: calls from several threads learn one after another.
         """
-        with self._lock:
+        lock = self._lock  # acquire() and release() cost half a `with` block, on every call
+        lock.acquire()
+        try:
             if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
                     and self.backend == "compiled" and not self.history.replaying):
                 host = self._host.get(self._buffers, self._parameters)
@@ -336,6 +342,8 @@ class SingleDecisionMixin:
                             return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
                                                                       "disp": disp, "initialized": initialized}
             return cast(Any, super()).learn_one(factors, action, category, confirmed, outcome)
+        finally:
+            lock.release()
 
     def _stage(self, host: HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
                skip: bool, flush_full: bool = False) -> tuple | None:

@@ -229,8 +229,10 @@ def score(x, category, estimates, initialized, wins, alpha, options, out):  # pr
     ``expf`` per logit took most of the time (docs/scoring_speed.md), so ``exp`` is written out:
     glibc's ``expf`` (``sysdeps/ieee754/flt-32/e_expf.c``, from ARM's optimized-routines, as its
     FMA build runs it), step for step in float64 with its constants. It gives the bits ``expf``
-    gives, so the outputs are those of ``output`` (which calls it) bit for bit: old checkpoints
-    score as they did (tests/test_checkpoint_migration.py).
+    gives, so the outputs are those of ``output`` (which calls it) bit for bit on the same
+    machine (tests/test_scoring_paths.py); across machines torch's own vector ``exp`` differs in
+    the last bits, so old checkpoints score as they did within a stated tolerance
+    (tests/test_checkpoint_migration.py).
     """
     logits, probs, action, confidence = out
     n_decisions = x.shape[0]
