@@ -21,10 +21,8 @@ def _result_types() -> list[Any]:
     tensors and numbers, safe to rebuild from a file (a list of classes is what
     ``torch.serialization.safe_globals`` takes). A module whose optional dependency is missing
     is skipped: nothing saved from it can exist without it."""
-    if not _RESULT_TYPES:
-        import gae
-
-        for info in pkgutil.walk_packages(gae.__path__, "gae."):
+    if not _RESULT_TYPES:  # the package's folder, walked by name: this module never imports the package it is in
+        for info in pkgutil.walk_packages([os.path.dirname(__file__)], f"{__package__}."):
             try:
                 module = importlib.import_module(info.name)
             except ImportError:
