@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from gae import KNNMemory
-from gae._base import DecisionMemory
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -88,6 +87,10 @@ class ADWINKNNMemory(KNNMemory):
     tensor and is not saved: after :meth:`load_state_dict` it starts afresh, with an empty
     window. ``copy.deepcopy`` and pickle copy it whole.
 
+    Thread safety: as :class:`~gae.KNNMemory`. The detector and ``cuts`` change only while the
+    memory learns (``prequential_``, ``learn_``, ``learn_one``) or loads, under its lock, so they
+    stay in step with the window.
+
     Examples::
 
         >>> memory = ADWINKNNMemory(1, ["low", "high"], k=1, capacity=100)
@@ -123,9 +126,9 @@ class ADWINKNNMemory(KNNMemory):
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
-        """Learn one decision through :meth:`prequential_`, so the detector sees it (see
-        :meth:`DecisionMemory.learn_one`)."""
-        return DecisionMemory.learn_one(self, factors, action, category, confirmed, outcome)
+        """Learn one decision through :meth:`prequential_`, so the detector sees it (the checked
+        path of every gae decision memory: KNNMemory's single-decision path would bypass it)."""
+        return super(KNNMemory, self).learn_one(factors, action, category, confirmed, outcome)
 
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         """Chunks of the k-NN's own engine, scored ahead of the detector: when it fires inside a
@@ -181,10 +184,11 @@ class ADWINKNNMemory(KNNMemory):
                              f"got {cuts!r}")
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
-        """:meth:`DecisionMemory.load_state_dict`, then a fresh detector (its window is not saved)."""
-        result = super().load_state_dict(state_dict, strict, assign)
-        self.detector = _adwin(self.delta)
-        return result
+        """:meth:`KNNMemory.load_state_dict`, then a fresh detector (its window is not saved)."""
+        with self._lock:  # the load and the fresh detector, one call for the other threads
+            result = super().load_state_dict(state_dict, strict, assign)
+            self.detector = _adwin(self.delta)
+            return result
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, delta={self.delta}"

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from gae import validation as check
 from gae._base import INCORRECT, DecisionMemory
-from gae.baselines import knn_engine
+from gae.baselines.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -31,6 +31,17 @@ class KNNMemory(DecisionMemory):
     drops the uncertain ones. ``scoped=True`` lets a decision see only traces of its own
     category (the store and its FIFO order stay shared). :meth:`keep_newest_` cuts the window
     to the newest traces (what a drift detector does on a change).
+
+    Thread safety: one memory may be shared by threads. Every public call (``score_one``,
+    ``learn_one``, ``prequential_``, ``learn_``, ``forward``, ``neighbours``, ``keep_newest_``,
+    ``add_actions_``, ``add_categories_``, ``state_dict``, ``load_state_dict``) holds the memory's
+    lock (a :class:`threading.RLock`, as every gae decision memory) from its checks to its last
+    write, so decisions are learned one call after another, in the order the lock was taken (a
+    batch's decisions stay together, in order), and a score sees the ring before or after each
+    learning call, never half of one (``forward`` and ``neighbours`` copy the ring under the lock
+    and score the copy). A copy (``copy.deepcopy``, pickle) is of one state, with a lock of its
+    own. Not covered: writing the buffers directly, or moving the memory (``to``) while other
+    threads call it.
 
     Args:
         factors: number of factors, or their names.
@@ -80,7 +91,7 @@ class KNNMemory(DecisionMemory):
         self.register_buffer("store_steps", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("ring", torch.zeros(2, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
-        self._host = knn_engine.KNNHost()  # the single-decision path's views of the ring
+        self._host = KNNHost()  # the single-decision path's views of the ring
 
     def __len__(self) -> int:
         return int(self.ring[0])
@@ -115,28 +126,31 @@ class KNNMemory(DecisionMemory):
         Raises:
             TypeError / ValueError: ``n`` is not an int >= 0; nothing changes.
         """
-        n = check.check_int("n", n, low=0)
-        size = len(self)
-        if n >= size:
-            return 0
-        forgotten = self._age_order()[:size - n]
-        for buffer in (self.store_factors, self.store_actions, self.store_categories, self.store_steps):
-            buffer.index_fill_(0, forgotten, 0)
-        self.ring[0] = n
-        return size - n
+        with self._lock:
+            n = check.check_int("n", n, low=0)
+            size = len(self)
+            if n >= size:
+                return 0
+            forgotten = self._age_order()[:size - n]
+            for buffer in (self.store_factors, self.store_actions, self.store_categories, self.store_steps):
+                buffer.index_fill_(0, forgotten, 0)
+            self.ring[0] = n
+            return size - n
 
     def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
         """Score a batch against the current store (no side effects), in chunks of queries."""
-        x, category = self._check_query(x, category)
-        x = x.to(self.store_factors.dtype)  # the precision prequential_ scores in, so both paths agree
-        order = self._age_order()
-        stored, stored_actions = self.store_factors[order], self.store_actions[order]
-        outputs = []
+        with self._lock:
+            x, category = self._check_query(x, category)
+            x = x.to(self.store_factors.dtype)  # the precision prequential_ scores in, so both paths agree
+            order = self._age_order()
+            stored, stored_actions = self.store_factors[order], self.store_actions[order]
+            stored_categories = self.store_categories[order]
+            n_actions = len(self.action_names)
+        outputs = []  # on copies of the ring (indexing copies): other threads may learn meanwhile
         for start in range(0, x.shape[0], _QUERY_CHUNK):
             queries, cats = x[start:start + _QUERY_CHUNK], category[start:start + _QUERY_CHUNK]
-            allowed = (cats.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
-            outputs.append(knn_engine.knn_vote(queries, stored, stored_actions, self.k, len(self.action_names),
-                                               allowed))
+            allowed = (cats.unsqueeze(1) == stored_categories.unsqueeze(0)) if self.scoped else None
+            outputs.append(knn_vote(queries, stored, stored_actions, self.k, n_actions, allowed))
         return MemoryOutput(*(torch.cat(parts) for parts in zip(*outputs, strict=True)))
 
     @torch.no_grad()
@@ -149,16 +163,19 @@ class KNNMemory(DecisionMemory):
             past the traces in reach), and ``scores`` (B, k), their Euclidean distances (``inf``
             where padded): the same ones :meth:`prequential_` reports in ``StreamStep.retrieved``.
         """
-        x, category = self._check_query(x, category)
-        x = x.to(self.store_factors.dtype)
-        order = self._age_order()
-        ids = torch.full((x.shape[0], self.k), -1, dtype=torch.int64, device=x.device)
+        with self._lock:
+            x, category = self._check_query(x, category)
+            x = x.to(self.store_factors.dtype)
+            order = self._age_order()
+            stored, stored_categories, stored_steps = (self.store_factors[order], self.store_categories[order],
+                                                       self.store_steps[order])
+        ids = torch.full((x.shape[0], self.k), -1, dtype=torch.int64, device=x.device)  # on the copies
         scores = torch.full((x.shape[0], self.k), float("inf"), dtype=torch.float64, device=x.device)
         if order.numel():
-            allowed = (category.unsqueeze(1) == self.store_categories[order].unsqueeze(0)) if self.scoped else None
-            dist, index = knn_engine.knn_neighbours(x, self.store_factors[order], self.k, allowed)
+            allowed = (category.unsqueeze(1) == stored_categories.unsqueeze(0)) if self.scoped else None
+            dist, index = knn_neighbours(x, stored, self.k, allowed)
             found = torch.isfinite(dist)
-            ids[:, :dist.shape[1]] = torch.where(found, self.store_steps[order][index], -1)
+            ids[:, :dist.shape[1]] = torch.where(found, stored_steps[index], -1)
             scores[:, :dist.shape[1]] = dist
         return Retrieved(ids, scores)
 
@@ -166,21 +183,23 @@ class KNNMemory(DecisionMemory):
     def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``; one
         compiled call on the memory's own ring on a CPU module (see :meth:`learn_one`)."""
-        done = self._one(factors, category, None, False, False)
-        if done is None:
-            return super().score_one(factors, category)
-        return self._action_name(int(done[5][0])), float(done[6][0])
+        with self._lock:  # the batch of one it reads is the memory's: read it before another call writes it
+            done = self._one(factors, category, None, False, False)
+            if done is None:
+                return super().score_one(factors, category)
+            return self._action_name(int(done[5][0])), float(done[6][0])
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
         """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one
         compiled call that scores and stores it in place in the memory's ring, exactly as
         :meth:`prequential_` on a batch of one; anything unusual takes that checked path."""
-        if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
-            done = self._one(factors, category, action, outcome == INCORRECT, True)
-            if done is not None:
-                return self._stored(bool(done[8][0]))
-        return super().learn_one(factors, action, category, confirmed, outcome)
+        with self._lock:
+            if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+                done = self._one(factors, category, action, outcome == INCORRECT, True)
+                if done is not None:
+                    return self._stored(bool(done[8][0]))
+            return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _one(self, factors: Any, category: Any, action: Any, skip: bool, learn: bool) -> tuple | None:
         """One decision on the compiled single-decision path: the batch of one it filled, or
@@ -209,16 +228,15 @@ class KNNMemory(DecisionMemory):
                 events = LearnEvents.empty(1)
                 events.applied.copy_(applied)
                 events.skipped.copy_(skipped)
-                output, events, retrieved = knn_engine.knn_results(probs, out_action, confidence, events, near_ids,
-                                                                   near_dist)
+                output, events, retrieved = knn_results(probs, out_action, confidence, events, near_ids, near_dist)
                 return StreamStep(output, events, None, retrieved=retrieved)
         buffers = (self.store_factors, self.store_actions, self.store_categories, self.store_steps, self.ring)
-        state = knn_engine.KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
+        state = KNNState(*(t.detach().to("cpu", copy=True) for t in buffers))
         category, action, skip = (t.to("cpu").contiguous() for t in (category, action, skip))
         x = x.detach().to("cpu", self.store_factors.dtype).contiguous()  # the store's precision, as forward
-        output, events, retrieved = knn_engine.knn_prequential(state, x, category, action, skip,
-                                                           int(self.num_decisions), self.k, self.scoped,
-                                                           self.respect_skip, len(self.action_names), self.backend)
+        output, events, retrieved = knn_prequential(state, x, category, action, skip, int(self.num_decisions),
+                                                    self.k, self.scoped, self.respect_skip, len(self.action_names),
+                                                    self.backend)
         for target, source in zip(buffers, state, strict=True):
             target.copy_(source)
         self.num_decisions += x.shape[0]

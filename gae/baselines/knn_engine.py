@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch._C import TensorBase
 
-from gae.baselines import knn_kernels
+from gae.baselines.knn_kernels import knn_loop, knn_one
 from gae.compiled import entry_point
 from gae.types import LearnEvents, MemoryOutput, Retrieved
 
@@ -106,11 +106,11 @@ def knn_prequential(state: KNNState, x: Tensor, category: Tensor, action: Tensor
     events = LearnEvents.empty(n)
     near_ids = torch.empty(n, k, dtype=torch.int64)
     near_dist = torch.empty(n, k, dtype=torch.float64)
-    knn_kernels.knn_loop(state.factors.numpy(), state.actions.numpy(), state.categories.numpy(), state.steps.numpy(),
-                      state.ring.numpy(), k, scoped, respect_skip,
-                      x.numpy(), category.numpy(), action.numpy(), skip.numpy(), first_step,
-                      probs.numpy(), out_action.numpy(), confidence.numpy(),
-                      events.applied.numpy(), events.skipped.numpy(), near_ids.numpy(), near_dist.numpy())
+    knn_loop(state.factors.numpy(), state.actions.numpy(), state.categories.numpy(), state.steps.numpy(),
+             state.ring.numpy(), k, scoped, respect_skip,
+             x.numpy(), category.numpy(), action.numpy(), skip.numpy(), first_step,
+             probs.numpy(), out_action.numpy(), confidence.numpy(),
+             events.applied.numpy(), events.skipped.numpy(), near_ids.numpy(), near_dist.numpy())
     return knn_results(probs, out_action, confidence, events, near_ids, near_dist)
 
 
@@ -209,5 +209,5 @@ class KNNHost:
         args = (row, limit, c, a, skip, learn, *self.ring, k, scoped, respect_skip, int(self.num_decisions),
                 *self.batch)
         if self.call is None:
-            self.call = entry_point(knn_kernels.knn_one, *args)
+            self.call = entry_point(knn_one, *args)
         return self.call(*args)

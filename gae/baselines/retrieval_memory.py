@@ -35,6 +35,20 @@ class RetrievalMemory(DecisionMemory):
     (:mod:`gae.baselines.retrieval_engine`) that works in place on the store's buffers and
     answers and stores exactly what :meth:`prequential_` on a batch of one does, to the last bit.
 
+    Thread safety: one memory may be shared by threads. Every public call (``score_one``,
+    ``learn_one``, ``prequential_``, ``learn_``, ``forward``, ``neighbours``,
+    ``neighbours_and_output``, ``delete``, ``add_actions_``, ``add_categories_``, ``state_dict``,
+    ``load_state_dict``, ``parameter_inventory``) holds the memory's lock (a
+    :class:`threading.RLock`, as every gae decision memory) from its checks to its last write.
+    Its :attr:`store` holds the same lock (a store assigned later too), so the store's own calls
+    (``memory.store.retrieve``, ...) take turns with the memory's. Decisions are learned one call
+    after another, in the order the lock was taken (a batch's decisions stay together, in order);
+    a score sees the store before or after each learning call, never half of one; the labels and
+    the store's rows, ids, version and audit log stay consistent with each other. A copy
+    (``copy.deepcopy``, pickle) is of one state, with a lock of its own (shared with its store's
+    copy). Not covered: writing the buffers directly, or moving the memory (``to``) while other
+    threads call it.
+
     Args:
         factors, actions: counts or names.
         k: memories that vote. Default: 5.
@@ -125,18 +139,20 @@ class RetrievalMemory(DecisionMemory):
     @torch.no_grad()
     def neighbours_and_output(self, x: Tensor, category: Tensor) -> tuple[MemoryOutput, Retrieved]:
         """:meth:`forward` and :meth:`neighbours` from one retrieval."""
-        x, category = self._check_query(x, category)
-        return self._vote(x.detach(), category, self._now())
+        with self._lock:
+            x, category = self._check_query(x, category)
+            return self._vote(x.detach(), category, self._now())
 
     @torch.no_grad()
     def delete(self, ids: Sequence[int] | Tensor | np.ndarray, reason: str = "deleted") -> int:
         """Delete stored memories by id (the ids ``neighbours`` and ``StreamStep.retrieved`` report:
         a list, or an integer tensor on any device or numpy array), at the current time; unknown ids
         are an error and change nothing. Returns how many went."""
-        removed = self.store.delete(ids, now=self._now(), reason=reason)
-        alive = set(self.store._column("ids").tolist())
-        self.labels = {i: a for i, a in self.labels.items() if i in alive}
-        return removed
+        with self._lock:
+            removed = self.store.delete(ids, now=self._now(), reason=reason)
+            alive = set(self.store._column("ids").tolist())
+            self.labels = {i: a for i, a in self.labels.items() if i in alive}
+            return removed
 
     def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
                      skip: Tensor, source_ids: Tensor | None = None) -> StreamStep:
@@ -185,25 +201,27 @@ class RetrievalMemory(DecisionMemory):
         module this runs the compiled single-decision path on the store's own buffers
         (:mod:`gae.baselines.retrieval_engine`), the checked path's answer to the last bit;
         anything unusual takes the checked path."""
-        one = self._one(factors, category, 0, False)
-        host = None if one is None else self._host.get(self)
-        done = None if host is None or one is None else host.score(self, one[0], one[1])
-        if done is None:
-            return super().score_one(factors, category)
-        return self._action_name(done[0]), done[1]
+        with self._lock:  # the host's scratch space is the memory's: one call at a time
+            one = self._one(factors, category, 0, False)
+            host = None if one is None else self._host.get(self)
+            done = None if host is None or one is None else host.score(self, one[0], one[1])
+            if done is None:
+                return super().score_one(factors, category)
+            return self._action_name(done[0]), done[1]
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
         """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module it is stored
         in place as :meth:`prequential_` on a batch of one would store it (same rows, ids, evictions,
         version and audit); anything unusual takes that checked path."""
-        if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
-            skip = outcome == INCORRECT
-            one = self._one(factors, category, action, True)
-            host = None if one is None else self._host.get(self)
-            if host is not None and one is not None and host.learn(self, one[0], one[1], one[2], skip):
-                return self._stored(skip and self.respect_skip)
-        return super().learn_one(factors, action, category, confirmed, outcome)
+        with self._lock:
+            if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+                skip = outcome == INCORRECT
+                one = self._one(factors, category, action, True)
+                host = None if one is None else self._host.get(self)
+                if host is not None and one is not None and host.learn(self, one[0], one[1], one[2], skip):
+                    return self._stored(skip and self.respect_skip)
+            return super().learn_one(factors, action, category, confirmed, outcome)
 
     def _one(self, factors: Any, category: Any, action: Any, learn: bool) -> tuple[np.ndarray, int, int] | None:
         """``(factors as an array of K real numbers, category index, action index)`` of one decision
@@ -212,14 +230,24 @@ class RetrievalMemory(DecisionMemory):
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number held, by buffer name (the store grows to ``capacity``), and the ``total``."""
-        inventory = super().parameter_inventory()
-        inventory["labels"] = 2 * len(self.labels)
+        with self._lock:
+            inventory = super().parameter_inventory()
+            inventory["labels"] = 2 * len(self.labels)
         inventory["total"] += inventory["labels"]
         return inventory
 
     def extra_repr(self) -> str:
         return (f"factors={self.n_factors}, actions={len(self.action_names)}, k={self.k}, "
                 f"capacity={self.store.capacity}, scoped={self.scoped}, respect_skip={self.respect_skip}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "store" and isinstance(value, EpisodicMemory):  # one lock for both: the single-decision
+            value.__dict__["_lock"] = self._lock  # path writes the store's buffers under the memory's lock
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # a lock of its own (DecisionMemory), shared with its store again
+        self.store.__dict__["_lock"] = self._lock
 
     def get_extra_state(self) -> dict[str, Any]:
         return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values())}

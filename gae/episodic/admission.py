@@ -34,6 +34,9 @@ class AdmissionPolicy:
         allowed_scopes: scopes that may be written (a list, or a 1-D integer tensor or numpy
             array), or None for any. Default: None.
 
+    Thread safety: a policy is read-only once built (``admit`` changes nothing), so any number
+    of threads and memories may use one at once, with no lock.
+
     Examples::
 
         >>> policy = AdmissionPolicy()

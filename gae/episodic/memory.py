@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -59,6 +60,19 @@ class EpisodicMemory(Persistence):
     raised. Building a memory on a store that already holds one restores its index exactly:
     rows in insertion order, ids, version, scope names, provenance and audit.
 
+    Thread safety: one memory may be shared by threads. Every public call (``add``, ``delete``,
+    ``expire``, ``admit_and_add``, ``retrieve``, ``column``, ``state_dict``, ``load_state_dict``)
+    holds the memory's lock (a :class:`threading.RLock`) from its checks to its last write, the
+    store's write-through included (taken before the store's write lock, so one store connection
+    serves one call at a time), so calls apply one after another in the order the lock was taken:
+    ids are unique, every add a call acknowledged is there until deleted or evicted, ``version``
+    only grows, the audit log lists the mutations in that order, and a retrieval sees the state
+    before or after each write, never half of one. ``column`` returns a copy; ``copy.deepcopy``
+    and pickle copy one state and give the copy a lock of its own. Not covered: writing the
+    buffers directly, moving the memory (``to``) while other threads call it, and one store
+    object shared by several memories in several threads (give each memory its own store, on
+    one file or database: the store serializes their writers).
+
     Args:
         dim: embedding width D.
         capacity: memories kept. Default: 30 (the original design).
@@ -86,6 +100,7 @@ class EpisodicMemory(Persistence):
                  eviction: str = "lowest_score", device: torch.device | str | None = None,
                  store: MemoryStore | None = None) -> None:
         super().__init__()
+        self.__dict__["_lock"] = threading.RLock()  # every public call holds it (see the class)
         self.dim = check.check_int("dim", dim, low=1)
         self.capacity = check.check_int("capacity", capacity, low=1)
         if eviction not in EVICTIONS:
@@ -114,6 +129,20 @@ class EpisodicMemory(Persistence):
             if snapshot is not None:
                 self._restore(snapshot)
 
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:  # a copy of one state: the rows and the lists as they are now, not as a later call leaves them
+            state = super().__getstate__()
+            buffers = state["_buffers"]
+            state["_buffers"] = type(buffers)((name, None if t is None else t.clone()) for name, t in buffers.items())
+            for name in ("scope_names", "source_ids", "audit_log"):
+                state[name] = list(state[name])
+        state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["_lock"] = threading.RLock()
+
     def __len__(self) -> int:
         return int(self.size)
 
@@ -124,15 +153,17 @@ class EpisodicMemory(Persistence):
     def column(self, name: str) -> Tensor:
         """The live rows of one column, oldest first: ``'embeddings'`` (N, D, unit norm) or a
         per-memory column (``ids``, ``created_at``, ``importance``, ``scope``, ``memory_type``,
-        ``confidence``, ``valid_from``, ``valid_until``, ``inserted``), each (N,). A view of the
-        memory's buffer: read it, do not write it (writes go through ``add`` / ``delete``).
+        ``confidence``, ``valid_from``, ``valid_until``, ``inserted``), each (N,). A copy, taken
+        under the memory's lock: writing it changes nothing, and calls of other threads after it
+        do not change it (writes go through ``add`` / ``delete``).
 
         Raises:
             ValueError: an unknown column name.
         """
         if name != "embeddings" and name not in COLUMNS:
             raise ValueError(f"name must be 'embeddings' or one of {list(COLUMNS)}, got {name!r}")
-        return self._column(name)
+        with self._lock:  # the size and the rows of one state
+            return self._column(name).clone()
 
     def _column(self, name: str) -> Tensor:
         """The live rows of a column (the module's dict directly: ``getattr`` costs a microsecond)."""
@@ -287,33 +318,34 @@ class EpisodicMemory(Persistence):
                 tensor (any device) or numpy array); or one list per query (a list of lists or of
                 1-D tensors, or a (Q, S) integer tensor or array).
         """
-        self._fresh()
-        device = self.embeddings.device
-        queries = check.check_factors(queries, self.dim, device, "queries")
-        now = check.check_real("now", now, low=-float("inf"))
-        k = check.check_int("k", k, low=1)
-        allowed = self._allowed(scopes, queries.shape[0])  # (Q, N) or (N,) bool, or None
-        created, importance = self._column("created_at"), self._column("importance")
-        w_sim, w_rec, w_imp = self.scorer.weights.detach()
-        recency = torch.exp(-(now - created).float() / self.scorer.tau)
-        valid = (self._column("valid_from") <= now) & (now < self._column("valid_until"))
-        if allowed is not None and allowed.dim() == 1:
-            valid &= allowed
-            allowed = None
-        bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
-        queries = queries.to(self.embeddings.dtype)  # the store's dtype: float32 unless moved with .to(dtype)
-        best = top_k(self.scorer, queries, self._column("embeddings"), bias, k, allowed)
-        if len(self) == 0:  # nothing to gather from: every slot is padding
-            zero = torch.zeros_like(best.scores)
-            return Retrieval(best.rows, best.scores, zero, zero.clone(), zero.clone(), self.version)
-        rows = best.rows.clamp_min(0)
-        found = best.rows >= 0
-        unit = nnf.normalize(queries, dim=-1)
-        similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
-        zero = torch.zeros_like(similarity)
-        return Retrieval(self._column("ids")[rows].masked_fill(~found, -1), best.scores,
-                         torch.where(found, similarity, zero), torch.where(found, recency[rows], zero),
-                         torch.where(found, importance[rows], zero), self.version)
+        with self._lock:  # a reload from the store and the read of one state
+            self._fresh()
+            device = self.embeddings.device
+            queries = check.check_factors(queries, self.dim, device, "queries")
+            now = check.check_real("now", now, low=-float("inf"))
+            k = check.check_int("k", k, low=1)
+            allowed = self._allowed(scopes, queries.shape[0])  # (Q, N) or (N,) bool, or None
+            created, importance = self._column("created_at"), self._column("importance")
+            w_sim, w_rec, w_imp = self.scorer.weights.detach()
+            recency = torch.exp(-(now - created).float() / self.scorer.tau)
+            valid = (self._column("valid_from") <= now) & (now < self._column("valid_until"))
+            if allowed is not None and allowed.dim() == 1:
+                valid &= allowed
+                allowed = None
+            bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
+            queries = queries.to(self.embeddings.dtype)  # the store's dtype: float32 unless moved with .to(dtype)
+            best = top_k(self.scorer, queries, self._column("embeddings"), bias, k, allowed)
+            if len(self) == 0:  # nothing to gather from: every slot is padding
+                zero = torch.zeros_like(best.scores)
+                return Retrieval(best.rows, best.scores, zero, zero.clone(), zero.clone(), self.version)
+            rows = best.rows.clamp_min(0)
+            found = best.rows >= 0
+            unit = nnf.normalize(queries, dim=-1)
+            similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
+            zero = torch.zeros_like(similarity)
+            return Retrieval(self._column("ids")[rows].masked_fill(~found, -1), best.scores,
+                             torch.where(found, similarity, zero), torch.where(found, recency[rows], zero),
+                             torch.where(found, importance[rows], zero), self.version)
 
     def _allowed(self, scopes: Any, n_queries: int) -> Tensor | None:
         parsed = scope_lists(scopes, n_queries)

@@ -9,6 +9,7 @@ and the state_dict hooks refuse a state that does not fit before anything is cop
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,17 +35,20 @@ def write_call(method: Call) -> Call:
     the lock within the store's ``timeout`` raises TimeoutError with nothing written. Should the
     lock's transaction not land after the call committed into it (its own end failed, or the
     caller's enclosing ``exclusive()`` block raised), the store's rollback hook marks the index
-    stale and the next call reloads it. A closed store refuses writes before anything changes."""
+    stale and the next call reloads it. A closed store refuses writes before anything changes.
+    The whole call holds the memory's lock (threads sharing the memory take turns), outside the
+    store's write lock: the store's connection serves one call at a time."""
 
     @functools.wraps(method)
     def call(self: Persistence, *args: Any, **kwargs: Any) -> Any:
-        store = self.store
-        if store is None or self._depth > 0:
-            return method(self, *args, **kwargs)
-        if store.closed:
-            raise RuntimeError(f"{method.__name__}: the store is closed; open a memory on a new store to write")
-        with store.exclusive():
-            return method(self, *args, **kwargs)
+        with self._lock:
+            store = self.store
+            if store is None or self._depth > 0:
+                return method(self, *args, **kwargs)
+            if store.closed:
+                raise RuntimeError(f"{method.__name__}: the store is closed; open a memory on a new store to write")
+            with store.exclusive():
+                return method(self, *args, **kwargs)
 
     return call  # type: ignore[return-value]
 
@@ -65,6 +69,7 @@ class Persistence(nn.Module):
     _pending: Change | None
     _depth: int
     _stale: bool
+    _lock: threading.RLock  # every public call holds it (EpisodicMemory)
 
     if TYPE_CHECKING:  # provided by EpisodicMemory
         @property
@@ -223,6 +228,13 @@ class Persistence(nn.Module):
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
         """:meth:`torch.nn.Module.load_state_dict`, all or nothing (see
         :meth:`gae.JudgmentMemory.load_state_dict`); refused on a store-backed memory."""
-        if self.store is not None:
-            self._check_state(state_dict, "")  # raises: the store is the source of truth
-        return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+        with self._lock:
+            if self.store is not None:
+                self._check_state(state_dict, "")  # raises: the store is the source of truth
+            return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.state_dict`, of one state: taken under the memory's lock (the
+        tensors are the memory's own, as in torch: copy them before the next call changes them)."""
+        with self._lock:
+            return super().state_dict(*args, **kwargs)

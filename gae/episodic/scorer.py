@@ -48,6 +48,12 @@ class RetrievalScorer(nn.Module):
     Inputs must be finite, on the scorer's device, of any real dtype (cast to the scorer's,
     float32 unless moved); anything else raises TypeError or ValueError naming the argument.
 
+    Thread safety: scoring is pure. ``forward``, :meth:`components` and :func:`top_k` only read
+    ``weights`` and ``tau`` and write nothing the scorer holds, so any number of threads may score
+    with one scorer at once, with no lock. Its numbers change only when you change them (an
+    optimizer step on learnable weights, ``load_state_dict``, ``to``): do that while no thread
+    scores with it, nor with a memory that holds it (the memory's lock does not cover the scorer).
+
     Attributes:
         weights: (3,) ``[w_sim, w_rec, w_imp]``, a parameter when learnable, else a buffer.
         tau: () buffer.
