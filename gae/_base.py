@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import copy
 import numbers
-import pickle
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, SupportsIndex, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -32,8 +31,9 @@ class DecisionMemory(nn.Module):
     so learning is serialized (calls apply one after another, in the order the lock was
     taken), a score taken while another thread learns sees the state before or after that
     whole call, never half of it, and the logs stay consistent. A subclass takes the same lock
-    in every public method it overrides. A copy (``copy.deepcopy``, pickle) gets a lock of its
-    own.
+    in every public method it overrides. ``state_dict()`` and ``copy.deepcopy`` are taken whole
+    under it; pickle (and ``torch.save`` of a whole module) keeps torch's own path and is not
+    locked: pickle a memory while no other thread learns it. A copy gets a lock of its own.
     """
 
     def __init__(self) -> None:
@@ -278,14 +278,11 @@ class DecisionMemory(nn.Module):
             state["_host"] = type(host)()
         return state
 
-    # A copy is made whole under the lock: pickle and deepcopy read the attributes after
-    # __getstate__ returns, when another thread may be learning, so each does its reading here.
-    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
-        with self._lock:
-            payload = pickle.dumps(self.__getstate__(), protocol=max(int(protocol), pickle.DEFAULT_PROTOCOL))
-        return _restore, (type(self), payload)
-
     def __deepcopy__(self, memo: dict[int, Any]) -> DecisionMemory:
+        """A deep copy made whole under the lock (deepcopy reads the attributes after
+        ``__getstate__`` returns, when another thread may be learning). Pickling keeps torch's
+        own path (``map_location``, shared memory, shared parameters), so it is not locked:
+        pickle a memory while no other thread learns it, or pickle a deep copy."""
         with self._lock:
             twin = type(self).__new__(type(self))
             memo[id(self)] = twin
@@ -440,12 +437,18 @@ class DecisionMemory(nn.Module):
             self._drop_views()  # a load may swap the tensors' data in place (torch's swap_tensors)
             return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.state_dict`, of one state: taken under the memory's lock, so a
-        thread that learns meanwhile waits (the tensors are the memory's own, as in torch: copy
-        them, or ``torch.save`` the result, before the next call changes them)."""
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """:meth:`torch.nn.Module.state_dict`, of one state: taken under the memory's lock, its
+        tensors copies made there (unless ``keep_vars``), so ``torch.save`` of it while another
+        thread learns writes a whole checkpoint. A containing module's ``state_dict`` comes
+        through here too."""
         with self._lock:
-            return super().state_dict(*args, **kwargs)
+            state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+            if not keep_vars:  # this memory's entries only: a parent's destination holds others too
+                for key, value in state.items():
+                    if key.startswith(prefix) and isinstance(value, Tensor):
+                        state[key] = value.clone()
+            return state
 
     def parameter_inventory(self) -> dict[str, int]:
         """Every number the memory holds, by parameter and buffer name, and their ``total``."""
@@ -461,9 +464,3 @@ class DecisionMemory(nn.Module):
             if key in state and state[key] != mine:
                 raise ValueError(f"state_dict was saved with {key}={state[key]!r} but this memory has {mine!r}")
 
-
-def _restore(cls: type[DecisionMemory], payload: bytes) -> DecisionMemory:
-    """Unpickle a memory pickled by :meth:`DecisionMemory.__reduce_ex__`."""
-    memory = cls.__new__(cls)
-    memory.__setstate__(pickle.loads(payload))
-    return memory

@@ -403,8 +403,14 @@ class KNNClassifier(_MemoryClassifier):
 
 
 def _check_label(y: Any) -> None:
-    """None and NaN (of any numeric type: float, NumPy, complex, Decimal) are no label."""
-    if y is None or (isinstance(y, numbers.Number) and y != y):
+    """None, and any value not equal to itself (NaN of any numeric type, NumPy's NaT), are no label."""
+    try:
+        missing = y is None or bool(y != y)
+    except ArithmeticError:  # a signalling Decimal NaN refuses even to be compared
+        missing = True
+    except (TypeError, ValueError):  # a value whose comparison is no truth value is not missing
+        missing = False
+    if missing:
         raise ValueError(f"y must be a label, got {y!r} (None and NaN mark a missing label: learn_one learns "
                          "verified labels, and predict_one answers None before any learning)")
 

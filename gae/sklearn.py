@@ -343,13 +343,15 @@ def _check_labels(values: Any, argument: str) -> None:
 
 
 def _is_missing(value: Any) -> bool:
-    """None and NaN (of any numeric type: float, NumPy, complex, Decimal) are no label."""
+    """None, and any value not equal to itself (NaN of any numeric type, NumPy's NaT), are no label."""
     if value is None:
         return True
     try:
-        return isinstance(value, numbers.Number) and bool(value != value)
+        return bool(value != value)
     except ArithmeticError:  # a signalling Decimal NaN refuses even to be compared
         return True
+    except (TypeError, ValueError):  # a value whose comparison is no truth value is not missing
+        return False
 
 
 def _split(X: np.ndarray, column: int | None, limit: float) -> tuple[np.ndarray, np.ndarray | None]:

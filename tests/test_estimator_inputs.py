@@ -161,3 +161,18 @@ def test_sklearn_refuses_an_empty_X_and_changes_nothing():
         with pytest.raises(ValueError, match=r"Found array with 0 (sample|feature)\(s\)|features"):
             fitted.partial_fit(empty, y)
         assert equal(snapshot(fitted, "memory_"), before)
+
+
+def test_a_label_not_equal_to_itself_is_refused_everywhere() -> None:
+    import numpy as np
+    import pytest as _pytest
+
+    river = _pytest.importorskip("gae.river")
+    model = river.JudgmentClassifier()
+    model.learn_one({"a": 0.5}, "x")
+    with _pytest.raises(ValueError, match="y must be a label"):
+        model.learn_one({"a": 0.4}, np.datetime64("NaT"))
+    assert model._labels == ["x"]
+    from gae.sklearn import _is_missing
+
+    assert _is_missing(np.datetime64("NaT")) and not _is_missing(np.datetime64("2026-01-01")) and not _is_missing("x")

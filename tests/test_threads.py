@@ -178,3 +178,62 @@ def test_a_copy_taken_while_another_thread_learns_is_of_one_state() -> None:
         serial, _ = replay(JudgmentConfig.recommended(), log, set())
         for name, buffer in serial.named_buffers():
             assert torch.equal(buffer, twin.get_buffer(name)), name
+
+
+def test_a_checkpoint_saved_while_another_thread_learns_is_whole() -> None:
+    import io
+
+    memory = JudgmentMemory(CATEGORIES, ACTIONS, K, JudgmentConfig.recommended())
+    done = threading.Event()
+
+    def learner() -> None:
+        for factors, action, category in decisions(1, 3_000):
+            memory.learn_one(factors, action, category, confirmed=None)
+        done.set()
+
+    worker = threading.Thread(target=learner)
+    worker.start()
+    saved = []
+    while not done.is_set():
+        buffer = io.BytesIO()
+        torch.save(memory.state_dict(), buffer)  # serialized after state_dict returned, while learning goes on
+        saved.append(buffer.getvalue())
+    worker.join()
+    for i, data in enumerate(saved):
+        loaded = JudgmentMemory(CATEGORIES, ACTIONS, K, JudgmentConfig.recommended())
+        loaded.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+        log = loaded.decision_log.events()
+        assert int(loaded.num_decisions) == len(log["seq"]) == loaded.version  # buffers, log and counter agree
+        if i % max(1, len(saved) // 5):
+            continue
+        serial, _ = replay(JudgmentConfig.recommended(), log, set())
+        for name, buffer in serial.named_buffers():
+            assert torch.equal(buffer, loaded.get_buffer(name)), name
+
+
+class Parent(torch.nn.Module):
+    """A model holding the memory and a second reference to its attention."""
+
+    def __init__(self, memory: JudgmentMemory) -> None:
+        super().__init__()
+        self.memory, self.shared = memory, memory.criterion_logits
+
+
+def test_pickling_keeps_torch_s_own_path() -> None:
+    """Shared parameters stay shared, map_location is honoured, and state_dict entries are copies."""
+    import io
+    import pickle
+
+    parent = Parent(JudgmentMemory(CATEGORIES, ACTIONS, K))
+    parent.memory.learn_one([0.5] * K, "approve", "invoice")
+    again = pickle.loads(pickle.dumps(parent))
+    assert again.shared is again.memory.criterion_logits
+    buffer = io.BytesIO()
+    torch.save(parent, buffer)
+    mapped = []
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False, map_location=lambda storage, _: mapped.append(1) or storage)
+    assert mapped and loaded.shared is loaded.memory.criterion_logits
+    state = parent.state_dict()  # through the parent: the memory's entries are copies taken under its lock
+    assert state["memory.centroids"].data_ptr() != parent.memory.centroids.data_ptr()
+    assert torch.equal(state["memory.centroids"], parent.memory.centroids)

@@ -39,8 +39,8 @@ class KNNMemory(DecisionMemory):
     write, so decisions are learned one call after another, in the order the lock was taken (a
     batch's decisions stay together, in order), and a score sees the ring before or after each
     learning call, never half of one (``forward`` and ``neighbours`` copy the ring under the lock
-    and score the copy). A copy (``copy.deepcopy``, pickle) is of one state, with a lock of its
-    own. Not covered: writing the buffers directly, or moving the memory (``to``) while other
+    and score the copy). ``state_dict()`` and ``copy.deepcopy`` are of one state, with a lock
+    of its own. Not covered: pickling while other threads learn, writing the buffers directly, or moving the memory (``to``) while other
     threads call it.
 
     Args:

@@ -44,9 +44,9 @@ class RetrievalMemory(DecisionMemory):
     (``memory.store.retrieve``, ...) take turns with the memory's. Decisions are learned one call
     after another, in the order the lock was taken (a batch's decisions stay together, in order);
     a score sees the store before or after each learning call, never half of one; the labels and
-    the store's rows, ids, version and audit log stay consistent with each other. A copy
-    (``copy.deepcopy``, pickle) is of one state, with a lock of its own (shared with its store's
-    copy). Not covered: writing the buffers directly, or moving the memory (``to``) while other
+    the store's rows, ids, version and audit log stay consistent with each other. ``state_dict()``
+    and ``copy.deepcopy`` are of one state, with a lock of its own (shared with its store's
+    copy). Not covered: pickling while other threads learn, writing the buffers directly, or moving the memory (``to``) while other
     threads call it.
 
     Args:

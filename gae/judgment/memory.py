@@ -65,9 +65,12 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     Thread safety: one memory may be shared by many threads. Every public call holds the
     memory's lock from its checks to its last write, so learning calls apply one after
     another, a score (``forward``, ``score_one``, ``explain``) answers from the state between
-    two whole calls, and the logs hold exactly the learned rows in the order taken. An
-    optimizer stepping ``criterion_logits`` runs outside the memory: do not step it while other
-    threads learn.
+    two whole calls, and the logs hold exactly the learned rows in the order taken;
+    ``state_dict()`` and ``copy.deepcopy`` are taken whole under the lock. Not covered: a
+    ``forward`` traced by ``torch.compile`` (the graph reads the buffers without the lock),
+    pickling while another thread learns, and the attention: an optimizer stepping
+    ``criterion_logits`` (and ``attention_loss``, which reads it) runs outside the memory, so do
+    not train the attention while other threads learn.
 
     Args:
         categories: number of categories, or their names.
