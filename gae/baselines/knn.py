@@ -40,8 +40,8 @@ class KNNMemory(DecisionMemory):
     batch's decisions stay together, in order), and a score sees the ring before or after each
     learning call, never half of one (``forward`` and ``neighbours`` copy the ring under the lock
     and score the copy). ``state_dict()`` and ``copy.deepcopy`` are of one state, with a lock
-    of its own. Not covered: pickling while other threads learn, writing the buffers directly, or moving the memory (``to``) while other
-    threads call it.
+    of its own. Not covered: pickling while other threads learn, writing the buffers directly,
+    or moving the memory (``to``) while other threads call it.
 
     Args:
         factors: number of factors, or their names.
