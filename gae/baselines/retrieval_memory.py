@@ -46,8 +46,8 @@ class RetrievalMemory(DecisionMemory):
     a score sees the store before or after each learning call, never half of one; the labels and
     the store's rows, ids, version and audit log stay consistent with each other. ``state_dict()``
     and ``copy.deepcopy`` are of one state, with a lock of its own (shared with its store's
-    copy). Not covered: pickling while other threads
-    learn, writing the buffers directly, or moving the memory (``to``) while other threads call it.
+    copy). Not covered: pickling while other threads learn, writing the buffers directly, or
+    moving the memory (``to``) while other threads call it.
 
     Args:
         factors, actions: counts or names.
