@@ -17,7 +17,8 @@ from gae.judgment import state as layout
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
-from gae.judgment.history import RELEARNED, History, HistoryMixin, buffer_state
+from gae.judgment.history import RELEARNED, History, buffer_state
+from gae.judgment.history_api import HistoryMixin
 from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 

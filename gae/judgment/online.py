@@ -260,7 +260,7 @@ class HostState:
 
 class SingleDecisionMixin:
     """The judgment memory's ``score_one``, ``learn_one`` and ``prequential_`` of one decision
-    on this module's path (its public face, as :class:`~gae.judgment.history.HistoryMixin` is the
+    on this module's path (its public face, as :class:`~gae.judgment.history_api.HistoryMixin` is the
     history's). Mixed into :class:`~gae.JudgmentMemory`, which provides the attributes below and,
     after it in the method order, :class:`~gae.DecisionMemory`'s checked single-decision API
     (``super()``), which anything unusual takes."""

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from gae.episodic.store.base import split_scope
+
 # the memories columns a row checksum covers, in its order (every column but the uuid)
 CHECKED = ("seq", "scope_type", "scope_id", "memory_type", "content", "embedding", "confidence", "sensitivity",
            "source_ids", "valid_from", "valid_until", "importance", "created_at", "deleted_at", "deleted_reason")
@@ -72,6 +74,20 @@ def row_checksum(values: Sequence[Any]) -> int:
 def reals(values: Any) -> list[float]:
     """Floats as a store writes them: Python floats, -0.0 as 0.0 (how SQLite reads it back)."""
     return (np.asarray(values, dtype=np.float64) + 0.0).tolist()
+
+
+def written_columns(rows: Any) -> tuple[Any, ...]:
+    """The columns of new rows as both stores write (and checksum) them: ``(scopes, contents,
+    sensitivities, memory_types, embedding, confidence, valid_from, valid_until, importance,
+    created_at)``, scopes as (kind, name) pairs, text as plain str, the embedding little-endian
+    float32 and the numbers as :func:`reals`."""
+    scopes = [split_scope(str(key)) for key in rows.scope]  # plain str (numpy's str_ has another repr)
+    contents = [None if text is None else str(text) for text in rows.contents()]
+    sensitivities, memory_types = [str(s) for s in rows.sensitivities()], [str(t) for t in rows.memory_type]
+    embedding = np.ascontiguousarray(rows.embedding, dtype="<f4")
+    numbers = (reals(getattr(rows, name)) for name in ("confidence", "valid_from", "valid_until", "importance",
+                                                         "created_at"))
+    return (scopes, contents, sensitivities, memory_types, embedding, *numbers)
 
 
 def embedding_bytes(embedding: Any) -> bytes | None:

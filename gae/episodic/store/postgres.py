@@ -36,7 +36,7 @@ from gae.episodic.store.base import (
     scope_keys,
     split_scope,
 )
-from gae.episodic.store.integrity import checksum, reals, row_checksum
+from gae.episodic.store.integrity import checksum, row_checksum, written_columns
 from gae.episodic.store.postgres_vector import Vector, register_vector
 
 if TYPE_CHECKING:
@@ -376,12 +376,8 @@ class PostgresStore(MemoryStore):
         row-level security, and the HNSW index's upkeep dominates either way)."""
         from psycopg.types.json import Jsonb
 
-        scopes = [split_scope(str(key)) for key in rows.scope]  # plain str (numpy's str_ has another repr)
-        contents = [None if text is None else str(text) for text in rows.contents()]
-        sensitivities, memory_types = [str(s) for s in rows.sensitivities()], [str(t) for t in rows.memory_type]
-        embedding = np.ascontiguousarray(rows.embedding, dtype="<f4")
-        confidence, valid_from, valid_until, importance, created_at = (reals(getattr(rows, name)) for name in (
-            "confidence", "valid_from", "valid_until", "importance", "created_at"))
+        (scopes, contents, sensitivities, memory_types, embedding, confidence, valid_from, valid_until, importance,
+         created_at) = written_columns(rows)
         records = []
         for i, seq in enumerate(rows.seq.tolist()):
             sources = [int(s) for s in rows.source_ids[i]]

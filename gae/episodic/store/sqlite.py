@@ -36,9 +36,15 @@ from gae.episodic.store.base import (
     padded,
     rows_from_records,
     scope_filters,
-    split_scope,
 )
-from gae.episodic.store.integrity import CHECKED, checksum, reals, row_checksum, sqlite_file_problems, tombstoned
+from gae.episodic.store.integrity import (
+    CHECKED,
+    checksum,
+    row_checksum,
+    sqlite_file_problems,
+    tombstoned,
+    written_columns,
+)
 
 _SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -445,12 +451,8 @@ class SQLiteStore(MemoryStore):
         self._truncate_wal()
 
     def _insert(self, rows: Rows) -> None:
-        scopes = [split_scope(str(key)) for key in rows.scope]  # plain str (numpy's str_ has another repr)
-        contents = [None if text is None else str(text) for text in rows.contents()]
-        sensitivities, memory_types = [str(s) for s in rows.sensitivities()], [str(t) for t in rows.memory_type]
-        embedding = np.ascontiguousarray(rows.embedding, dtype="<f4")
-        confidence, valid_from, valid_until, importance, created_at = (reals(getattr(rows, name)) for name in (
-            "confidence", "valid_from", "valid_until", "importance", "created_at"))
+        (scopes, contents, sensitivities, memory_types, embedding, confidence, valid_from, valid_until, importance,
+         created_at) = written_columns(rows)
         records = []
         for i, seq in enumerate(rows.seq.tolist()):
             values = (seq, scopes[i][0], scopes[i][1], memory_types[i], contents[i], embedding[i].tobytes(),
