@@ -17,6 +17,7 @@ from gae.state_dicts import check_state_dict, load_all_or_nothing
 from gae.types import LearnEvents, StreamStep
 
 INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
+FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
 
 
 class DecisionMemory(nn.Module):
@@ -210,7 +211,9 @@ class DecisionMemory(nn.Module):
         (other shapes, complex, object or string values, a tensor that needs a gradient, ...)."""
         try:
             if factors.__class__ is list:
-                row = np.array(factors, dtype=np.float64)
+                row = np.array(factors)  # floats, the common case, come as float64: naming it costs more
+                if row.dtype is not FLOAT64:
+                    row = np.array(factors, dtype=np.float64)  # ints, bools, ... as before; anything else raises
             else:
                 raw = np.asarray(factors)
                 if raw.dtype.kind not in "fiu":

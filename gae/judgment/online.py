@@ -181,11 +181,10 @@ class HostState:
     """
 
     def __init__(self) -> None:
-        self.touched: tuple[Tensor, ...] = ()  # those with data
-        self.pointers: tuple[int, ...] = ()  # where their data was
+        self.touched: tuple[Tensor, ...] = ()  # the buffers with data and the attention logits
+        self.pointers: tuple[int, ...] = (-1,)  # where their data was (never a match before a build)
         self.scored: tuple[Tensor, ...] = ()  # those score_one reads
-        self.scored_pointers: tuple[int, ...] = ()
-        self.logits_ptr = -1
+        self.scored_pointers: tuple[int, ...] = (-1,)
         self.learn: Any = None  # the entry point of kernels.learning.learn_one for the bound arrays
         self.bound: tuple = ()  # learn_one_at's arguments fixed for a staged run
         self.table: ArrayTable | None = None  # the arrays they address, held while they are used
@@ -200,14 +199,16 @@ class HostState:
         # a replaced tensor drops the whole HostState (DecisionMemory._drop_views); what is left to see is data
         # that moved under the same tensors (Tensor.share_memory_, alone or through torch.multiprocessing, moves
         # it and frees the old block without replacing the tensor; so do ``.data =`` and ``set_``)
-        tensors, pointers = (self.scored, self.scored_pointers) if scoring else (self.touched, self.pointers)
-        if (parameters["criterion_logits"].data_ptr() == self.logits_ptr
-                and tuple(map(TensorBase.data_ptr, tensors)) == pointers):
+        # (the attention logits are the last of each tuple: one map over them costs less than a call apart)
+        if scoring:
+            if tuple(map(TensorBase.data_ptr, self.scored)) == self.scored_pointers:
+                return self
+        elif tuple(map(TensorBase.data_ptr, self.touched)) == self.pointers:
             return self
         return self._build(buffers, parameters["criterion_logits"])
 
     def _build(self, buffers: dict[str, Any], logits: Tensor) -> HostState | None:
-        self.logits_ptr = -1
+        self.pointers = self.scored_pointers = (-1,)
         for name, dtype in DTYPES.items():  # the kernels read each buffer as its layout's dtype, by address
             tensor = buffers[name]
             if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype != dtype:
@@ -215,16 +216,15 @@ class HostState:
         if logits.device.type != "cpu" or not logits.is_contiguous() or logits.dtype != torch.float32:
             return None
         # the buffers that hold data (a feature that is off keeps empty ones), and where it is
-        self.touched = tuple(tensor for tensor in buffers.values() if tensor.numel())
-        self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
-        self.scored = tuple(buffers[name] for name in SCORED if buffers[name].numel())
-        self.scored_pointers = tuple(map(TensorBase.data_ptr, self.scored))
+        self.touched = (*(tensor for tensor in buffers.values() if tensor.numel()), logits)
+        self.scored = (*(buffers[name] for name in SCORED if buffers[name].numel()), logits)
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))
         self.num_decisions = buffers["num_decisions"].detach().numpy()
         self.logits = logits.detach().numpy()
         self.learn = self.score = self.bound_to = None
-        self.logits_ptr = logits.data_ptr()
+        self.pointers = tuple(map(TensorBase.data_ptr, self.touched))
+        self.scored_pointers = tuple(map(TensorBase.data_ptr, self.scored))
         return self
 
     def bind(self, staged: Staged, options: kernels.Options, limit: float) -> None:
@@ -272,6 +272,7 @@ class SingleDecisionMixin:
     grow: bool
     n_factors: int
     action_names: tuple[str, ...]
+    _action_names: tuple[str, ...]  # the same, without the property's call (on every decision)
     category_names: tuple[str, ...]
     criterion_logits: Tensor
     _buffers: dict[str, Any]
@@ -304,10 +305,12 @@ class SingleDecisionMixin:
             row = self._fast_row(factors)
             if row is None:
                 return cast(Any, super()).score_one(factors, category)  # the checks, with the full error message
-            action, confidence = host.score_row(row, index, self._options)
+            score = host.score  # bound on the first score: then called here, a Python call less
+            action, confidence = (host.score_row(row, index, self._options) if score is None
+                                  else score(row, index, *host.score_bound))
             if action == kernels.NOT_FINITE:
                 return cast(Any, super()).score_one(factors, category)
-            return None if action < 0 else self.action_names[action], confidence
+            return None if action < 0 else self._action_names[action], confidence
         finally:
             lock.release()
 
@@ -332,7 +335,7 @@ class SingleDecisionMixin:
                 c = (self._category_positions.get(category) if category.__class__ is str
                      else self._category_position(category))
                 a = (self._action_positions.get(action) if action.__class__ is str
-                     else self._position(action, self._action_positions, len(self.action_names)))
+                     else self._position(action, self._action_positions, len(self._action_names)))
                 if host is not None and c is not None and a is not None:
                     row = self._fast_row(factors)
                     if row is not None:
@@ -353,7 +356,7 @@ class SingleDecisionMixin:
         caller reads the row first, then sends it."""
         history = self.history
         staged = history.staged
-        if staged is None or staged.shape[0] != len(self.action_names):  # the factors never change
+        if staged is None or staged.shape[0] != len(self._action_names):  # the factors never change
             history.flush()
             shape = (len(self.action_names), self.n_factors)
             staged = history.staged = Staged(*shape, capacity(*shape, self._config.max_log_events))
