@@ -309,10 +309,10 @@ class UnreachableStore(SQLiteStore):
             raise OSError("connection lost")
         super().commit(change)
 
-    def open(self, dim: int):
+    def open(self, dim: int, audit_last: int | None = None):
         if self.cut:
             raise OSError("connection lost")
-        return super().open(dim)
+        return super().open(dim, audit_last)
 
 
 def test_a_store_that_cannot_be_read_back_leaves_no_stale_index(tmp_path):

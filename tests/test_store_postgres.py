@@ -607,6 +607,22 @@ def test_episodic_memory_restores_exactly_from_postgres(dsn: str) -> None:
     assert [e.version for e in mutations] == list(range(1, memory.version + 1))  # one row per mutation
 
 
+def test_a_reopened_memory_keeps_the_newest_audit_records_and_postgres_all(dsn: str) -> None:
+    from gae import EpisodicMemory
+    from tests.test_episodic_audit import DIM as AUDIT_DIM
+    from tests.test_episodic_audit import churn, records
+
+    memory = EpisodicMemory(AUDIT_DIM, capacity=3, store=PostgresStore(dsn), max_audit=5)
+    churn(memory, 25)
+    full = memory.store.audit()
+    assert len(full) > 25 and [(e.action, e.time, e.ids, e.reason, e.version) for e in full[-5:]] == records(memory)
+    assert memory.store.audit(last=3) == full[-3:] and memory.store.audit(last=0) == []
+    with pytest.raises(ValueError, match="last"):
+        memory.store.audit(last=-1)
+    reopened = EpisodicMemory(AUDIT_DIM, capacity=3, store=PostgresStore(dsn), max_audit=4)
+    assert records(reopened) == records(memory)[-4:] and reopened.version == memory.version
+
+
 def test_a_killed_writer_loses_nothing_on_postgres(dsn: str, tmp_path) -> None:
     import os
     import signal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -27,6 +28,9 @@ from gae.episodic.scorer import RetrievalScorer, top_k
 from gae.episodic.store.base import AuditEntry, Change, MemoryStore
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
+MAX_AUDIT = 10_000  # audit records an EpisodicMemory keeps by default (a store keeps them all)
+
+
 class EpisodicMemory(Persistence):
     r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
 
@@ -47,10 +51,11 @@ class EpisodicMemory(Persistence):
     ``version`` increases by one on every mutation (add, eviction, delete, expiry) and the
     audit log holds one record per mutation and per refused admission. Deletes are physical
     in this index; the audit keeps their record. Time is explicit: ``now`` is an argument.
-    The audit log is the one part that grows without bound: Python records, about 70 bytes
-    per memory added in batches of 1,000 and about 230 bytes per record when memories are
-    added (and evicted) one at a time (docs/soak.md measures it); :meth:`state_dict` carries
-    it, and a ``store`` also writes it to its audit table.
+    ``audit_log`` (a copy, oldest first) keeps the last ``max_audit`` records (10,000 by
+    default, about 2 MB when memories are added one at a time; ``None`` keeps every record):
+    :meth:`state_dict` carries them, and a ``store`` also writes every record to its audit
+    table, which keeps the whole trail (``store.audit()``) while the memory reopened on it
+    holds the last ``max_audit``.
 
     With a ``store`` (:class:`~gae.episodic.store.SQLiteStore`, :class:`~gae.episodic.store.PostgresStore`) the
     store is the source of truth: each call that mutates the memory (``add``, ``delete``,
@@ -81,6 +86,8 @@ class EpisodicMemory(Persistence):
         device: where the tensor index lives.
         store: a :class:`~gae.episodic.store.MemoryStore` to write through to and restore from. Default:
             None (in-process only).
+        max_audit: audit records kept in the memory, the newest (an int >= 1), or None for all.
+            Default: 10,000.
 
     Examples::
 
@@ -98,10 +105,11 @@ class EpisodicMemory(Persistence):
 
     def __init__(self, dim: int, capacity: int = 30, *, scorer: RetrievalScorer | None = None,
                  eviction: str = "lowest_score", device: torch.device | str | None = None,
-                 store: MemoryStore | None = None) -> None:
+                 store: MemoryStore | None = None, max_audit: int | None = MAX_AUDIT) -> None:
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # every public call holds it (see the class)
         self.dim = check.check_int("dim", dim, low=1)
+        self.max_audit = None if max_audit is None else check.check_int("max_audit", max_audit, low=1)
         self.capacity = check.check_int("capacity", capacity, low=1)
         if eviction not in EVICTIONS:
             raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
@@ -115,7 +123,7 @@ class EpisodicMemory(Persistence):
         self.register_buffer("next_id", torch.zeros((), dtype=torch.int64, device=device))
         self.scope_names: list[str] = []
         self.source_ids: list[tuple[int, ...]] = []  # provenance, row-aligned with the columns
-        self.audit_log: list[AuditRecord] = []
+        self._audit: deque[AuditRecord] = deque(maxlen=self.max_audit)  # read through audit_log
         if device is not None:
             self.scorer.to(device)
         if store is not None and not isinstance(store, MemoryStore):
@@ -125,7 +133,7 @@ class EpisodicMemory(Persistence):
         self._depth = 0
         self._stale = False  # a failed write could not be rolled back from the store yet
         if store is not None:
-            snapshot = store.open(dim)
+            snapshot = store.open(dim, audit_last=self.max_audit)
             if snapshot is not None:
                 self._restore(snapshot)
 
@@ -134,14 +142,30 @@ class EpisodicMemory(Persistence):
             state = super().__getstate__()
             buffers = state["_buffers"]
             state["_buffers"] = type(buffers)((name, None if t is None else t.clone()) for name, t in buffers.items())
-            for name in ("scope_names", "source_ids", "audit_log"):
+            for name in ("scope_names", "source_ids"):
                 state[name] = list(state[name])
+            state["_audit"] = deque(state["_audit"], maxlen=self.max_audit)
         state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_audit" not in state:  # pickled before the audit log was bounded: it kept every record
+            state["max_audit"] = None
+            state["_audit"] = deque(state.pop("audit_log"), maxlen=None)
         super().__setstate__(state)
         self.__dict__["_lock"] = threading.RLock()
+
+    @property
+    def audit_log(self) -> list[AuditRecord]:
+        """The audit records kept (the last ``max_audit``), oldest first: a copy, taken under the
+        memory's lock. Assigning a list keeps its last ``max_audit`` records."""
+        with self._lock:
+            return list(self._audit)
+
+    @audit_log.setter
+    def audit_log(self, records: Sequence[AuditRecord]) -> None:
+        with self._lock:
+            self._audit = deque(records, maxlen=self.max_audit)
 
     def __len__(self) -> int:
         return int(self.size)
@@ -473,7 +497,7 @@ class EpisodicMemory(Persistence):
         """The audit record of a mutation that ``version`` already counts (the single-decision path
         counts its own in place), also handed to the store's pending change."""
         id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
-        self.audit_log.append(AuditRecord(action, float(now), id_tuple, reason, version))
+        self._audit.append(AuditRecord(action, float(now), id_tuple, reason, version))  # the oldest drops out
         if self._pending is not None:
             self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, version))
             if action in ("evict", "delete", "expire"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -66,6 +67,8 @@ class Persistence(nn.Module):
     scope_names: list[str]
     source_ids: list[tuple[int, ...]]
     audit_log: list[AuditRecord]
+    max_audit: int | None
+    _audit: deque[AuditRecord]  # the records audit_log copies
     _pending: Change | None
     _depth: int
     _stale: bool
@@ -127,7 +130,7 @@ class Persistence(nn.Module):
         index never serves or builds on changes the store did not accept."""
         assert self.store is not None
         self._stale = True
-        snapshot = self.store.open(self.dim)
+        snapshot = self.store.open(self.dim, audit_last=self.max_audit)
         self._clear()
         if snapshot is not None:
             self._restore(snapshot)
@@ -184,7 +187,7 @@ class Persistence(nn.Module):
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],
-                "audit_log": [[r.action, r.time, list(r.ids), r.reason, r.version] for r in self.audit_log]}
+                "audit_log": [[r.action, r.time, list(r.ids), r.reason, r.version] for r in self._audit]}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.scope_names = list(state["scope_names"])

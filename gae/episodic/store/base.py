@@ -297,9 +297,10 @@ class MemoryStore(abc.ABC):
     _erase_after = False  # an erasing change committed in the current hold: complete it when the hold ends
 
     @abc.abstractmethod
-    def open(self, dim: int) -> Snapshot | None:
+    def open(self, dim: int, audit_last: int | None = None) -> Snapshot | None:
         """Create the tables for width ``dim`` if the store is new (and return None), or check the
-        width and return the stored :class:`Snapshot`. Raises ValueError on another width."""
+        width and return the stored :class:`Snapshot`, its audit the last ``audit_last`` records
+        (all with None). Raises ValueError on another width."""
 
     def commit(self, change: Change) -> None:
         """Write one change in one transaction: all of it lands, or none of it. Writers are
@@ -384,8 +385,8 @@ class MemoryStore(abc.ABC):
         shared by every query, or one list per query (or a 2-D tensor or array, one row per query)."""
 
     @abc.abstractmethod
-    def audit(self) -> list[AuditEntry]:
-        """Every audit row, in order."""
+    def audit(self, last: int | None = None) -> list[AuditEntry]:
+        """Every audit row, in order; with ``last``, the last ``last`` of them (an int >= 0)."""
 
     @abc.abstractmethod
     def check(self, *, raises: bool = True) -> StoreCheck:

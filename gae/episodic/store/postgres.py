@@ -38,6 +38,7 @@ from gae.episodic.store.base import (
 )
 from gae.episodic.store.integrity import checksum, row_checksum, written_columns
 from gae.episodic.store.postgres_vector import Vector, register_vector
+from gae.validation import check_int
 
 if TYPE_CHECKING:
     import psycopg
@@ -152,7 +153,7 @@ class PostgresStore(MemoryStore):
     def _exists(self) -> bool:
         return self._conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.table}_meta",)).fetchone() == (True,)
 
-    def open(self, dim: int) -> Snapshot | None:
+    def open(self, dim: int, audit_last: int | None = None) -> Snapshot | None:
         if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 2000:
             raise ValueError(f"dim must be an int in [1, 2000] (pgvector's HNSW limit), got {dim!r}")
         conn = self._conn
@@ -185,7 +186,7 @@ class PostgresStore(MemoryStore):
             with conn.transaction():
                 self._enable_row_level_security()
         self.dim = dim
-        return self._snapshot()
+        return self._snapshot(audit_last)
 
     def _schema_version(self) -> int:
         """The stored schema version; none or an unknown one is refused (StoreCorrupted), a newer one too."""
@@ -281,14 +282,14 @@ class PostgresStore(MemoryStore):
             raise StoreCorrupted(self._where, f"its meta table has no {key!r}")
         return str(row[0])
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self, audit_last: int | None = None) -> Snapshot:
         assert self.dim is not None
         with self._conn.transaction():  # one consistent view of rows, audit and counters
             if not self._held:  # (holding the write lock, nobody else writes: the view is consistent as it is)
                 self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             records = self._conn.execute(self._q(f"SELECT {SNAPSHOT_COLUMNS} FROM {{t}} WHERE deleted_at IS NULL "
                                                  "ORDER BY seq"), binary=True).fetchall()
-            audit = self.audit()
+            audit = self.audit(audit_last)
             with self._reading("its meta table cannot be read"):
                 meta = {}
                 for key, value, stored in self._conn.execute(self._q("SELECT key, value, checksum FROM {meta}")):
@@ -390,10 +391,12 @@ class PostgresStore(MemoryStore):
                                 f"VALUES ({', '.join(['%s'] * 14)})"), records)
 
     # -- reading -------------------------------------------------------------------------------
-    def audit(self) -> list[AuditEntry]:
+    def audit(self, last: int | None = None) -> list[AuditEntry]:
+        limit = None if last is None else check_int("last", last, low=0)  # Postgres: LIMIT NULL, no limit
         with self._reading("its audit table cannot be read"):
-            return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor in self._conn.execute(
-                self._q("SELECT action, time, ids, reason, version, actor FROM {audit} ORDER BY n"))]
+            return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor, _ in self._conn.execute(
+                self._q("SELECT * FROM (SELECT action, time, ids, reason, version, actor, n FROM {audit} "
+                        "ORDER BY n DESC LIMIT %s) AS newest ORDER BY n"), (limit,))]
 
     def _ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
         """One query's ranking statement: filters, scores and top k, over a candidate pool or not.

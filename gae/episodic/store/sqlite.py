@@ -45,6 +45,7 @@ from gae.episodic.store.integrity import (
     tombstoned,
     written_columns,
 )
+from gae.validation import check_int
 
 _SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -282,14 +283,14 @@ class SQLiteStore(MemoryStore):
     def _tables(self) -> set[str]:
         return {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
-    def open(self, dim: int) -> Snapshot | None:
+    def open(self, dim: int, audit_last: int | None = None) -> Snapshot | None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be an int >= 1, got {dim!r}")
         if "memories" not in self._tables():
             self._begin_write()  # SQLite's DDL is transactional: all tables or none
             if "memories" in self._tables():  # another process created them while this one waited
                 self._conn.execute("COMMIT")
-                return self.open(dim)
+                return self.open(dim, audit_last)
             try:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -312,7 +313,7 @@ class SQLiteStore(MemoryStore):
         if stored != dim:
             raise ValueError(f"{self.path} holds memories of dim={stored}, not dim={dim}")
         self.dim = dim
-        return self._snapshot()
+        return self._snapshot(audit_last)
 
     def _migrate(self) -> None:
         """Bring an older schema up to :data:`SCHEMA_VERSION`, holding the write lock. 1 -> 2: a
@@ -335,12 +336,12 @@ class SQLiteStore(MemoryStore):
             raise StoreCorrupted(self.path, f"its meta table has no {key!r}")
         return row[0]
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self, audit_last: int | None = None) -> Snapshot:
         assert self.dim is not None
         with self._reading("its rows cannot be read"), self._read_transaction():  # one consistent read
-            return self._read_snapshot()
+            return self._read_snapshot(audit_last)
 
-    def _read_snapshot(self) -> Snapshot:
+    def _read_snapshot(self, audit_last: int | None) -> Snapshot:
         assert self.dim is not None
         meta = {}
         for key, value, stored in self._conn.execute("SELECT key, value, checksum FROM meta"):
@@ -355,7 +356,7 @@ class SQLiteStore(MemoryStore):
                 raise StoreCorrupted(self.path, f"row seq={r[0]!r}: its embedding is not {width} bytes")
         live = rows_from_records([(r[0], np.frombuffer(r[1], dtype=np.float32), *r[2:10], json.loads(r[10]), *r[11:])
                                   for r in records], self.dim)
-        return Snapshot(self.dim, live, self.audit(), int(meta["version"]), int(meta["next_id"]),
+        return Snapshot(self.dim, live, self.audit(audit_last), int(meta["version"]), int(meta["next_id"]),
                         json.loads(meta["scope_names"]))
 
     # -- writing -----------------------------------------------------------------------------
@@ -479,10 +480,12 @@ class SQLiteStore(MemoryStore):
         self._conn.executemany("DELETE FROM memories_text WHERE rowid = ?", [(s,) for s in seqs])
 
     # -- reading -------------------------------------------------------------------------------
-    def audit(self) -> list[AuditEntry]:
+    def audit(self, last: int | None = None) -> list[AuditEntry]:
+        limit = -1 if last is None else check_int("last", last, low=0)  # SQLite: -1, no limit
         with self._reading("its audit table cannot be read"):
-            return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor in
-                    self._conn.execute(f"SELECT {_AUDIT} FROM audit ORDER BY n")]
+            return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor, _ in
+                    self._conn.execute(f"SELECT * FROM (SELECT {_AUDIT}, n FROM audit ORDER BY n DESC LIMIT ?) "
+                                       "ORDER BY n", (limit,))]
 
     def _live(self) -> dict[str, Any]:
         """The live rows' retrieval columns, cached until the stored version changes."""
