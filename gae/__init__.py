@@ -12,10 +12,11 @@ from gae.episodic import AuditRecord, EpisodicMemory, Retrieval
 from gae.episodic.admission import Admission, AdmissionPolicy
 from gae.episodic.scorer import RetrievalScorer
 from gae.judgment import JudgmentConfig, JudgmentMemory
+from gae.lifecycle import Decision
 from gae.loading import safe_load
 from gae.types import GateLog, LearnEvents, MemoryOutput, StreamStep
 
-__all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "EpisodicMemory", "GateLog", "JudgmentConfig",
+__all__ = ["Admission", "AdmissionPolicy", "AuditRecord", "Decision", "EpisodicMemory", "GateLog", "JudgmentConfig",
            "JudgmentMemory", "KNNMemory", "LearnEvents", "MemoryOutput", "Retrieval", "RetrievalMemory",
            "RetrievalScorer", "StreamStep", "safe_load"]
 __version__ = "0.1.0"

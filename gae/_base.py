@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
+from gae.lifecycle import MAX_PENDING, LifecycleMixin
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 from gae.types import LearnEvents, StreamStep
 
@@ -20,7 +21,7 @@ INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertai
 FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
 
 
-class DecisionMemory(nn.Module):
+class DecisionMemory(LifecycleMixin, nn.Module):
     """Base of :class:`~gae.JudgmentMemory` and :class:`~gae.KNNMemory`.
 
     Subclasses set ``category_names`` (or None when categories are ignored),
@@ -37,9 +38,10 @@ class DecisionMemory(nn.Module):
     locked: pickle a memory while no other thread learns it. A copy gets a lock of its own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
+        self._init_pending(max_pending, pending_ttl)  # decide / verify (gae/lifecycle.py)
 
     n_factors: int
     _lock: threading.RLock  # see the class docstring; outside nn.Module's attributes, so not a buffer or module
@@ -144,6 +146,11 @@ class DecisionMemory(nn.Module):
         ``gated``, ``eta``, ``disp`` and ``initialized``. A memory built with ``grow=True``
         adds an action or category name it has not met (:meth:`add_actions_`).
         """
+        return self._learn_checked(factors, action, category, confirmed, outcome, None)
+
+    def _learn_checked(self, factors: Any, action: str | int, category: str | int, confirmed: bool | None,
+                       outcome: str | None, source_id: int | None) -> dict[str, Any]:
+        """``learn_one`` on the checked path, the decision's ``source_id`` given (else its sequence number)."""
         if outcome is not None and not isinstance(outcome, str):
             raise TypeError(f"outcome must be None or a string, got {outcome!r}")
         if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
@@ -156,7 +163,8 @@ class DecisionMemory(nn.Module):
             action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
             confirmed_t = None if confirmed is None else torch.tensor([bool(confirmed)], device=device)
             skip = torch.tensor([outcome == INCORRECT], device=device)
-            events = self.learn_(x, category_index, action_index, confirmed_t, skip)
+            sources = None if source_id is None else torch.tensor([source_id], device=device)
+            events = self.learn_(x, category_index, action_index, confirmed_t, skip, sources)
         if bool(events.skipped[0]):
             return {"skipped": True}
         return {"skipped": False, "gated": bool(events.gated[0]), "eta": float(events.eta[0]),
@@ -408,10 +416,10 @@ class DecisionMemory(nn.Module):
                 "action_names": list(self.action_names), "factor_names": list(self.factor_names)}
 
     def get_extra_state(self) -> dict[str, Any]:
-        return self._names_state()
+        return {**self._names_state(), **self._pending_state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        pass  # the names are checked in _load_from_state_dict, before any tensor is copied
+        self._load_pending_state(state)  # the names are checked in _load_from_state_dict, before any tensor is copied
 
     def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:
         """Refuse a state saved by a memory with other names (or another mode)."""

@@ -11,6 +11,7 @@ from torch import Tensor
 from gae import validation as check
 from gae._base import INCORRECT, DecisionMemory
 from gae.baselines.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
+from gae.lifecycle import MAX_PENDING
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -79,8 +80,8 @@ class KNNMemory(DecisionMemory):
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
-                 grow: bool = False) -> None:
-        super().__init__()
+                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
+        super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.capacity = capacity
         self.respect_skip = bool(respect_skip)

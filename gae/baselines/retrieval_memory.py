@@ -14,6 +14,7 @@ from gae._base import INCORRECT, DecisionMemory
 from gae.baselines.retrieval_engine import RetrievalHost
 from gae.episodic import EpisodicMemory
 from gae.episodic.scorer import RetrievalScorer
+from gae.lifecycle import MAX_PENDING
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -75,8 +76,8 @@ class RetrievalMemory(DecisionMemory):
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 400,
                  categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
                  seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True,
-                 grow: bool = False) -> None:
-        super().__init__()
+                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
+        super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.respect_skip = bool(respect_skip)
         self.grow = bool(grow)
@@ -250,7 +251,9 @@ class RetrievalMemory(DecisionMemory):
         self.store.__dict__["_lock"] = self._lock
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values())}
+        return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values()),
+                **self._pending_state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.labels = dict(zip(state["label_ids"], state["labels"], strict=True))
+        self._load_pending_state(state)

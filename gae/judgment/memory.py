@@ -19,6 +19,7 @@ from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, buffer_state
 from gae.judgment.history_api import HistoryMixin
+from gae.lifecycle import MAX_PENDING
 from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
@@ -138,8 +139,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     relevance_logits: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
-                 *, grow: bool = False, **overrides: Any) -> None:
-        super().__init__()
+                 *, grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
         if config is not None and not isinstance(config, JudgmentConfig):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
@@ -417,12 +419,13 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     def get_extra_state(self) -> dict[str, Any]:
         self.history.flush(self, self._relearn)  # staged decisions join the logs, which then keep their bound
         return {**self._names_state(), "config": self._config.to_dict(), "updates": self._updates,
-                **self.history.state()}
+                **self.history.state(), **self._pending_state()}
 
     def set_extra_state(self, extra: dict[str, Any]) -> None:
         # a state saved before the counter existed: every decision it learned was one update
         self._updates = int(extra.get("updates", int(self.num_decisions)))
         self.history.load_state(self, extra)
+        self._load_pending_state(extra)
 
     def _check_names_state(self, extra: dict[str, Any]) -> None:
         super()._check_names_state(extra)

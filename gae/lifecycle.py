@@ -1,0 +1,274 @@
+"""Decide now, verify later: a decision memory's pending decisions.
+
+An agent scores a case, acts on it or hands it to a person, and learns the verified outcome
+minutes or days later. :meth:`LifecycleMixin.decide` scores and records the decision (its
+factors, category, recommendation, probabilities and the memory's version) under an id;
+:meth:`LifecycleMixin.verify` learns it when its outcome arrives, with ``confirmed`` meaning
+that the person accepted what the memory recommended *then*, whatever it would recommend now.
+
+The memory keeps the open decisions, oldest first, bounded by ``max_pending`` (default
+100,000) and ``pending_ttl`` (seconds, default none): past either the oldest expire, are
+counted in ``expired_decisions`` and logged (logger ``gae.lifecycle``). They travel in the
+``state_dict``. Verifications learn in the order they arrive, each decision with its own
+recorded recommendation: decide 1, decide 2, verify 2, verify 1 learns 2 first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gae import validation as check
+
+logger = logging.getLogger("gae.lifecycle")
+MAX_PENDING = 100_000  # open decisions a memory keeps by default
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision as the memory made it, pending until verified.
+
+    Attributes:
+        id: its id (a uuid4 hex unless the caller gave one).
+        action: the recommended action's name, or None when the memory abstained.
+        confidence: the recommendation's probability (0.0 when abstaining).
+        probs: every action's name -> its probability.
+        category: the category, as given.
+        version: the memory's ``version`` when it decided.
+        created_at: when it decided (seconds, ``time.time()`` unless ``now`` was given).
+        source_id: where the decision came from (``forget_`` removes by it), or None.
+    """
+
+    id: str
+    action: str | None
+    confidence: float
+    probs: dict[str, float]
+    category: str | int
+    version: int
+    created_at: float
+    source_id: int | None = None
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A pending decision and the factors it was made on (the memory's checked row)."""
+
+    decision: Decision
+    row: Tensor  # (K,), on the memory's device, in its precision
+
+
+class LifecycleMixin:
+    """``decide`` / ``verify`` / ``verify_many`` / ``pending`` for :class:`~gae.DecisionMemory`
+    (mixed into it: every decision memory has them). Each holds the memory's lock."""
+
+    _lock: Any
+    action_names: tuple[str, ...]
+
+    def _init_pending(self, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
+        self.__dict__["_open"] = OrderedDict()  # id -> _Open, oldest first
+        self.__dict__["expired_decisions"] = 0
+        self.pending_ttl = pending_ttl
+        self.max_pending = max_pending
+
+    @property
+    def max_pending(self) -> int:
+        """At most this many decisions stay pending; a decision over it expires the oldest."""
+        return self.__dict__["_max_pending"]
+
+    @max_pending.setter
+    def max_pending(self, value: int) -> None:
+        value = check.check_int("max_pending", value, low=1)
+        with self._lock:
+            self.__dict__["_max_pending"] = value
+            self._expire(None)
+
+    @property
+    def pending_ttl(self) -> float | None:
+        """Seconds a decision stays pending (None: until verified or pushed out by ``max_pending``)."""
+        return self.__dict__["_pending_ttl"]
+
+    @pending_ttl.setter
+    def pending_ttl(self, value: float | None) -> None:
+        self.__dict__["_pending_ttl"] = None if value is None else check.check_real(
+            "pending_ttl", value, low=0.0, low_open=True)
+
+    # -- the lifecycle --------------------------------------------------------------------
+    def decide(self, factors: Sequence[float] | Tensor | Any, category: str | int = "general", id: str | None = None,
+               source_id: int | None = None, *, now: float | None = None) -> Decision:
+        """Score one decision and keep it pending under ``id`` until :meth:`verify`.
+
+        The factors are checked as ``learn_one`` checks them (a decision that could never be
+        learned is refused now, not at its verification). With ``grow=True``, a category not
+        met yet abstains. ``now`` (seconds) stamps ``created_at`` and ages the pending
+        decisions (default: ``time.time()``).
+
+        Raises:
+            ValueError / TypeError: bad factors, category, id (empty, or already pending),
+                ``source_id`` or ``now``; nothing changes.
+        """
+        stamp = self._stamp(now)
+        if id is not None and (not isinstance(id, str) or not id):
+            raise TypeError(f"id must be a non-empty str or None, got {id!r}")
+        if source_id is not None:
+            source_id = check.check_int("source_id", source_id, low=0)
+        with self._lock:
+            if id is not None and id in self._open:
+                raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
+            row = self._one_factor_row(factors, check.LEARN_LIMIT)
+            names = self.action_names
+            if self._unseen(category):
+                action, confidence, probs = None, 0.0, dict.fromkeys(names, 0.0)
+            else:
+                index = self._category_index(category)
+                with torch.no_grad():
+                    out = self(row, torch.tensor([index], device=row.device))
+                action = self._action_name(int(out.action[0]))
+                confidence = float(out.confidence[0])
+                probs = dict(zip(names, out.probs[0].tolist(), strict=True))
+            decision = Decision(uuid.uuid4().hex if id is None else id, action, confidence, probs, category,
+                                self.version, stamp, source_id)
+            self._expire(stamp)
+            self._open[decision.id] = _Open(decision, row[0].clone())
+            self._expire(stamp)  # over max_pending: the oldest goes
+            return decision
+
+    def verify(self, id: str, action: str | int, outcome: str | None = None, skip: bool = False, *,
+               now: float | None = None) -> dict[str, Any]:
+        """Learn pending decision ``id``: the verified ``action``, with ``confirmed`` = (the
+        action it recommended when it decided == ``action``), ``outcome`` as ``learn_one``
+        takes it (``'__incorrect__'``: uncertain, not learned). ``skip=True`` closes it
+        without learning. Returns what ``learn_one`` returns (``{'skipped': True}`` when
+        skipped); the decision is no longer pending.
+
+        Raises:
+            KeyError: ``id`` is not pending (unknown, verified already, or expired).
+            ValueError / TypeError: a bad action, outcome or ``skip``. Either way nothing changes.
+        """
+        stamp = self._stamp(now)
+        if not isinstance(skip, bool):
+            raise TypeError(f"skip must be a bool, got {skip!r}")
+        with self._lock:
+            self._expire(stamp)
+            opened = self._pending_one(id)
+            self._check_verified_action(action)
+            if skip:
+                del self._open[id]
+                return {"skipped": True}
+            decision = opened.decision
+            confirmed = decision.action is not None and decision.action == self._verified_name(action)
+            result = self._learn_checked(opened.row, action, decision.category, confirmed, outcome,
+                                         decision.source_id) if decision.source_id is not None else \
+                self.learn_one(opened.row, action, decision.category, confirmed, outcome)
+            del self._open[id]
+            return result
+
+    def verify_many(self, ids: Sequence[str], actions: Sequence[str | int],
+                    outcomes: Sequence[str | None] | None = None, *, now: float | None = None) -> list[dict[str, Any]]:
+        """:meth:`verify` of each ``(id, action[, outcome])`` in order, checked as a whole first:
+        every id pending and given once, every action and outcome valid, so a call that raises
+        learns nothing. Returns the list of ``verify``'s answers."""
+        stamp = self._stamp(now)
+        ids, actions = list(ids), list(actions)
+        outcomes = [None] * len(ids) if outcomes is None else list(outcomes)
+        if not len(ids) == len(actions) == len(outcomes):
+            raise ValueError(f"ids, actions and outcomes must have one entry per decision, got {len(ids)}, "
+                             f"{len(actions)} and {len(outcomes)}")
+        with self._lock:
+            self._expire(stamp)
+            seen: set[str] = set()
+            for id_, action, outcome in zip(ids, actions, outcomes, strict=True):
+                self._pending_one(id_)
+                if id_ in seen:
+                    raise ValueError(f"ids names decision {id_!r} twice")
+                seen.add(id_)
+                self._check_verified_action(action)
+                if outcome is not None and not isinstance(outcome, str):
+                    raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+            return [self.verify(id_, action, outcome, now=stamp) for id_, action, outcome in
+                    zip(ids, actions, outcomes, strict=True)]
+
+    def pending(self, *, now: float | None = None) -> list[Decision]:
+        """The decisions not verified yet, oldest first (those past ``pending_ttl`` expire first)."""
+        stamp = self._stamp(now)
+        with self._lock:
+            self._expire(stamp)
+            return [opened.decision for opened in self._open.values()]
+
+    # -- helpers ----------------------------------------------------------------------------
+    @staticmethod
+    def _stamp(now: float | None) -> float:
+        if now is None:
+            return time.time()
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            raise ValueError(f"now must be a finite number of seconds or None, got {now!r}")
+        return float(now)
+
+    def _pending_one(self, id: str) -> _Open:
+        opened = self._open.get(id) if isinstance(id, str) else None
+        if opened is None:
+            raise KeyError(f"decision {id!r} is not pending: unknown, verified already or expired")
+        return opened
+
+    def _check_verified_action(self, action: str | int) -> None:
+        """A verified action the memory can learn: a known name or index, or with ``grow=True`` any name."""
+        if not (self.grow and isinstance(action, str) and action):
+            check.lookup("action", action, self.action_names)
+
+    def _verified_name(self, action: str | int) -> str:
+        return action if isinstance(action, str) else self.action_names[int(action)]
+
+    def _expire(self, now: float | None) -> None:
+        """Drop the decisions past ``pending_ttl`` (at ``now``) and the oldest over ``max_pending``."""
+        opened, ttl, gone = self._open, self.pending_ttl, []
+        if ttl is not None and now is not None:
+            while opened and next(iter(opened.values())).decision.created_at + ttl <= now:
+                gone.append(opened.popitem(last=False)[0])
+        while len(opened) > self.max_pending:
+            gone.append(opened.popitem(last=False)[0])
+        if gone:
+            self.__dict__["expired_decisions"] += len(gone)
+            logger.info("%s: %d pending decision(s) expired unverified (first %s)", type(self).__name__, len(gone),
+                        gone[0])
+
+    # -- in the state_dict ---------------------------------------------------------------
+    def _pending_state(self) -> dict[str, Any]:
+        """The pending decisions as ``weights_only`` data (lists, and their factors as one tensor)."""
+        decisions = [opened.decision for opened in self._open.values()]
+        rows = [opened.row.detach().cpu() for opened in self._open.values()]
+        return {"pending": {
+            "id": [d.id for d in decisions], "action": [d.action for d in decisions],
+            "confidence": [d.confidence for d in decisions], "probs": [list(d.probs.values()) for d in decisions],
+            "category": [d.category for d in decisions], "version": [d.version for d in decisions],
+            "created_at": [d.created_at for d in decisions], "source_id": [d.source_id for d in decisions],
+            "factors": torch.stack(rows) if rows else torch.zeros(0, self.n_factors)},
+            "expired_decisions": self.expired_decisions}
+
+    def _load_pending_state(self, state: dict[str, Any]) -> None:
+        """The pending decisions of a ``state_dict`` (none in one saved before they existed)."""
+        saved = state.get("pending")
+        if saved is None:
+            self.__dict__["_open"], self.__dict__["expired_decisions"] = OrderedDict(), 0
+            return
+        factors = saved["factors"]
+        n = len(saved["id"])
+        if not isinstance(factors, Tensor) or tuple(factors.shape) != (n, self.n_factors):
+            raise ValueError(f"state_dict's pending decisions hold factors of shape "
+                             f"{tuple(getattr(factors, 'shape', ()))}, not ({n}, {self.n_factors})")
+        like = self._one_factor_row([0.0] * self.n_factors)
+        opened: OrderedDict[str, _Open] = OrderedDict()
+        for i in range(n):
+            probs = dict(zip(self.action_names, saved["probs"][i], strict=True))
+            decision = Decision(saved["id"][i], saved["action"][i], float(saved["confidence"][i]), probs,
+                                saved["category"][i], int(saved["version"][i]), float(saved["created_at"][i]),
+                                saved["source_id"][i])
+            opened[decision.id] = _Open(decision, factors[i].to(like.device, like.dtype).clone())
+        self.__dict__["_open"], self.__dict__["expired_decisions"] = opened, int(state.get("expired_decisions", 0))
