@@ -22,7 +22,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -71,7 +71,25 @@ class LifecycleMixin:
     (mixed into it: every decision memory has them). Each holds the memory's lock."""
 
     _lock: Any
-    action_names: tuple[str, ...]
+    _open: OrderedDict[str, _Open]
+    expired_decisions: int
+    grow: bool
+    n_factors: int
+
+    if TYPE_CHECKING:  # provided by DecisionMemory and its subclasses
+        @property
+        def action_names(self) -> tuple[str, ...]: ...
+        @property
+        def version(self) -> int: ...
+        def __call__(self, x: Tensor, category: Tensor) -> Any: ...
+        def _one_factor_row(self, factors: Any, limit: float | None = None) -> Tensor: ...
+        def _unseen(self, category: Any) -> bool: ...
+        def _category_index(self, category: str | int) -> int: ...
+        def _action_name(self, index: int) -> str | None: ...
+        def learn_one(self, factors: Any, action: str | int, category: str | int = "general",
+                      confirmed: bool | None = True, outcome: str | None = None) -> dict[str, Any]: ...
+        def _learn_checked(self, factors: Any, action: str | int, category: str | int, confirmed: bool | None,
+                           outcome: str | None, source_id: int | None) -> dict[str, Any]: ...
 
     def _init_pending(self, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
         self.__dict__["_open"] = OrderedDict()  # id -> _Open, oldest first
