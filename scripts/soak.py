@@ -184,23 +184,16 @@ def held_bytes(obj: Any) -> int:
     return sum(storages.values())
 
 
-class AuditMeter:
+def audit_bytes(log: list) -> int:
     """Python bytes of an EpisodicMemory's audit log (records, id tuples, ints, times, reasons),
-    counted incrementally: the log only grows."""
-
-    def __init__(self) -> None:
-        self.counted, self.total = 0, 0
-
-    def __call__(self, log: list) -> int:
-        for record in log[self.counted:]:
-            self.total += (sys.getsizeof(record) + sys.getsizeof(record.ids) + sum(map(sys.getsizeof, record.ids))
-                           + sys.getsizeof(record.time) + sys.getsizeof(record.version)
-                           + (sys.getsizeof(record.reason) if record.reason else 0))  # '' and the actions are shared
-        self.counted = len(log)
-        return self.total
+    counted whole at every sample: the log keeps its newest records, so old ones leave it."""
+    return sum(sys.getsizeof(record) + sys.getsizeof(record.ids) + sum(map(sys.getsizeof, record.ids))
+               + sys.getsizeof(record.time) + sys.getsizeof(record.version)
+               + (sys.getsizeof(record.reason) if record.reason else 0)  # '' and the actions are shared
+               for record in log)
 
 
-def log_figures(memory: Any, audit: AuditMeter) -> dict[str, int]:
+def log_figures(memory: Any) -> dict[str, int]:
     """What the memory's logs hold now: the decision log's tensors and its formula, the gate,
     promotion and recycle logs (``event_log_bytes``; the gate log's share and events apart), the decision log's
     base (the buffers and those event logs as they were at its first decision) and an
@@ -218,7 +211,7 @@ def log_figures(memory: Any, audit: AuditMeter) -> dict[str, int]:
                        log_base_bytes=held_bytes([log.base]))
     store = memory.store if isinstance(memory, RetrievalMemory) else memory
     if isinstance(store, EpisodicMemory):
-        figures["audit_bytes"] = audit(store.audit_log)
+        figures["audit_bytes"] = audit_bytes(store.audit_log)
     return figures
 
 
@@ -248,7 +241,6 @@ def soak_memory(task: tuple[str, int, int, int, int, int, bool]) -> dict[str, An
     river = spec["kind"] == "river"
     memory = built.memory if river else built  # a river classifier builds its memory on its first sample
     optimizer = torch.optim.Adam([memory.criterion_logits], lr=0.05) if spec.get("learn_attention") else None
-    audit = AuditMeter()
     samples: dict[str, list] = {key: [] for key in ("decisions", "rss", "rss_trimmed", "state_tensor_bytes",
                                                     "state_dict_bytes", *LOG_KEYS)}
     first_bad: dict[str, Any] | None = None
@@ -262,7 +254,7 @@ def soak_memory(task: tuple[str, int, int, int, int, int, bool]) -> dict[str, An
         samples["state_tensor_bytes"].append({} if memory is None else {
             key: t.numel() * t.element_size() for key, t in [*memory.named_parameters(), *memory.named_buffers()]})
         samples["state_dict_bytes"].append(state_dict_bytes(memory) if river and memory is not None else 0)
-        for key, value in (dict.fromkeys(LOG_KEYS, 0) if memory is None else log_figures(memory, audit)).items():
+        for key, value in (dict.fromkeys(LOG_KEYS, 0) if memory is None else log_figures(memory)).items():
             samples[key].append(value)
 
     began, learning = time.perf_counter(), 0.0

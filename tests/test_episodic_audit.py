@@ -1,5 +1,6 @@
-"""An EpisodicMemory's audit log is bounded: it keeps the last ``max_audit`` records, while a
-store keeps the whole trail. ``scripts/soak.py`` measures it flat over a long run (docs/soak.md)."""
+"""An EpisodicMemory's audit log is bounded: it keeps the newest records naming at most
+``max_audit`` memory ids (a record naming none counts as one), while a store keeps the whole
+trail. ``scripts/soak.py`` measures it flat over a long run (docs/soak.md)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,21 @@ def test_the_log_keeps_the_newest_max_audit_records() -> None:
     assert records(bounded) == records(full)[-5:]
     assert bounded.version == full.version  # the bound drops records, never counts
     assert EpisodicMemory(DIM).max_audit == MAX_AUDIT == 10_000
+
+
+def test_a_batch_costs_its_ids_and_the_newest_record_always_stays() -> None:
+    memory = EpisodicMemory(DIM, capacity=50, max_audit=100)
+    generator = torch.Generator().manual_seed(0)
+    for step in range(12):  # 30 ids an add; over capacity, evictions of 30
+        memory.add(torch.randn(30, DIM, generator=generator), torch.rand(30, generator=generator), now=float(step))
+    kept = memory.audit_log
+    assert sum(max(1, len(r.ids)) for r in kept) <= 100 < sum(max(1, len(r.ids)) for r in kept) + 30
+    assert kept[-1].version == memory.version
+    big = EpisodicMemory(DIM, capacity=500, max_audit=10)
+    big.add(torch.randn(300, DIM, generator=generator), torch.rand(300, generator=generator), now=0.0)
+    assert [len(r.ids) for r in big.audit_log] == [300]  # one record over the bound: it stays alone
+    big.delete([0], now=1.0)
+    assert [r.action for r in big.audit_log] == ["delete"]
 
 
 def test_the_log_is_a_copy() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -23,12 +22,12 @@ from gae.episodic.columns import (
     source_rows,
 )
 from gae.episodic.persistence import Persistence, write_call
-from gae.episodic.records import COLUMNS, AuditRecord, Retrieval
+from gae.episodic.records import COLUMNS, AuditRecord, AuditTrail, Retrieval
 from gae.episodic.scorer import RetrievalScorer, top_k
 from gae.episodic.store.base import AuditEntry, Change, MemoryStore
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
-MAX_AUDIT = 10_000  # audit records an EpisodicMemory keeps by default (a store keeps them all)
+MAX_AUDIT = 10_000  # memory ids the audit records an EpisodicMemory keeps name, by default (a store keeps all)
 
 
 class EpisodicMemory(Persistence):
@@ -51,11 +50,12 @@ class EpisodicMemory(Persistence):
     ``version`` increases by one on every mutation (add, eviction, delete, expiry) and the
     audit log holds one record per mutation and per refused admission. Deletes are physical
     in this index; the audit keeps their record. Time is explicit: ``now`` is an argument.
-    ``audit_log`` (a copy, oldest first) keeps the last ``max_audit`` records (10,000 by
-    default, about 2 MB when memories are added one at a time; ``None`` keeps every record):
-    :meth:`state_dict` carries them, and a ``store`` also writes every record to its audit
-    table, which keeps the whole trail (``store.audit()``) while the memory reopened on it
-    holds the last ``max_audit``.
+    ``audit_log`` (a copy, oldest first) keeps the newest records that name at most
+    ``max_audit`` memory ids in all (10,000 by default, about 2 MB when memories are added one
+    at a time and less in batches; a record naming none counts as one; the newest record
+    always stays; ``None`` keeps every record). :meth:`state_dict` carries them, and a
+    ``store`` also writes every record to its audit table, which keeps the whole trail
+    (``store.audit()``) while a memory reopened on it holds the newest.
 
     With a ``store`` (:class:`~gae.episodic.store.SQLiteStore`, :class:`~gae.episodic.store.PostgresStore`) the
     store is the source of truth: each call that mutates the memory (``add``, ``delete``,
@@ -86,8 +86,8 @@ class EpisodicMemory(Persistence):
         device: where the tensor index lives.
         store: a :class:`~gae.episodic.store.MemoryStore` to write through to and restore from. Default:
             None (in-process only).
-        max_audit: audit records kept in the memory, the newest (an int >= 1), or None for all.
-            Default: 10,000.
+        max_audit: the memory ids the audit records kept in memory may name in all, the newest
+            records kept (an int >= 1), or None for every record. Default: 10,000.
 
     Examples::
 
@@ -123,7 +123,7 @@ class EpisodicMemory(Persistence):
         self.register_buffer("next_id", torch.zeros((), dtype=torch.int64, device=device))
         self.scope_names: list[str] = []
         self.source_ids: list[tuple[int, ...]] = []  # provenance, row-aligned with the columns
-        self._audit: deque[AuditRecord] = deque(maxlen=self.max_audit)  # read through audit_log
+        self._audit = AuditTrail(self.max_audit)  # read through audit_log
         if device is not None:
             self.scorer.to(device)
         if store is not None and not isinstance(store, MemoryStore):
@@ -144,28 +144,28 @@ class EpisodicMemory(Persistence):
             state["_buffers"] = type(buffers)((name, None if t is None else t.clone()) for name, t in buffers.items())
             for name in ("scope_names", "source_ids"):
                 state[name] = list(state[name])
-            state["_audit"] = deque(state["_audit"], maxlen=self.max_audit)
+            state["_audit"] = AuditTrail(self.max_audit, state["_audit"])
         state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "_audit" not in state:  # pickled before the audit log was bounded: it kept every record
             state["max_audit"] = None
-            state["_audit"] = deque(state.pop("audit_log"), maxlen=None)
+            state["_audit"] = AuditTrail(None, state.pop("audit_log"))
         super().__setstate__(state)
         self.__dict__["_lock"] = threading.RLock()
 
     @property
     def audit_log(self) -> list[AuditRecord]:
-        """The audit records kept (the last ``max_audit``), oldest first: a copy, taken under the
-        memory's lock. Assigning a list keeps its last ``max_audit`` records."""
+        """The audit records kept (the newest, naming at most ``max_audit`` ids), oldest first: a
+        copy, taken under the memory's lock. Assigning a list keeps its newest records so."""
         with self._lock:
             return list(self._audit)
 
     @audit_log.setter
     def audit_log(self, records: Sequence[AuditRecord]) -> None:
         with self._lock:
-            self._audit = deque(records, maxlen=self.max_audit)
+            self._audit = AuditTrail(self.max_audit, records)
 
     def __len__(self) -> int:
         return int(self.size)
@@ -497,7 +497,7 @@ class EpisodicMemory(Persistence):
         """The audit record of a mutation that ``version`` already counts (the single-decision path
         counts its own in place), also handed to the store's pending change."""
         id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
-        self._audit.append(AuditRecord(action, float(now), id_tuple, reason, version))  # the oldest drops out
+        self._audit.append(AuditRecord(action, float(now), id_tuple, reason, version))  # the oldest may drop out
         if self._pending is not None:
             self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, version))
             if action in ("evict", "delete", "expire"):

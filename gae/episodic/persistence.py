@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from gae.episodic.columns import MEMORY_TYPES
-from gae.episodic.records import COLUMNS, AuditRecord
+from gae.episodic.records import COLUMNS, AuditRecord, AuditTrail
 from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 
@@ -68,7 +67,7 @@ class Persistence(nn.Module):
     source_ids: list[tuple[int, ...]]
     audit_log: list[AuditRecord]
     max_audit: int | None
-    _audit: deque[AuditRecord]  # the records audit_log copies
+    _audit: AuditTrail  # the records audit_log copies
     _pending: Change | None
     _depth: int
     _stale: bool

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -39,3 +41,31 @@ class AuditRecord(NamedTuple):
     ids: tuple[int, ...]
     reason: str
     version: int
+
+
+class AuditTrail:
+    """The newest :class:`AuditRecord` s, naming at most ``max_ids`` memory ids in all (a record
+    naming none counts as one): a batch add of a thousand costs what a thousand single adds
+    cost. The newest record always stays, however many ids it names. ``max_ids=None`` keeps
+    every record."""
+
+    def __init__(self, max_ids: int | None, records: Iterable[AuditRecord] = ()) -> None:
+        self.max_ids = max_ids
+        self.records: deque[AuditRecord] = deque()
+        self.weight = 0  # the ids the records name (at least one each)
+        for record in records:
+            self.append(record)
+
+    def append(self, record: AuditRecord) -> None:
+        """Keep ``record``, dropping the oldest records while they name more than ``max_ids``."""
+        self.records.append(record)
+        self.weight += max(1, len(record.ids))
+        if self.max_ids is not None:
+            while self.weight > self.max_ids and len(self.records) > 1:
+                self.weight -= max(1, len(self.records.popleft().ids))
+
+    def __iter__(self) -> Iterator[AuditRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
