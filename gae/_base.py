@@ -303,6 +303,9 @@ class DecisionMemory(LifecycleMixin, nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__["_lock"] = threading.RLock()
+        self._drop_views()  # fresh views whoever pickled them (an older gae's hold other fields)
+        if "_open" not in self.__dict__:  # pickled before decide / verify: nothing pending
+            self._init_pending()
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> DecisionMemory:
         """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
@@ -406,7 +409,7 @@ class DecisionMemory(LifecycleMixin, nn.Module):
         return check.lookup("category", category, self.category_names)
 
     def _action_name(self, index: int) -> str | None:
-        return None if index < 0 else self.action_names[index]
+        return None if index < 0 else self._action_names[index]
 
     # -- names travel with the state ---------------------------------------------------
     factor_names: tuple[str, ...]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
 import uuid
 from collections import OrderedDict
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -136,10 +138,9 @@ class LifecycleMixin:
         stamp = self._stamp(now)
         if id is not None and (not isinstance(id, str) or not id):
             raise TypeError(f"id must be a non-empty str or None, got {id!r}")
-        if source_id is not None:
-            source_id = check.check_int("source_id", source_id, low=0)
+        source_id = _source_id(source_id)
         with self._lock:
-            if id is not None and id in self._open:
+            if id is not None and self._live(id, stamp):
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
             row = self._one_factor_row(factors, check.LEARN_LIMIT)
             names = self.action_names
@@ -152,11 +153,12 @@ class LifecycleMixin:
                 action = self._action_name(int(out.action[0]))
                 confidence = float(out.confidence[0])
                 probs = dict(zip(names, out.probs[0].tolist(), strict=True))
-            decision = Decision(uuid.uuid4().hex if id is None else id, action, confidence, probs, category,
-                                self.version, stamp, source_id)
-            self._expire(stamp)
-            self._open[decision.id] = _Open(decision, row[0].clone())
-            self._expire(stamp)  # over max_pending: the oldest goes
+            key = uuid.uuid4().hex if id is None else str(id)  # plain values: a checkpoint loads with weights_only
+            decision = Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp,
+                                source_id)
+            self._expire(stamp, key)  # past pending_ttl (an expired one of this id too)
+            self._open[key] = _Open(decision, row[0].clone())
+            self._expire(stamp)  # and the oldest over max_pending
             return decision
 
     def verify(self, id: str, action: str | int, outcome: str | None = None, skip: bool = False, *,
@@ -172,21 +174,23 @@ class LifecycleMixin:
             ValueError / TypeError: a bad action, outcome or ``skip``. Either way nothing changes.
         """
         stamp = self._stamp(now)
-        if not isinstance(skip, bool):
+        if not isinstance(skip, (bool, np.bool_)):
             raise TypeError(f"skip must be a bool, got {skip!r}")
         with self._lock:
-            self._expire(stamp)
-            opened = self._pending_one(id)
+            opened = self._pending_one(id, stamp)
             self._check_verified_action(action)
-            if skip:
-                del self._open[id]
-                return {"skipped": True}
+            if outcome is not None and not isinstance(outcome, str):
+                raise TypeError(f"outcome must be None or a string, got {outcome!r}")
             decision = opened.decision
-            confirmed = decision.action is not None and decision.action == self._verified_name(action)
-            result = self._learn_checked(opened.row, action, decision.category, confirmed, outcome,
-                                         decision.source_id) if decision.source_id is not None else \
-                self.learn_one(opened.row, action, decision.category, confirmed, outcome)
-            del self._open[id]
+            if skip:
+                result: dict[str, Any] = {"skipped": True}
+            else:  # learn_one checks the rest and raises before it changes anything
+                confirmed = decision.action is not None and decision.action == self._verified_name(action)
+                result = self._learn_checked(opened.row, action, decision.category, confirmed, outcome,
+                                             decision.source_id) if decision.source_id is not None else \
+                    self.learn_one(opened.row, action, decision.category, confirmed, outcome)
+            del self._open[decision.id]
+            self._expire(stamp)
             return result
 
     def verify_many(self, ids: Sequence[str], actions: Sequence[str | int],
@@ -201,10 +205,9 @@ class LifecycleMixin:
             raise ValueError(f"ids, actions and outcomes must have one entry per decision, got {len(ids)}, "
                              f"{len(actions)} and {len(outcomes)}")
         with self._lock:
-            self._expire(stamp)
             seen: set[str] = set()
             for id_, action, outcome in zip(ids, actions, outcomes, strict=True):
-                self._pending_one(id_)
+                self._pending_one(id_, stamp)
                 if id_ in seen:
                     raise ValueError(f"ids names decision {id_!r} twice")
                 seen.add(id_)
@@ -219,22 +222,27 @@ class LifecycleMixin:
         stamp = self._stamp(now)
         with self._lock:
             self._expire(stamp)
-            return [opened.decision for opened in self._open.values()]
+            return [opened.decision for key, opened in self._open.items() if self._live(key, stamp)]
 
     # -- helpers ----------------------------------------------------------------------------
     @staticmethod
     def _stamp(now: float | None) -> float:
         if now is None:
             return time.time()
-        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        if isinstance(now, (bool, np.bool_)) or not isinstance(now, numbers.Real) or not math.isfinite(now):
             raise ValueError(f"now must be a finite number of seconds or None, got {now!r}")
         return float(now)
 
-    def _pending_one(self, id: str) -> _Open:
+    def _live(self, id: Any, now: float) -> bool:
+        """Whether ``id`` is pending at ``now`` (not past ``pending_ttl``), changing nothing."""
         opened = self._open.get(id) if isinstance(id, str) else None
-        if opened is None:
+        ttl = self.pending_ttl
+        return opened is not None and (ttl is None or opened.decision.created_at + ttl > now)
+
+    def _pending_one(self, id: Any, now: float) -> _Open:
+        if not self._live(id, now):
             raise KeyError(f"decision {id!r} is not pending: unknown, verified already or expired")
-        return opened
+        return self._open[id]
 
     def _check_verified_action(self, action: str | int) -> None:
         """A verified action the memory can learn: a known name or index, or with ``grow=True`` any name."""
@@ -244,12 +252,17 @@ class LifecycleMixin:
     def _verified_name(self, action: str | int) -> str:
         return action if isinstance(action, str) else self.action_names[int(action)]
 
-    def _expire(self, now: float | None) -> None:
-        """Drop the decisions past ``pending_ttl`` (at ``now``) and the oldest over ``max_pending``."""
+    def _expire(self, now: float | None, also: str | None = None) -> None:
+        """Drop the decisions past ``pending_ttl`` at ``now`` (from the oldest on, and ``also``
+        if it is one: ``now`` given out of order can leave one behind a younger decision) and
+        the oldest over ``max_pending``."""
         opened, ttl, gone = self._open, self.pending_ttl, []
         if ttl is not None and now is not None:
             while opened and next(iter(opened.values())).decision.created_at + ttl <= now:
                 gone.append(opened.popitem(last=False)[0])
+            if also is not None and also in opened and not self._live(also, now):
+                gone.append(also)
+                del opened[also]
         while len(opened) > self.max_pending:
             gone.append(opened.popitem(last=False)[0])
         if gone:
@@ -259,34 +272,81 @@ class LifecycleMixin:
 
     # -- in the state_dict ---------------------------------------------------------------
     def _pending_state(self) -> dict[str, Any]:
-        """The pending decisions as ``weights_only`` data (lists, and their factors as one tensor)."""
+        """The pending decisions as ``weights_only`` data: lists, the factors as lists of floats
+        (exact for float32 and float64), the probabilities over today's actions (a decision made
+        before a growth gives the new ones 0)."""
         decisions = [opened.decision for opened in self._open.values()]
-        rows = [opened.row.detach().cpu() for opened in self._open.values()]
         return {"pending": {
             "id": [d.id for d in decisions], "action": [d.action for d in decisions],
-            "confidence": [d.confidence for d in decisions], "probs": [list(d.probs.values()) for d in decisions],
+            "confidence": [d.confidence for d in decisions],
+            "probs": [[d.probs.get(name, 0.0) for name in self.action_names] for d in decisions],
             "category": [d.category for d in decisions], "version": [d.version for d in decisions],
             "created_at": [d.created_at for d in decisions], "source_id": [d.source_id for d in decisions],
-            "factors": torch.stack(rows) if rows else torch.zeros(0, self.n_factors)},
+            "factors": [opened.row.tolist() for opened in self._open.values()]},
             "expired_decisions": self.expired_decisions}
 
     def _load_pending_state(self, state: dict[str, Any]) -> None:
-        """The pending decisions of a ``state_dict`` (none in one saved before they existed)."""
+        """The pending decisions of a ``state_dict`` (none in one saved before they existed),
+        checked whole before anything changes (ValueError naming the field)."""
         saved = state.get("pending")
         if saved is None:
             self.__dict__["_open"], self.__dict__["expired_decisions"] = OrderedDict(), 0
             return
-        factors = saved["factors"]
+        opened = self._checked_pending(saved)
+        expired = state.get("expired_decisions", 0)
+        if isinstance(expired, bool) or not isinstance(expired, int) or expired < 0:
+            raise ValueError(f"state_dict's expired_decisions must be an int >= 0, got {expired!r}")
+        self.__dict__["_open"], self.__dict__["expired_decisions"] = opened, expired
+
+    def _checked_pending(self, saved: Any) -> OrderedDict[str, _Open]:
+        fields = ("id", "action", "confidence", "probs", "category", "version", "created_at", "source_id", "factors")
+        if not isinstance(saved, dict) or any(not isinstance(saved.get(f), list) for f in fields):
+            raise ValueError(f"state_dict's pending decisions must be a dict of lists {list(fields)}, "
+                             f"got {saved!r:.200}")
         n = len(saved["id"])
-        if not isinstance(factors, Tensor) or tuple(factors.shape) != (n, self.n_factors):
-            raise ValueError(f"state_dict's pending decisions hold factors of shape "
-                             f"{tuple(getattr(factors, 'shape', ()))}, not ({n}, {self.n_factors})")
-        like = self._one_factor_row([0.0] * self.n_factors)
+        if any(len(saved[f]) != n for f in fields):
+            raise ValueError(f"state_dict's pending decisions hold lists of lengths "
+                             f"{ {f: len(saved[f]) for f in fields} }, not {n} each")
+        names, like = self.action_names, self._one_factor_row([0.0] * self.n_factors)
         opened: OrderedDict[str, _Open] = OrderedDict()
         for i in range(n):
-            probs = dict(zip(self.action_names, saved["probs"][i], strict=True))
-            decision = Decision(saved["id"][i], saved["action"][i], float(saved["confidence"][i]), probs,
-                                saved["category"][i], int(saved["version"][i]), float(saved["created_at"][i]),
-                                saved["source_id"][i])
-            opened[decision.id] = _Open(decision, factors[i].to(like.device, like.dtype).clone())
-        self.__dict__["_open"], self.__dict__["expired_decisions"] = opened, int(state.get("expired_decisions", 0))
+            key, action, confidence, probs, category, version, created, source, factors = (saved[f][i] for f in fields)
+            problem = (
+                "id" if not isinstance(key, str) or not key or key in opened else
+                "action" if action is not None and action not in names else
+                "confidence" if not _real(confidence) else
+                "probs" if not isinstance(probs, list) or len(probs) != len(names) or not all(map(_real, probs)) else
+                "category" if not isinstance(category, (str, int)) or isinstance(category, bool) else
+                "version" if isinstance(version, bool) or not isinstance(version, int) or version < 0 else
+                "created_at" if not _real(created) else
+                "source_id" if source is not None and (isinstance(source, bool) or not isinstance(source, int)
+                                                       or source < 0) else
+                "factors" if not isinstance(factors, list) or len(factors) != self.n_factors
+                or not all(map(_real, factors)) else None)
+            if problem is not None:
+                raise ValueError(f"state_dict's pending decision {i} has a bad {problem}: {saved[problem][i]!r:.200}")
+            decision = Decision(key, action, float(confidence), dict(zip(names, map(float, probs), strict=True)),
+                                category, version, float(created), source)
+            opened[key] = _Open(decision, torch.tensor(factors, dtype=torch.float64).to(like.device, like.dtype))
+        return opened
+
+
+def _real(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _source_id(value: Any) -> int | None:
+    """A decision's source id: None, or an int >= 0 (a NumPy integer too)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"source_id must be an int >= 0 or None, got {value!r}")
+    if value < 0:
+        raise ValueError(f"source_id must be an int >= 0 or None, got {value!r}")
+    return int(value)
+
+
+def _plain_category(category: Any) -> str | int:
+    """The category as a plain str or int (a NumPy scalar would not load with ``weights_only``)."""
+    return str(category) if isinstance(category, str) else int(category)

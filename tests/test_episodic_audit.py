@@ -103,7 +103,7 @@ def test_a_memory_pickled_before_the_bound_keeps_every_record() -> None:
     churn(memory, 20)
     state = memory.__getstate__()  # as an older gae pickled it: a plain list, no bound
     state["audit_log"] = list(state.pop("_audit"))
-    del state["max_audit"]
+    del state["_max_audit"]
     old = EpisodicMemory.__new__(EpisodicMemory)
     old.__setstate__(state)
     assert old.max_audit is None and old.audit_log == memory.audit_log
@@ -128,3 +128,15 @@ def test_the_store_keeps_the_whole_trail_and_a_reopened_memory_the_newest(tmp_pa
     churn(reopened, 3, seed=1)
     trail = reopened.store.audit()
     assert len(reopened.audit_log) == 4 and trail[:len(full)] == full and len(trail) > len(full)
+
+
+def test_setting_max_audit_trims_the_log_at_once_and_is_checked() -> None:
+    memory = EpisodicMemory(DIM, capacity=3, max_audit=None)
+    churn(memory, 30)
+    full = memory.audit_log
+    memory.max_audit = 5
+    assert memory.audit_log == full[-5:] and copy.deepcopy(memory).audit_log == full[-5:]
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises((TypeError, ValueError), match="max_audit"):
+            memory.max_audit = bad
+    assert memory.max_audit == 5 and memory.audit_log == full[-5:]

@@ -260,3 +260,131 @@ def test_threads_decide_and_verify_without_losing_any(kind: str) -> None:
         thread.join()
     assert sum(map(len, answers)) == len(data) and memory.pending() == []
     assert memory.version == len(data)
+
+
+@pytest.mark.parametrize("kind", ["seed", "knn", "retrieval"])
+def test_a_grown_memory_checkpoints_decisions_made_before_the_growth(kind: str) -> None:
+    memory = make(kind, grow=True)
+    first, second = memory.decide([0.1] * K, "billing"), memory.decide([0.2] * K, "billing")
+    memory.verify(first.id, "hold")  # a new action: the second decision's probs predate it
+    assert memory.action_names[-1] == "hold"
+    twin = make(kind, grow=True)
+    twin.add_actions_("hold")
+    twin.load_state_dict(memory.state_dict())
+    (loaded,) = twin.pending()
+    assert loaded.id == second.id and loaded.probs == {**second.probs, "hold": 0.0}
+    assert twin.verify(second.id, "hold") == memory.verify(second.id, "hold")
+
+
+def test_a_memory_pickled_before_the_lifecycle_scores_learns_and_decides() -> None:
+    from gae.judgment.online import HostState
+
+    memory = make("seed")
+    for row, category, action in stream(50, seed=7):
+        memory.learn_one(row, action, category)
+    state = copy.deepcopy(memory).__getstate__()  # tensors of its own
+    for name in ("_open", "expired_decisions", "_max_pending", "_pending_ttl"):
+        del state[name]
+    old_host = HostState()  # an older gae's views: nothing watched yet, and no sentinel
+    old_host.touched = old_host.scored = old_host.pointers = old_host.scored_pointers = ()
+    state["_host"] = old_host
+    old = JudgmentMemory.__new__(JudgmentMemory)
+    old.__setstate__(state)
+    row = [0.5] * K
+    assert old.score_one(row, "billing") == memory.score_one(row, "billing")
+    assert old.learn_one(row, "approve", "billing") == memory.learn_one(row, "approve", "billing")
+    assert old.pending() == [] and old.max_pending == 100_000 and old.expired_decisions == 0
+    assert old.verify(old.decide(row, "refund").id, "reject") == memory.verify(memory.decide(row, "refund").id,
+                                                                              "reject")
+
+
+def test_numpy_ids_categories_and_flags_become_plain_values() -> None:
+    memory = make("seed")
+    decision = memory.decide(np.full(K, 0.3), np.str_("billing"), id=np.str_("case"), source_id=np.int64(4),
+                             now=np.float64(2.0))
+    assert type(decision.id) is str and type(decision.category) is str and type(decision.source_id) is int
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    buffer.seek(0)
+    loaded = make("seed")
+    loaded.load_state_dict(torch.load(buffer, weights_only=True))
+    assert loaded.pending() == [decision]
+    assert loaded.verify("case", "approve", skip=np.True_) == {"skipped": True}
+    knn = make("knn")
+    assert type(knn.decide([0.3] * K, np.int64(1)).category) is int
+
+
+TAMPERS = {
+    "an int id": lambda p: p["id"].__setitem__(0, 5),
+    "a duplicate id": lambda p: p["id"].__setitem__(1, p["id"][0]),
+    "an unknown action": lambda p: p["action"].__setitem__(0, "sell"),
+    "a NaN factor": lambda p: p["factors"][0].__setitem__(0, float("nan")),
+    "a short factor row": lambda p: p["factors"][0].pop(),
+    "a longer list": lambda p: p["version"].append(3),
+    "a missing field": lambda p: p.pop("created_at"),
+    "a negative source id": lambda p: p["source_id"].__setitem__(0, -1),
+    "probs of another length": lambda p: p["probs"][0].append(0.5),
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_a_tampered_pending_block_is_refused_naming_it_and_changes_nothing(tamper: str) -> None:
+    source = make("seed")
+    for i in range(2):
+        source.decide([0.1 * (i + 1)] * K, "billing", source_id=i)
+    state = source.state_dict()
+    TAMPERS[tamper](state["_extra_state"]["pending"])
+    memory = make("seed")
+    kept = memory.decide([0.9] * K, "fraud")
+    before = state_of(memory)
+    with pytest.raises(ValueError, match="pending"):
+        memory.load_state_dict(state)
+    assert memory.pending() == [kept] and state_of(memory) == before
+
+
+def state_of(memory) -> list:
+    return [(name, t.tolist()) for name, t in tensors(memory).items()]
+
+
+def test_a_negative_expired_count_is_refused() -> None:
+    state = make("seed").state_dict()
+    state["_extra_state"]["expired_decisions"] = -3
+    with pytest.raises(ValueError, match="expired_decisions"):
+        make("seed").load_state_dict(state)
+
+
+def test_a_call_that_raises_expires_nothing_and_an_expired_id_may_be_reused() -> None:
+    memory = make("seed", pending_ttl=10.0)
+    memory.decide([0.2] * K, "billing", id="old", now=0.0)
+    live = memory.decide([0.3] * K, "billing", id="live", now=8.0)
+    with pytest.raises(ValueError, match="action"):
+        memory.verify("live", "unknown", now=12.0)
+    with pytest.raises(TypeError, match="outcome"):
+        memory.verify("live", "approve", outcome=3, now=12.0)
+    with pytest.raises(KeyError, match="old"):  # past its ten seconds: expired, though still held
+        memory.verify("old", "approve", now=12.0)
+    with pytest.raises(ValueError, match="factors"):
+        memory.decide([float("nan")] * K, "billing", now=12.0)
+    assert memory.expired_decisions == 0 and list(memory._open) == ["old", "live"]
+    again = memory.decide([0.4] * K, "billing", id="old", now=12.0)  # an expired id may be used again
+    assert memory.pending(now=12.0) == [live, again] and memory.expired_decisions == 1
+
+
+def test_a_parameter_swapped_in_the_modules_dict_is_seen_by_the_fast_path() -> None:
+    memory = make("seed")
+    for row, category, action in stream(200, seed=8):
+        memory.learn_one(row, action, category)
+    row = stream(1, seed=9)[0][0]
+    swapped = torch.nn.Parameter(torch.randn_like(memory.criterion_logits) * 3)
+    memory._parameters["criterion_logits"] = swapped  # as torch.func.functional_call swaps it
+    expected = DecisionMemoryScore.checked(memory, row, "refund")
+    assert memory.score_one(row, "refund") == pytest.approx(expected, abs=1e-6)
+
+
+class DecisionMemoryScore:
+    @staticmethod
+    def checked(memory, row, category):
+        """The checked path's answer: the batched forward."""
+        with torch.no_grad():
+            out = memory(torch.tensor([row]), torch.tensor([memory.category_names.index(category)]))
+        return memory._action_name(int(out.action[0])), float(out.confidence[0])

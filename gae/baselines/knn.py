@@ -184,28 +184,36 @@ class KNNMemory(DecisionMemory):
     def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``; one
         compiled call on the memory's own ring on a CPU module (see :meth:`learn_one`)."""
-        with self._lock:  # the batch of one it reads is the memory's: read it before another call writes it
+        lock = self._lock  # acquire() and release() cost half a `with` block, on every call
+        lock.acquire()  # the batch of one it reads is the memory's: read it before another call writes it
+        try:
             done = self._one(factors, category, None, False, False)
             if done is None:
                 return super().score_one(factors, category)
             return self._action_name(int(done[5][0])), float(done[6][0])
+        finally:
+            lock.release()
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
         """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one
         compiled call that scores and stores it in place in the memory's ring, exactly as
         :meth:`prequential_` on a batch of one; anything unusual takes that checked path."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
                 done = self._one(factors, category, action, outcome == INCORRECT, True)
                 if done is not None:
                     return self._stored(bool(done[8][0]))
             return super().learn_one(factors, action, category, confirmed, outcome)
+        finally:
+            lock.release()
 
     def _one(self, factors: Any, category: Any, action: Any, skip: bool, learn: bool) -> tuple | None:
         """One decision on the compiled single-decision path: the batch of one it filled, or
         None when it must take the checked path."""
-        host = self._host.get(self._buffers, len(self.action_names), self.k)
+        host = self._host.get(self._buffers, len(self._action_names), self.k)  # (the property costs a call)
         if host is None or (learn and self.backend != "compiled"):  # the reference backend learns in torch
             return None
         decision = self._decision(factors, category, action, learn)

@@ -202,13 +202,17 @@ class RetrievalMemory(DecisionMemory):
         module this runs the compiled single-decision path on the store's own buffers
         (:mod:`gae.baselines.retrieval_engine`), the checked path's answer to the last bit;
         anything unusual takes the checked path."""
-        with self._lock:  # the host's scratch space is the memory's: one call at a time
+        lock = self._lock  # acquire() and release() cost half a `with` block, on every call
+        lock.acquire()  # the host's scratch space is the memory's: one call at a time
+        try:
             one = self._one(factors, category, 0, False)
             host = None if one is None else self._host.get(self)
             done = None if host is None or one is None else host.score(self, one[0], one[1])
             if done is None:
                 return super().score_one(factors, category)
             return self._action_name(done[0]), done[1]
+        finally:
+            lock.release()
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:

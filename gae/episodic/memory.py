@@ -109,7 +109,7 @@ class EpisodicMemory(Persistence):
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # every public call holds it (see the class)
         self.dim = check.check_int("dim", dim, low=1)
-        self.max_audit = None if max_audit is None else check.check_int("max_audit", max_audit, low=1)
+        self.__dict__["_max_audit"] = None if max_audit is None else check.check_int("max_audit", max_audit, low=1)
         self.capacity = check.check_int("capacity", capacity, low=1)
         if eviction not in EVICTIONS:
             raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
@@ -150,10 +150,23 @@ class EpisodicMemory(Persistence):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "_audit" not in state:  # pickled before the audit log was bounded: it kept every record
-            state["max_audit"] = None
+            state["_max_audit"] = None
             state["_audit"] = AuditTrail(None, state.pop("audit_log"))
         super().__setstate__(state)
         self.__dict__["_lock"] = threading.RLock()
+
+    @property
+    def max_audit(self) -> int | None:
+        """The memory ids the kept audit records may name in all (None: every record is kept).
+        Setting it trims the log to the new bound at once."""
+        return self.__dict__["_max_audit"]
+
+    @max_audit.setter
+    def max_audit(self, value: int | None) -> None:
+        value = None if value is None else check.check_int("max_audit", value, low=1)
+        with self._lock:
+            self.__dict__["_max_audit"] = value
+            self._audit = AuditTrail(value, self._audit)
 
     @property
     def audit_log(self) -> list[AuditRecord]:

@@ -199,13 +199,13 @@ class HostState:
         # a replaced tensor drops the whole HostState (DecisionMemory._drop_views); what is left to see is data
         # that moved under the same tensors (Tensor.share_memory_, alone or through torch.multiprocessing, moves
         # it and frees the old block without replacing the tensor; so do ``.data =`` and ``set_``)
-        # (the attention logits are the last of each tuple: one map over them costs less than a call apart)
-        if scoring:
-            if tuple(map(TensorBase.data_ptr, self.scored)) == self.scored_pointers:
-                return self
-        elif tuple(map(TensorBase.data_ptr, self.touched)) == self.pointers:
+        # (the attention logits are the last of each tuple: one map over them costs less than a call apart; the
+        # identity test sees a parameter swapped in the dict itself, as torch.func.functional_call swaps it)
+        logits = parameters["criterion_logits"]
+        tensors, pointers = (self.scored, self.scored_pointers) if scoring else (self.touched, self.pointers)
+        if tensors and tensors[-1] is logits and tuple(map(TensorBase.data_ptr, tensors)) == pointers:
             return self
-        return self._build(buffers, parameters["criterion_logits"])
+        return self._build(buffers, logits)
 
     def _build(self, buffers: dict[str, Any], logits: Tensor) -> HostState | None:
         self.pointers = self.scored_pointers = (-1,)
