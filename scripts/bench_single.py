@@ -28,6 +28,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -157,15 +158,18 @@ class NumpyRetrieval:
         self.now += 1
 
 
-def contestants() -> dict[str, Callable[[], object]]:
-    """Name -> a factory of a fresh memory with ``score_one`` / ``learn_one``."""
+def contestants(package: Any = None) -> dict[str, Callable[[], object]]:
+    """Name -> a factory of a fresh memory with ``score_one`` / ``learn_one`` (the gae memories
+    from ``package``, another version's ``gae`` for ``scripts/bench_against.py``; default gae)."""
+    judgment, knn, retrieval = ((JudgmentMemory, KNNMemory, RetrievalMemory) if package is None else
+                                (package.JudgmentMemory, package.KNNMemory, package.RetrievalMemory))
     made: dict[str, Callable[[], object]] = {
-        f"gae judgment, {mode}": (lambda options=options: JudgmentMemory(CATEGORIES, ACTIONS, K, **options))
+        f"gae judgment, {mode}": (lambda options=options: judgment(CATEGORIES, ACTIONS, K, **options))
         for mode, options in JUDGMENT_MODES.items()}
     made["numpy judgment, seed rule"] = NumpyJudgment
-    made["gae k-NN"] = lambda: KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["gae k-NN"] = lambda: knn(K, ACTIONS, k=5, capacity=CAPACITY)
     made["numpy ring-buffer k-NN"] = NumpyRing
-    made["gae retrieval"] = lambda: RetrievalMemory(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["gae retrieval"] = lambda: retrieval(K, ACTIONS, k=5, capacity=CAPACITY)
     made["numpy retrieval score"] = NumpyRetrieval
     return made
 

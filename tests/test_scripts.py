@@ -38,6 +38,17 @@ def test_bench_quick_writes_every_measurement(tmp_path):
     assert "| measurement | result | target | verdict |" in result.stdout
 
 
+@pytest.mark.skipif(subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0,
+                    reason="needs the checkout's git history")
+def test_bench_against_times_this_checkout_beside_a_revision():
+    out = run_script("scripts/bench_against.py", "--rev", "HEAD", "--decisions", "400", "--repeats", "1",
+                     "--memories", '["gae judgment, seed", "gae retrieval"]').stdout
+    assert "against HEAD" in out
+    lines = [line for line in out.splitlines() if line.startswith("gae ")]
+    assert [line.split(" p50")[0].strip() for line in lines] == ["gae judgment, seed", "gae retrieval"]
+    assert all(float(line.rsplit("ratio ", 1)[1]) > 0 for line in lines)
+
+
 def test_prototype_sweep_writes_its_table(tmp_path):
     out = tmp_path / "sweep.md"
     run_script("scripts/sweep_prototypes.py", "--seeds", "1", "--n_decisions", "300", "--workers", "2",
