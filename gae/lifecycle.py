@@ -62,10 +62,11 @@ class Decision:
 
 @dataclass(frozen=True)
 class _Open:
-    """A pending decision and the factors it was made on (the memory's checked row)."""
+    """A pending decision and the factors it was made on, checked: a float64 NumPy row of the
+    values given (a list of numbers, a CPU array or tensor), else the memory's checked tensor row."""
 
     decision: Decision
-    row: Tensor  # (K,), on the memory's device, in its precision
+    row: np.ndarray | Tensor  # (K,)
 
 
 class LifecycleMixin:
@@ -85,6 +86,7 @@ class LifecycleMixin:
         def version(self) -> int: ...
         def __call__(self, x: Tensor, category: Tensor) -> Any: ...
         def _one_factor_row(self, factors: Any, limit: float | None = None) -> Tensor: ...
+        def _fast_row(self, factors: Any) -> np.ndarray | None: ...
         def _unseen(self, category: Any) -> bool: ...
         def _category_index(self, category: str | int) -> int: ...
         def _action_name(self, index: int) -> str | None: ...
@@ -142,22 +144,18 @@ class LifecycleMixin:
         with self._lock:
             if id is not None and self._live(id, stamp):
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
-            row = self._one_factor_row(factors, check.LEARN_LIMIT)
+            row = self._decided_row(factors)
             names = self.action_names
             if self._unseen(category):
                 action, confidence, probs = None, 0.0, dict.fromkeys(names, 0.0)
             else:
-                index = self._category_index(category)
-                with torch.no_grad():
-                    out = self(row, torch.tensor([index], device=row.device))
-                action = self._action_name(int(out.action[0]))
-                confidence = float(out.confidence[0])
-                probs = dict(zip(names, out.probs[0].tolist(), strict=True))
+                chosen, confidence, scores = self._scores_one(row, category)
+                action, probs = self._action_name(chosen), dict(zip(names, scores, strict=True))
             key = uuid.uuid4().hex if id is None else str(id)  # plain values: a checkpoint loads with weights_only
             decision = Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp,
                                 source_id)
             self._expire(stamp, key)  # past pending_ttl (an expired one of this id too)
-            self._open[key] = _Open(decision, row[0].clone())
+            self._open[key] = _Open(decision, row)
             self._expire(stamp)  # and the oldest over max_pending
             return decision
 
@@ -225,6 +223,24 @@ class LifecycleMixin:
             return [opened.decision for key, opened in self._open.items() if self._live(key, stamp)]
 
     # -- helpers ----------------------------------------------------------------------------
+    def _decided_row(self, factors: Any) -> np.ndarray | Tensor:
+        """The factors as :class:`_Open` keeps them, checked as ``learn_one`` checks them: a
+        float64 copy when they convert in one step and are finite within the learning limit,
+        else the checked path's tensor row (which raises, naming the problem, when they are bad)."""
+        row = self._fast_row(factors)
+        if row is not None and row.size and np.abs(row).max() <= check.LEARN_LIMIT:  # (False for NaN and inf)
+            return row.copy()  # (the fast row may be the caller's own array)
+        return self._one_factor_row(factors, check.LEARN_LIMIT)[0].clone()
+
+    def _scores_one(self, row: np.ndarray | Tensor, category: str | int) -> tuple[int, float, list[float]]:
+        """``(action index or -1, confidence, every action's probability)`` of one decided row:
+        the batched ``forward``. A memory with a single-decision path answers there instead,
+        with ``score_one``'s action and confidence."""
+        x = self._one_factor_row(row)
+        with torch.no_grad():
+            out = self(x, torch.tensor([self._category_index(category)], device=x.device))
+        return int(out.action[0]), float(out.confidence[0]), out.probs[0].tolist()
+
     @staticmethod
     def _stamp(now: float | None) -> float:
         if now is None:
@@ -307,7 +323,7 @@ class LifecycleMixin:
         if any(len(saved[f]) != n for f in fields):
             raise ValueError(f"state_dict's pending decisions hold lists of lengths "
                              f"{ {f: len(saved[f]) for f in fields} }, not {n} each")
-        names, like = self.action_names, self._one_factor_row([0.0] * self.n_factors)
+        names = self.action_names
         opened: OrderedDict[str, _Open] = OrderedDict()
         for i in range(n):
             key, action, confidence, probs, category, version, created, source, factors = (saved[f][i] for f in fields)
@@ -327,7 +343,7 @@ class LifecycleMixin:
                 raise ValueError(f"state_dict's pending decision {i} has a bad {problem}: {saved[problem][i]!r:.200}")
             decision = Decision(key, action, float(confidence), dict(zip(names, map(float, probs), strict=True)),
                                 category, version, float(created), source)
-            opened[key] = _Open(decision, torch.tensor(factors, dtype=torch.float64).to(like.device, like.dtype))
+            opened[key] = _Open(decision, np.array(factors, dtype=np.float64))
         return opened
 
 

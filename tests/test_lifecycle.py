@@ -64,13 +64,27 @@ def test_decide_then_verify_learns_what_score_one_then_learn_one_learns(kind: st
         decision = lifecycle.decide(row, category, now=float(i))
         assert (decision.action, decision.confidence) == pytest.approx(single.score_one(row, category), abs=1e-6)
         if decision.action is not None:
-            assert decision.probs[decision.action] == decision.confidence
+            assert decision.probs[decision.action] == pytest.approx(decision.confidence, rel=1e-6, abs=1e-7)
         assert decision.version == single.version and decision.category == category
         mine = lifecycle.verify(decision.id, action, now=float(i))
         theirs = single.learn_one(row, action, category, confirmed=None)
         assert mine == theirs
     assert lifecycle.pending() == [] and lifecycle.expired_decisions == 0
     assert_same(lifecycle, single)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decide_answers_what_the_batched_forward_answers(kind: str) -> None:
+    memory = make(kind)
+    for row, category, action in stream(200, seed=10):
+        memory.learn_one(row, action, category)
+    for row, category, _ in stream(100, seed=11):
+        decision = memory.decide(row, category)
+        with torch.no_grad():
+            out = memory(torch.tensor([row]), torch.tensor([C.index(category)]))
+        assert decision.action == memory._action_name(int(out.action[0]))
+        assert decision.confidence == pytest.approx(float(out.confidence[0]), abs=1e-6)
+        assert list(decision.probs.values()) == pytest.approx(out.probs[0].tolist(), abs=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -194,6 +194,14 @@ class KNNMemory(DecisionMemory):
         finally:
             lock.release()
 
+    def _scores_one(self, row: np.ndarray | Tensor, category: str | int) -> tuple[int, float, list[float]]:
+        """``decide``'s scores on the single-decision path, when it takes them (the batch of one
+        holds every action's probability)."""
+        done = self._one(row, category, None, False, False) if isinstance(row, np.ndarray) else None
+        if done is None:
+            return super()._scores_one(row, category)
+        return int(done[5][0]), float(done[6][0]), done[4][0].tolist()
+
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
         """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one

@@ -24,6 +24,8 @@ takes the checked batched path, which gives the full error messages.
 
 from __future__ import annotations
 
+import math
+from array import array
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -313,6 +315,27 @@ class SingleDecisionMixin:
             return None if action < 0 else self._action_names[action], confidence
         finally:
             lock.release()
+
+    def _scores_one(self, row: np.ndarray | Tensor, category: str | int) -> tuple[int, float, list[float]]:
+        """``decide``'s scores on this path (see :meth:`LifecycleMixin._scores_one`): ``score_one``'s
+        kernel, whose logits give every action's probability (their softmax, in float64, rounded to
+        float32: the recommended action's is its confidence to within float32 rounding)."""
+        host = self._host.get(self._buffers, self._parameters, scoring=True)
+        index = (self._category_positions.get(category) if category.__class__ is str
+                 else self._category_position(category))
+        if host is None or index is None or not isinstance(row, np.ndarray):
+            return cast(Any, super())._scores_one(row, category)
+        action, confidence = host.score_row(row, index, self._options)
+        if action == kernels.NOT_FINITE:
+            return cast(Any, super())._scores_one(row, category)
+        assert host.score_table is not None  # bound by the score just taken
+        logits = host.score_table.arrays[8].tolist()  # score_one_at's scratch: this row's logits (a few: in Python)
+        top = max(logits)
+        if top == -math.inf:  # nothing learned in this category yet
+            return action, confidence, [0.0] * len(logits)
+        exps = [math.exp(logit - top) for logit in logits]
+        total = sum(exps)
+        return action, confidence, array("f", [e / total for e in exps]).tolist()  # in the memory's precision
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
