@@ -397,6 +397,9 @@ class DecisionMemory(LifecycleMixin, nn.Module):
             raise ValueError(f"factors must have {self.n_factors} values, got shape {tuple(row.shape)}")
         return check.check_factors(row.unsqueeze(0), self.n_factors, device, "factors", dtype=dtype, limit=limit)
 
+    def _check_learnable(self) -> None:
+        """Raise when the memory cannot learn at all as it is now (``decide`` refuses then too)."""
+
     def _category_index(self, category: str | int) -> int:
         if self.category_names is None:
             if isinstance(category, str):

@@ -87,6 +87,7 @@ class LifecycleMixin:
         def __call__(self, x: Tensor, category: Tensor) -> Any: ...
         def _one_factor_row(self, factors: Any, limit: float | None = None) -> Tensor: ...
         def _fast_row(self, factors: Any) -> np.ndarray | None: ...
+        def _check_learnable(self) -> None: ...
         def _unseen(self, category: Any) -> bool: ...
         def _category_index(self, category: str | int) -> int: ...
         def _action_name(self, index: int) -> str | None: ...
@@ -135,7 +136,8 @@ class LifecycleMixin:
 
         Raises:
             ValueError / TypeError: bad factors, category, id (empty, or already pending),
-                ``source_id`` or ``now``; nothing changes.
+                ``source_id`` or ``now``, or a memory that cannot learn as it is (a judgment
+                memory moved to float64); nothing changes.
         """
         stamp = self._stamp(now)
         if id is not None and (not isinstance(id, str) or not id):
@@ -144,6 +146,7 @@ class LifecycleMixin:
         with self._lock:
             if id is not None and self._live(id, stamp):
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
+            self._check_learnable()  # a decision that could never be verified is refused now
             row = self._decided_row(factors)
             names = self.action_names
             if self._unseen(category):

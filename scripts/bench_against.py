@@ -10,7 +10,8 @@ built from both. Per repeat, the ratio of the p50s; reported, the median over re
     python scripts/bench_against.py --rev 362a626
     python scripts/bench_against.py --rev HEAD~1 --memories '["gae k-NN"]' --repeats 9
 
-A ratio of 1.03 means this checkout's decision takes 3% longer than the revision's.
+A ratio of 1.03 means this checkout's decision takes 3% longer than the revision's. The
+revision's numba kernels compile in a temporary folder on every run (a minute or two).
 """
 
 from __future__ import annotations
@@ -59,11 +60,16 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=6000)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    if args.repeats < 1 or args.decisions < 20:
+        parser.error(f"--repeats must be >= 1 and --decisions >= 20, got {args.repeats} and {args.decisions}")
     stream = decisions(args.decisions)
     with tempfile.TemporaryDirectory() as folder:
         old = package_at(args.rev, Path(folder))
         mine, theirs = contestants(), contestants(old)
         names = list(REFERENCES) if args.memories is None else json.loads(args.memories)
+        unknown = sorted(set(names) - set(REFERENCES))
+        if unknown:
+            parser.error(f"--memories: unknown {unknown}; choose among {list(REFERENCES)}")
         print(f"score_one + learn_one (retrieval: score_one alone), {args.decisions:,} decisions, "
               f"median of {args.repeats} repeats; this checkout against {args.rev}")
         for name in names:

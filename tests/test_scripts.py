@@ -38,6 +38,7 @@ def test_bench_quick_writes_every_measurement(tmp_path):
     assert "| measurement | result | target | verdict |" in result.stdout
 
 
+@pytest.mark.slow  # the revision's kernels compile from nothing: a minute and a half on a 2-core machine
 @pytest.mark.skipif(subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0,
                     reason="needs the checkout's git history")
 def test_bench_against_times_this_checkout_beside_a_revision():
@@ -47,6 +48,9 @@ def test_bench_against_times_this_checkout_beside_a_revision():
     lines = [line for line in out.splitlines() if line.startswith("gae ")]
     assert [line.split(" p50")[0].strip() for line in lines] == ["gae judgment, seed", "gae retrieval"]
     assert all(float(line.rsplit("ratio ", 1)[1]) > 0 for line in lines)
+    refused = subprocess.run([sys.executable, "scripts/bench_against.py", "--rev", "HEAD", "--memories", '["nope"]'],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "unknown ['nope']" in refused.stderr
 
 
 def test_prototype_sweep_writes_its_table(tmp_path):

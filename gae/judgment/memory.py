@@ -349,12 +349,15 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         return nnf.cross_entropy(logits[usable], action[usable])
 
     # -- learning ---------------------------------------------------------------------
-    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
-                     skip: Tensor, source_ids: Tensor | None = None, given: Tensor | None = None,
-                     alpha: Tensor | None = None) -> StreamStep:
+    def _check_learnable(self) -> None:
         if self.centroids.dtype != torch.float32:
             raise TypeError(f"JudgmentMemory learns in float32 (the engine's precision), but its centroids are "
                             f"{self.centroids.dtype}; keep the memory in float32 (scoring works in any dtype)")
+
+    def _prequential(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,
+                     skip: Tensor, source_ids: Tensor | None = None, given: Tensor | None = None,
+                     alpha: Tensor | None = None) -> StreamStep:
+        self._check_learnable()
         if x.shape[0] == 1 and source_ids is None and given is None and alpha is None and x.device.type == "cpu":
             step = self._prequential_one(x, category, action, confirmed, skip)  # the single-decision path
             if step is not None:

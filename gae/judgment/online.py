@@ -319,7 +319,8 @@ class SingleDecisionMixin:
     def _scores_one(self, row: np.ndarray | Tensor, category: str | int) -> tuple[int, float, list[float]]:
         """``decide``'s scores on this path (see :meth:`LifecycleMixin._scores_one`): ``score_one``'s
         kernel, whose logits give every action's probability (their softmax, in float64, rounded to
-        float32: the recommended action's is its confidence to within float32 rounding)."""
+        float32; the recommended action's is the kernel's confidence). The kernel's logits agree
+        with the batched forward's to float32 rounding, relative to their size."""
         host = self._host.get(self._buffers, self._parameters, scoring=True)
         index = (self._category_positions.get(category) if category.__class__ is str
                  else self._category_position(category))
@@ -335,7 +336,10 @@ class SingleDecisionMixin:
             return action, confidence, [0.0] * len(logits)
         exps = [math.exp(logit - top) for logit in logits]
         total = sum(exps)
-        return action, confidence, array("f", [e / total for e in exps]).tolist()  # in the memory's precision
+        probs = array("f", [e / total for e in exps]).tolist()  # in the memory's precision
+        if action >= 0:
+            probs[action] = confidence  # the kernel's own, exactly: the Decision's confidence is its probability
+        return action, confidence, probs
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
                   outcome: str | None = None) -> dict[str, Any]:
