@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import numbers
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -13,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
+from gae._views import ViewsMixin
 from gae.lifecycle import MAX_PENDING, LifecycleMixin
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 from gae.types import LearnEvents, StreamStep
@@ -21,7 +21,7 @@ INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertai
 FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
 
 
-class DecisionMemory(LifecycleMixin, nn.Module):
+class DecisionMemory(LifecycleMixin, ViewsMixin, nn.Module):
     """Base of :class:`~gae.JudgmentMemory` and :class:`~gae.KNNMemory`.
 
     Subclasses set ``category_names`` (or None when categories are ignored),
@@ -277,67 +277,6 @@ class DecisionMemory(LifecycleMixin, nn.Module):
         """A category name a memory built with ``grow=True`` has not met: it scores nothing there."""
         return (self.grow and self.category_names is not None and isinstance(category, str) and bool(category)
                 and category not in self._category_positions)
-
-    # -- the single-decision path's views of the tensors ---------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        """The attributes without the lock (each copy gets its own) and the single-decision views
-        (views of this instance's tensors: a copy builds its own)."""
-        state = dict(super().__getstate__())
-        state.pop("_lock", None)
-        host = state.get("_host")
-        if host is not None:
-            state["_host"] = type(host)()
-        return state
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> DecisionMemory:
-        """A deep copy made whole under the lock (deepcopy reads the attributes after
-        ``__getstate__`` returns, when another thread may be learning). Pickling keeps torch's
-        own path (``map_location``, shared memory, shared parameters), so it is not locked:
-        pickle a memory while no other thread learns it, or pickle a deep copy."""
-        with self._lock:
-            twin = type(self).__new__(type(self))
-            memo[id(self)] = twin
-            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return twin
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self.__dict__["_lock"] = threading.RLock()
-        self._drop_views()  # fresh views whoever pickled them (an older gae's hold other fields)
-        if "_open" not in self.__dict__:  # pickled before decide / verify: nothing pending
-            self._init_pending()
-
-    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> DecisionMemory:
-        """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
-        tensor's data without replacing the tensor, so the single-decision views (``_host``,
-        which every memory that has them keeps) are built again, as after any replacement of a
-        buffer or parameter (assignment, ``register_buffer``, a load, a growth): the views then
-        need not compare every tensor on every call."""
-        result = super()._apply(fn, recurse)
-        self._drop_views()
-        return result
-
-    def _drop_views(self) -> None:
-        host = self.__dict__.get("_host")
-        if host is not None:
-            self.__dict__["_host"] = type(host)()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name in self.__dict__.get("_buffers", ()) or name in self.__dict__.get("_parameters", ()):
-            self._drop_views()  # a tensor the views point into was replaced
-
-    def __delattr__(self, name: str) -> None:
-        super().__delattr__(name)
-        self._drop_views()
-
-    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
-        super().register_buffer(name, tensor, persistent)
-        self._drop_views()
-
-    def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
-        super().register_parameter(name, param)
-        self._drop_views()
 
     # -- validation helpers -----------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from gae import validation as check
 from gae.episodic.admission import Admission, AdmissionPolicy, add_arguments
+from gae.episodic.audit import AuditedPersistence
 from gae.episodic.columns import (
     memory_type_column,
     per_memory,
@@ -21,16 +22,16 @@ from gae.episodic.columns import (
     scope_lists,
     source_rows,
 )
-from gae.episodic.persistence import Persistence, write_call
-from gae.episodic.records import COLUMNS, AuditRecord, AuditTrail, Retrieval
+from gae.episodic.persistence import write_call
+from gae.episodic.records import COLUMNS, AuditTrail, Retrieval
 from gae.episodic.scorer import RetrievalScorer, top_k
-from gae.episodic.store.base import AuditEntry, Change, MemoryStore
+from gae.episodic.store.base import Change, MemoryStore
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
 MAX_AUDIT = 10_000  # memory ids the audit records an EpisodicMemory keeps name, by default (a store keeps all)
 
 
-class EpisodicMemory(Persistence):
+class EpisodicMemory(AuditedPersistence):
     r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
 
     Every memory has a unit-norm embedding, ``created_at`` and validity window (seconds), an
@@ -137,55 +138,8 @@ class EpisodicMemory(Persistence):
             if snapshot is not None:
                 self._restore(snapshot)
 
-    def __getstate__(self) -> dict[str, Any]:
-        with self._lock:  # a copy of one state: the rows and the lists as they are now, not as a later call leaves them
-            state = super().__getstate__()
-            buffers = state["_buffers"]
-            state["_buffers"] = type(buffers)((name, None if t is None else t.clone()) for name, t in buffers.items())
-            for name in ("scope_names", "source_ids"):
-                state[name] = list(state[name])
-            state["_audit"] = AuditTrail(self.max_audit, state["_audit"])
-        state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "_audit" not in state:  # pickled before the audit log was bounded: it kept every record
-            state["_max_audit"] = None
-            state["_audit"] = AuditTrail(None, state.pop("audit_log"))
-        super().__setstate__(state)
-        self.__dict__["_lock"] = threading.RLock()
-
-    @property
-    def max_audit(self) -> int | None:
-        """The memory ids the kept audit records may name in all (None: every record is kept).
-        Setting it trims the log to the new bound at once."""
-        return self.__dict__["_max_audit"]
-
-    @max_audit.setter
-    def max_audit(self, value: int | None) -> None:
-        value = None if value is None else check.check_int("max_audit", value, low=1)
-        with self._lock:
-            self.__dict__["_max_audit"] = value
-            self._audit = AuditTrail(value, self._audit)
-
-    @property
-    def audit_log(self) -> list[AuditRecord]:
-        """The audit records kept (the newest, naming at most ``max_audit`` ids), oldest first: a
-        copy, taken under the memory's lock. Assigning a list keeps its newest records so."""
-        with self._lock:
-            return list(self._audit)
-
-    @audit_log.setter
-    def audit_log(self, records: Sequence[AuditRecord]) -> None:
-        with self._lock:
-            self._audit = AuditTrail(self.max_audit, records)
-
     def __len__(self) -> int:
         return int(self.size)
-
-    @property
-    def version(self) -> int:
-        return int(self.version_counter)
 
     def column(self, name: str) -> Tensor:
         """The live rows of one column, oldest first: ``'embeddings'`` (N, D, unit norm) or a
@@ -308,9 +262,6 @@ class EpisodicMemory(Persistence):
                 grown = old.new_zeros((rows, *old.shape[1:]))
                 grown[:start] = old[:start]
                 setattr(self, name, grown)
-
-    def _eviction_reason(self) -> str:
-        return f"over capacity {self.capacity} ({self.eviction})"
 
     def _eviction_scores(self, query: Tensor, now: float) -> Tensor:
         age = (now - self._column("created_at")).float()
@@ -497,21 +448,3 @@ class EpisodicMemory(Persistence):
         for reason in refusals:
             self._record("reject", now, (), reason)
         return ids
-
-    # -- bookkeeping ----------------------------------------------------------------------------
-    def _record(self, action: str, now: float, ids: Any, reason: str) -> None:
-        """``version + 1`` for a mutation (not for a 'reject'), then its audit record (:meth:`_log`)."""
-        counter = cast(Tensor, self._buffers["version_counter"])  # in place: no module attribute lookups
-        if action != "reject":
-            counter.add_(1)
-        self._log(action, now, ids, reason, int(counter))
-
-    def _log(self, action: str, now: float, ids: Any, reason: str, version: int) -> None:
-        """The audit record of a mutation that ``version`` already counts (the single-decision path
-        counts its own in place), also handed to the store's pending change."""
-        id_tuple = tuple(int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids))
-        self._audit.append(AuditRecord(action, float(now), id_tuple, reason, version))  # the oldest may drop out
-        if self._pending is not None:
-            self._pending.audit.append(AuditEntry(action, float(now), id_tuple, reason, version))
-            if action in ("evict", "delete", "expire"):
-                self._pending.removed.append((action, float(now), id_tuple))

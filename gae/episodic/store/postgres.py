@@ -12,6 +12,7 @@ import numpy as np
 
 from gae.episodic.store import postgres_erase
 from gae.episodic.store import postgres_integrity as integrity
+from gae.episodic.store import postgres_ranking as ranking
 from gae.episodic.store import postgres_schema as schema
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
@@ -34,7 +35,6 @@ from gae.episodic.store.base import (
     rows_from_records,
     scope_filters,
     scope_keys,
-    split_scope,
 )
 from gae.episodic.store.integrity import checksum, row_checksum, written_columns
 from gae.episodic.store.postgres_vector import Vector, register_vector
@@ -43,11 +43,6 @@ from gae.validation import check_int
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
-
-def _text_query(text: str) -> str | None:
-    """The words of ``text`` OR-ed as a tsquery (SQLiteStore's FTS5 query), None when it has none."""
-    terms = "".join(ch if ch.isalnum() else " " for ch in text).split()
-    return " | ".join(terms) if terms else None
 
 
 class PostgresStore(MemoryStore):
@@ -399,66 +394,10 @@ class PostgresStore(MemoryStore):
                         "ORDER BY n DESC LIMIT %s) AS newest ORDER BY n"), (limit,))]
 
     def _ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
-        """One query's ranking statement: filters, scores and top k, over a candidate pool or not.
-
-        The pool is the union of the ``candidates`` best live rows by each term: similarity from
-        the HNSW index, recency, importance and text match from theirs. Each result row carries
-        ``bound``, the highest score a row outside the pool can reach (Fagin's threshold, for
-        non-negative weights): a k-th score below it means the pool may have missed a row.
-        ``bound`` is NULL when there is no pool or it holds every row that passes the filters, and
-        +inf when the index returned no row.
-        """
-        key = (pooled, scoped, texted)
-        if key not in self._statements:
-            self._statements[key] = self._compose_ranking(pooled, scoped, texted)
+        """One query's ranking statement (:func:`~gae.episodic.store.postgres_ranking.compose`), composed once."""
+        if (key := (pooled, scoped, texted)) not in self._statements:
+            self._statements[key] = ranking.compose(self._q, *key)
         return self._statements[key]
-
-    def _compose_ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
-        where = "m.deleted_at IS NULL AND m.valid_from <= %(now)s AND %(now)s < m.valid_until"
-        if scoped:  # both arms can use the (scope_type, scope_id, ...) index
-            where += (" AND ((m.scope_type = 'int' AND m.scope_id = ANY(%(ints)s::text[])) "
-                      "OR (m.scope_type = 'name' AND m.scope_id = ANY(%(names)s::text[])))")
-        # Postgres' exp() raises on underflow and overflow where numpy returns 0 and inf.
-        age = "(m.created_at - %(now)s) / %(tau)s"
-        recency = f"CASE WHEN {age} < -700 THEN 0 WHEN {age} > 709 THEN 'Infinity'::float8 ELSE exp({age}) END"
-        ctes, joins, text, bound = [], "", "0::float8", "NULL::float8"
-        if texted:  # every match the query may see (GIN index), scaled by the best of them, as SQLiteStore does
-            ctes += [f"matches AS MATERIALIZED (SELECT m.seq, ts_rank_cd({schema.TSV}, {schema.TSQ})::float8 AS rank "
-                     f"FROM {{t}} m WHERE {where} AND {schema.TSV} @@ {schema.TSQ})",
-                     "best AS (SELECT max(rank) AS v FROM matches)"]
-            joins = " LEFT JOIN matches x ON x.seq = m.seq CROSS JOIN best"
-            text = "CASE WHEN x.rank IS NULL THEN 0 WHEN best.v > 0 THEN x.rank / best.v ELSE 1 END"
-        if pooled:
-            # The nearest live rows whether or not they pass the filters, so that the index returns
-            # all it is asked for and the least similarity among them bounds every row outside.
-            ctes.append(f"near AS (SELECT m.seq, 1 - (m.embedding <=> %(q)s) AS v, {where} AS ok FROM {{t}} m "
-                        "WHERE m.deleted_at IS NULL ORDER BY m.embedding <=> %(q)s LIMIT %(candidates)s)")
-            lists = {"recent": (recency, "m.created_at DESC"), "important": ("m.importance", "m.importance DESC")}
-            if texted:
-                lists["matching"] = (text, "x.rank DESC NULLS LAST")
-            ctes += [f"{name} AS (SELECT m.seq, {value} AS v FROM {{t}} m{joins} WHERE {where} "
-                     f"{'AND x.rank IS NOT NULL ' if name == 'matching' else ''}ORDER BY {order} LIMIT %(candidates)s)"
-                     for name, (value, order) in lists.items()]
-            ctes.append("pool AS (SELECT seq FROM near WHERE ok" + "".join(
-                f" UNION SELECT seq FROM {name}" for name in lists) + ")")
-            # with fewer matches than candidates every match is in the pool: the rows outside score 0
-            text_bound = " + %(w_text)s * (SELECT CASE WHEN count(*) < %(candidates)s THEN 0 ELSE min(v) END " \
-                         "FROM matching)" if texted else ""
-            # The index scan returns its ef_search nearest rows, less those row-level security
-            # hides: every row it did not return is farther than all it did. It skips zero vectors
-            # (similarity 0), hence the greatest(.., 0).
-            bound = ("CASE WHEN (SELECT count(*) FROM recent) < %(candidates)s THEN NULL "
-                     "WHEN NOT EXISTS (SELECT FROM near) THEN 'Infinity'::float8 "
-                     "ELSE %(w_sim)s * greatest((SELECT min(v) FROM near), 0) "
-                     "+ %(w_rec)s * (SELECT min(v) FROM recent) "
-                     f"+ %(w_imp)s * (SELECT min(v) FROM important){text_bound} END")
-            where += " AND m.seq IN (SELECT seq FROM pool)"
-        return self._q(
-            ("WITH " + ", ".join(ctes) + " " if ctes else "")
-            + "SELECT seq, %(w_sim)s * similarity + %(w_rec)s * recency + %(w_imp)s * importance "
-            f"+ %(w_text)s * text AS score, similarity, recency, importance, text, {bound} AS bound FROM ("
-            f"SELECT m.seq, -(m.embedding <#> %(q)s) AS similarity, {recency} AS recency, m.importance, "
-            f"{text} AS text FROM {{t}} m{joins} WHERE {where}) scored ORDER BY score DESC, seq LIMIT %(k)s")
 
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
                  weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
@@ -467,10 +406,10 @@ class PostgresStore(MemoryStore):
         """Rank in the server (see :meth:`MemoryStore.retrieve`); the similarity is the dot product
         of the stored embedding with the unit query, as in SQLiteStore.
 
-        ``exact=True`` scores every row that passes the filters. ``exact=False`` (default) scores
-        a candidate pool (see :meth:`_ranking`) and falls back to the exact ranking for a query
-        whose pool cannot be shown to hold its top ``k`` (and always with a negative weight), so
-        that it differs from the exact ranking only where the HNSW index misses a neighbour.
+        ``exact=True`` scores every row that passes the filters. ``exact=False`` (default) scores a
+        candidate pool (:mod:`~gae.episodic.store.postgres_ranking`) and falls back to the exact ranking
+        for a query whose pool cannot be shown to hold its top ``k`` (and always with a negative
+        weight), so that it differs from the exact ranking only where the HNSW index misses a neighbour.
         """
         if self.dim is None:
             raise RuntimeError("open(dim) the store before retrieving from it")
@@ -491,14 +430,9 @@ class PostgresStore(MemoryStore):
             for q, (scopes_q, text_q) in enumerate(zip(allowed, texts, strict=True)):
                 if scopes_q is not None and not scopes_q:
                     continue
-                tsq = _text_query(text_q) if text_q is not None and w_text != 0.0 else None
-                keys = [split_scope(key) for key in scopes_q or []]
-                params = {"q": Vector(unit[q]), "now": float(now), "tau": float(tau), "k": k, "tsq": tsq,
-                          "candidates": candidates, "w_sim": float(weights[0]), "w_rec": float(weights[1]),
-                          "w_imp": float(weights[2]), "w_text": float(w_text),
-                          "ints": [i for kind, i in keys if kind == "int"],
-                          "names": [i for kind, i in keys if kind == "name"]}
-                shape = (scopes_q is not None, tsq is not None)
+                params = ranking.parameters(unit[q], now, k, scopes_q, text_q, weights=weights, tau=tau,
+                                            w_text=w_text, candidates=candidates)
+                shape = (scopes_q is not None, params["tsq"] is not None)
                 found = conn.execute(self._ranking(pooled, *shape), params).fetchall()
                 bound = found[0][-1] if found else None
                 if bound is not None and not found[-1][1] >= bound + 1e-6:  # the pool may miss a row

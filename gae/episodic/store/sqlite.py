@@ -12,12 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from gae.episodic.store import sqlite_integrity
+from gae.episodic.store import sqlite_integrity, sqlite_read, sqlite_schema
 from gae.episodic.store.base import (
     SCHEMA_VERSION,
-    SNAPSHOT_COLUMNS,
     AuditEntry,
     Change,
     MemoryStore,
@@ -32,9 +29,6 @@ from gae.episodic.store.base import (
     check_query,
     check_weights,
     dumps_ids,
-    join_scope,
-    padded,
-    rows_from_records,
     scope_filters,
 )
 from gae.episodic.store.integrity import (
@@ -47,41 +41,6 @@ from gae.episodic.store.integrity import (
 )
 from gae.validation import check_int
 
-_SCHEMA = """
-CREATE TABLE schema_version (version INTEGER NOT NULL);
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum INTEGER);
-CREATE TABLE memories (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    scope_type TEXT NOT NULL,
-    scope_id TEXT NOT NULL,
-    memory_type TEXT NOT NULL CHECK (memory_type IN ('episode', 'semantic')),
-    content TEXT,
-    embedding BLOB,
-    confidence REAL NOT NULL,
-    sensitivity TEXT NOT NULL,
-    source_ids TEXT NOT NULL,
-    valid_from REAL NOT NULL,
-    valid_until REAL NOT NULL,
-    importance REAL NOT NULL,
-    created_at REAL NOT NULL,
-    deleted_at REAL,
-    deleted_reason TEXT,
-    checksum INTEGER
-);
-CREATE INDEX memories_filter ON memories (scope_type, scope_id, memory_type, valid_until);
-CREATE VIRTUAL TABLE memories_text USING fts5 (content);
-CREATE TABLE audit (
-    n INTEGER PRIMARY KEY AUTOINCREMENT,
-    action TEXT NOT NULL CHECK (action IN ('add', 'evict', 'delete', 'expire', 'reject')),
-    time REAL NOT NULL,
-    ids TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    actor TEXT NOT NULL,
-    checksum INTEGER
-);
-"""
 _ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_integrity.SHOWN
 
 
@@ -199,18 +158,7 @@ class SQLiteStore(MemoryStore):
             raise StoreCorrupted(self.path, f"{what}: {type(error).__name__}: {error}") from error
 
     def _schema_version(self) -> int:
-        """The stored schema version; an unknown one is refused (StoreCorrupted), a newer one too."""
-        if "schema_version" not in self._tables():
-            raise StoreCorrupted(self.path, "it has a memories table but no schema_version table: not a gae store")
-        rows = self._conn.execute("SELECT version FROM schema_version").fetchall()
-        if len(rows) != 1 or type(rows[0][0]) is not int or rows[0][0] < 1:
-            raise StoreCorrupted(self.path, f"unknown schema version {[r[0] for r in rows]!r} (this gae writes "
-                                            f"1 to {SCHEMA_VERSION})")
-        version = int(rows[0][0])
-        if version > SCHEMA_VERSION:
-            raise NewerSchema(f"{self.path} has schema version {version}, newer than this gae ({SCHEMA_VERSION}); "
-                             "upgrade gae to open it (if no newer gae wrote it, the file is damaged)")
-        return version
+        return sqlite_schema.schema_version(self._conn, self.path)
 
     def check(self, *, raises: bool = True) -> StoreCheck:
         """Verify the whole file (see :meth:`MemoryStore.check`): ``PRAGMA integrity_check`` (every
@@ -281,7 +229,7 @@ class SQLiteStore(MemoryStore):
 
     # -- schema ----------------------------------------------------------------------------
     def _tables(self) -> set[str]:
-        return {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return sqlite_schema.tables(self._conn)
 
     def open(self, dim: int, audit_last: int | None = None) -> Snapshot | None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -292,13 +240,7 @@ class SQLiteStore(MemoryStore):
                 self._conn.execute("COMMIT")
                 return self.open(dim, audit_last)
             try:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
-                self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-                self._conn.executemany("INSERT INTO meta VALUES (?, ?, ?)", [
-                    (key, value, checksum(b"meta", (key, value))) for key, value in (
-                        ("dim", str(dim)), ("version", "0"), ("next_id", "0"), ("scope_names", "[]"))])
+                sqlite_schema.create(self._conn, dim)
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
@@ -316,25 +258,12 @@ class SQLiteStore(MemoryStore):
         return self._snapshot(audit_last)
 
     def _migrate(self) -> None:
-        """Bring an older schema up to :data:`SCHEMA_VERSION`, holding the write lock. 1 -> 2: a
-        checksum on every row, audit record and meta value, of the data as it is, which
-        ``PRAGMA integrity_check`` must find sound first."""
-        conn = self._conn
+        """Bring an older schema up to :data:`SCHEMA_VERSION` (:func:`~gae.episodic.store.sqlite_schema.migrate`)."""
         with self.exclusive(), self._reading("cannot add checksums to it"):
-            if self._schema_version() >= SCHEMA_VERSION:  # another process migrated it while this one waited
-                return
-            found = [row[0] for row in conn.execute(f"PRAGMA integrity_check({_SHOWN})")]
-            if found != ["ok"]:
-                raise StoreCorrupted(self.path, [f"integrity_check (before adding checksums): {line}"
-                                                 for line in found])
-            sqlite_integrity.add_checksums(conn)
-            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            sqlite_schema.migrate(self._conn, self.path)
 
     def _meta(self, key: str) -> str:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        if row is None or not isinstance(row[0], str):
-            raise StoreCorrupted(self.path, f"its meta table has no {key!r}")
-        return row[0]
+        return sqlite_read.meta(self._conn, self.path, key)
 
     def _snapshot(self, audit_last: int | None = None) -> Snapshot:
         assert self.dim is not None
@@ -343,21 +272,7 @@ class SQLiteStore(MemoryStore):
 
     def _read_snapshot(self, audit_last: int | None) -> Snapshot:
         assert self.dim is not None
-        meta = {}
-        for key, value, stored in self._conn.execute("SELECT key, value, checksum FROM meta"):
-            if stored is None or checksum(b"meta", (key, value)) != stored:
-                raise StoreCorrupted(self.path, f"meta value {key!r} does not match its checksum")
-            meta[key] = value
-        records = self._conn.execute(f"SELECT {SNAPSHOT_COLUMNS} FROM memories WHERE deleted_at IS NULL "
-                                     "ORDER BY seq").fetchall()
-        width = 4 * self.dim
-        for r in records:
-            if not isinstance(r[1], bytes) or len(r[1]) != width:
-                raise StoreCorrupted(self.path, f"row seq={r[0]!r}: its embedding is not {width} bytes")
-        live = rows_from_records([(r[0], np.frombuffer(r[1], dtype=np.float32), *r[2:10], json.loads(r[10]), *r[11:])
-                                  for r in records], self.dim)
-        return Snapshot(self.dim, live, self.audit(audit_last), int(meta["version"]), int(meta["next_id"]),
-                        json.loads(meta["scope_names"]))
+        return sqlite_read.snapshot(self._conn, self.path, self.dim, lambda: self.audit(audit_last))
 
     # -- writing -----------------------------------------------------------------------------
     def _commit(self, change: Change) -> None:
@@ -483,9 +398,7 @@ class SQLiteStore(MemoryStore):
     def audit(self, last: int | None = None) -> list[AuditEntry]:
         limit = -1 if last is None else check_int("last", last, low=0)  # SQLite: -1, no limit
         with self._reading("its audit table cannot be read"):
-            return [AuditEntry(a, t, tuple(json.loads(i)), r, v, actor) for a, t, i, r, v, actor, _ in
-                    self._conn.execute(f"SELECT * FROM (SELECT {_AUDIT}, n FROM audit ORDER BY n DESC LIMIT ?) "
-                                       "ORDER BY n", (limit,))]
+            return sqlite_read.audit(self._conn, limit)
 
     def _live(self) -> dict[str, Any]:
         """The live rows' retrieval columns, cached until the stored version changes."""
@@ -493,28 +406,14 @@ class SQLiteStore(MemoryStore):
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if self._cache is not None and self._cache[0] == version:
             return self._cache[1]
-        rows = self._conn.execute("SELECT seq, embedding, scope_type, scope_id, importance, created_at, valid_from, "
-                                  "valid_until FROM memories WHERE deleted_at IS NULL ORDER BY seq").fetchall()
-        n = len(rows)
         assert self.dim is not None
-        live = {"seq": np.array([r[0] for r in rows], dtype=np.int64),
-                "embedding": np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(n, self.dim),
-                "scope": np.array([join_scope(r[2], r[3]) for r in rows], dtype=object),
-                **{name: np.array([r[j] for r in rows], dtype=np.float64)
-                   for j, name in enumerate(("importance", "created_at", "valid_from", "valid_until"), start=4)}}
+        live = sqlite_read.live_columns(self._conn, self.dim)
         self._cache = (version, live)
         return live
 
     def _text_scores(self, text: str) -> dict[int, float]:
-        """FTS5 relevance (-bm25, higher is better) of each matching row; the caller scales it by the best
-        match among the rows the query may see."""
-        terms = [t for t in "".join(ch if ch.isalnum() else " " for ch in text).split() if t]
-        if not terms:
-            return {}
-        query = " OR ".join(f'"{t}"' for t in terms)
-        found = self._conn.execute("SELECT rowid, bm25(memories_text) FROM memories_text WHERE memories_text MATCH ?",
-                                   (query,)).fetchall()
-        return {int(rowid): -score for rowid, score in found}
+        with self._reading("its full-text index cannot be read"):
+            return sqlite_read.text_scores(self._conn, text)
 
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
                  weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
@@ -529,47 +428,7 @@ class SQLiteStore(MemoryStore):
         texts = check_weights(weights, tau, w_text, text, n_queries)
         with self._reading("its rows cannot be read"):
             live = self._live()
-        result = padded(n_queries, k)
-        valid = (live["valid_from"] <= now) & (now < live["valid_until"])
-        recency = np.exp(-(now - live["created_at"]) / tau)
-        w_sim, w_rec, w_imp = weights
-        groups: dict[tuple[str, ...] | None, list[int]] = {}  # queries that see the same rows share one matmul
-        for q, keys in enumerate(allowed):
-            groups.setdefault(None if keys is None else tuple(sorted(set(keys))), []).append(q)
-        for group, members in groups.items():
-            mask = valid if group is None else valid & np.isin(live["scope"], list(group))
-            rows = np.flatnonzero(mask)
-            if rows.size == 0:
-                continue
-            every = rows.size == mask.size  # no copy of the embeddings when every row is visible
-            embedding, seq = (live["embedding"], live["seq"]) if every else (live["embedding"][rows], live["seq"][rows])
-            bias = w_rec * recency[rows] + w_imp * live["importance"][rows]
-            similarities = unit[members] @ embedding.T  # (G, R)
-            for i, q in enumerate(members):
-                similarity = similarities[i].astype(np.float64)
-                match = np.zeros(rows.size)
-                query_text = texts[q]
-                if query_text is not None and w_text != 0.0:
-                    with self._reading("its full-text index cannot be read"):
-                        scores_by_seq = self._text_scores(query_text)
-                    match = np.array([scores_by_seq.get(int(s), 0.0) for s in seq])
-                    best = match.max() if match.size else 0.0  # scaled among the rows this query may see
-                    match = np.where(match > 0, match / best, 0.0) if best > 0 else (match != 0).astype(float)
-                score = w_sim * similarity + bias + w_text * match
-                if score.size > k:  # the k best and everything tied with the k-th, then an exact sort
-                    kth = np.partition(score, score.size - k)[score.size - k]
-                    near = np.flatnonzero(score >= kth)
-                else:
-                    near = np.arange(score.size)
-                order = near[np.lexsort((seq[near], -score[near]))][:k]  # best first; ties: the older memory
-                m = order.size
-                result.ids[q, :m] = seq[order]
-                result.scores[q, :m] = score[order]
-                result.similarity[q, :m] = similarity[order]
-                result.recency[q, :m] = recency[rows][order]
-                result.importance[q, :m] = live["importance"][rows][order]
-                result.text[q, :m] = match[order]
-        return result
+        return sqlite_read.rank(live, unit, now, k, allowed, texts, weights, tau, w_text, self._text_scores)
 
     def close(self) -> None:
         self.closed = True
