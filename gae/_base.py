@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from gae import validation as check
 from gae._views import ViewsMixin
+from gae.durable import DurableMixin
 from gae.lifecycle import MAX_PENDING, LifecycleMixin
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 from gae.types import LearnEvents, StreamStep
@@ -21,7 +22,7 @@ INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertai
 FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
 
 
-class DecisionMemory(LifecycleMixin, ViewsMixin, nn.Module):
+class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
     """Base of :class:`~gae.JudgmentMemory` and :class:`~gae.KNNMemory`.
 
     Subclasses set ``category_names`` (or None when categories are ignored),

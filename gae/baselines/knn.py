@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gae import durable
 from gae import validation as check
 from gae._base import INCORRECT, DecisionMemory
 from gae.baselines.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
@@ -80,12 +81,21 @@ class KNNMemory(DecisionMemory):
 
     def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
-                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
+                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
+                 store: Any = None, ledger: str = "knn", snapshot_every: int = durable.SNAPSHOT_EVERY,
+                 durable_decisions: bool = True) -> None:
         super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.capacity = capacity
         self.respect_skip = bool(respect_skip)
         self.grow = bool(grow)
+        opened = None
+        if store is not None:  # a ledger's own names (gae/durable.py)
+            given = self._names()
+            opened, names = durable.prepare(store, ledger, type(self).__name__, given, self._ledger_settings(),
+                                            self.grow)
+            self._set_action_names(cast(tuple, names["actions"]))
+            self._set_category_names(names["categories"])
         self.register_buffer("store_factors", torch.zeros(capacity, self.n_factors))
         self.register_buffer("store_actions", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("store_categories", torch.zeros(capacity, dtype=torch.int64))
@@ -93,6 +103,16 @@ class KNNMemory(DecisionMemory):
         self.register_buffer("ring", torch.zeros(2, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
         self._host = KNNHost()  # the single-decision path's views of the ring
+        if opened is not None:
+            self._attach(opened, snapshot_every, durable_decisions, given)
+
+    def _ledger_settings(self) -> dict[str, Any]:
+        return {"k": self.k, "capacity": self.capacity, "scoped": self.scoped, "respect_skip": self.respect_skip}
+
+    def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> KNNMemory:
+        return KNNMemory(self.factor_names, actions, k=self.k, capacity=self.capacity, categories=categories,
+                         scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,
+                         max_pending=self.max_pending, pending_ttl=self.pending_ttl)
 
     def __len__(self) -> int:
         return int(self.ring[0])

@@ -79,6 +79,20 @@ class HistoryMixin:
             self._updates += 1
         return removed
 
+    # -- on a ledger (gae/durable.py) -------------------------------------------------
+    def _ledger_settings(self) -> dict[str, Any]:
+        return cast(dict, self.config.to_dict())
+
+    def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> Any:
+        memory = cast(Any, self)
+        blank = type(self)(categories, actions, memory.factor_names, self.config, grow=memory.grow,  # type: ignore[call-arg]
+                           max_pending=memory.max_pending, pending_ttl=memory.pending_ttl)
+        blank.backend = memory.backend
+        return blank
+
+    def _after_delete(self, version: int) -> None:
+        self._updates = max(self._updates, version) + 1  # the version only grows, as forget_ in RAM moves it
+
     def trace(self, category: str | int, action: str | int, top: int = 10, prototype: int = 0) -> Trace:
         """The decisions that moved prototype ``prototype`` of (``category``, ``action``) most,
         with their current weight in it (heaviest first, at most ``top``).

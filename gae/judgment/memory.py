@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
+from gae import durable
 from gae import validation as check
 from gae._base import DecisionMemory
 from gae.judgment import engine, kernels, online, rule
@@ -140,16 +141,21 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
 
     def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
                  *, grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
-                 **overrides: Any) -> None:
+                 store: Any = None, ledger: str = "judgment", snapshot_every: int = durable.SNAPSHOT_EVERY,
+                 durable_decisions: bool = True, **overrides: Any) -> None:
         super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
         if config is not None and not isinstance(config, JudgmentConfig):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
         self.grow = bool(grow)
-        self._set_category_names(check.resolve_names("categories", categories))
-        self._set_action_names(check.resolve_names("actions", actions))
-        self.factor_names = check.resolve_names("factors", factors)
+        given = {"categories": check.resolve_names("categories", categories),
+                 "actions": check.resolve_names("actions", actions), "factors": check.resolve_names("factors", factors)}
+        opened, names = (None, given) if store is None else durable.prepare(  # a ledger's own names (gae/durable.py)
+            store, ledger, type(self).__name__, given, self._config.to_dict(), self.grow)
+        self._set_category_names(names["categories"])
+        self._set_action_names(cast(tuple, names["actions"]))
+        self.factor_names = cast(tuple, names["factors"])
         self.n_factors = len(self.factor_names)
         self._options = kernels.Options.of(self._config)
         self.criterion_logits = nn.Parameter(torch.zeros(len(self.category_names), self.n_factors))
@@ -157,6 +163,8 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         self.history = History(self._config.max_log_events, buffer_state(self))
         self._updates = 0  # the version counter: see ``version``
         self._host = online.HostState()  # the views score_one and learn_one work on (gae/judgment/online.py)
+        if opened is not None:
+            self._attach(opened, snapshot_every, durable_decisions, given)
 
     @property
     def config(self) -> JudgmentConfig:
