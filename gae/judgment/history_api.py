@@ -84,9 +84,9 @@ class HistoryMixin:
         return cast(dict, self.config.to_dict())
 
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> Any:
-        memory = cast(Any, self)
-        blank = type(self)(categories, actions, memory.factor_names, self.config, grow=memory.grow,  # type: ignore[call-arg]
-                           max_pending=memory.max_pending, pending_ttl=memory.pending_ttl)
+        memory: Any = self
+        blank: Any = type(memory)(categories, actions, memory.factor_names, self.config, grow=memory.grow,
+                                  max_pending=memory.max_pending, pending_ttl=memory.pending_ttl)
         blank.backend = memory.backend
         return blank
 

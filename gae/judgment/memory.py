@@ -65,15 +65,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     ``max_log_events=N``: every log then covers the last N to N/2 decisions, and the state
     stays flat (the river and scikit-learn estimators bound it by default).
 
-    Thread safety: one memory may be shared by many threads. Every public call holds the
-    memory's lock from its checks to its last write, so learning calls apply one after
-    another, a score (``forward``, ``score_one``, ``explain``) answers from the state between
-    two whole calls, and the logs hold exactly the learned rows in the order taken;
-    ``state_dict()`` and ``copy.deepcopy`` are taken whole under the lock. Not covered: a
-    ``forward`` traced by ``torch.compile`` (the graph reads the buffers without the lock),
-    pickling while another thread learns, and the attention: an optimizer stepping
-    ``criterion_logits`` (and ``attention_loss``, which reads it) runs outside the memory, so do
-    not train the attention while other threads learn.
+    Thread safety: one memory may be shared by many threads (:class:`~gae.DecisionMemory` says
+    how). Not covered: a ``forward`` traced by ``torch.compile``, pickling while another thread
+    learns, and an optimizer stepping ``criterion_logits`` while other threads learn.
 
     Args:
         categories: number of categories, or their names.
@@ -83,6 +77,10 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             :meth:`JudgmentConfig.seed`, the original design.
         grow: ``learn_one`` adds an action or category name it has not met
             (:meth:`add_actions_`, :meth:`add_categories_`). Default: False.
+        store, ledger, snapshot_every, durable_decisions: a durable ledger (named ``ledger``) in a
+            :class:`~gae.episodic.store.SQLiteStore` or ``PostgresStore``: every decision and
+            verification committed before its call returns, one memory for every process that
+            opens it (:mod:`gae.durable`, ``docs/ledger.md``). Default: none, the memory is in RAM.
         **overrides: options to change from ``config`` (``drift_mode='adaptive'``, ``tau=0.2``, ...).
 
     Shape:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -183,9 +183,9 @@ class Ledger:
     # -- snapshots ------------------------------------------------------------------------------
     def snapshot(self, before: int | None = None) -> Snapshot | None:
         """The latest snapshot (taken after an event ``< before``, when given), loaded with ``weights_only``."""
-        where, params = "ledger = ?", [self.name]
+        where, params = "ledger = ?", cast(list[Any], [self.name])
         if before is not None:
-            where += " AND seq < ?"
+            where += " AND seq < ?"  # (params: a list of str and int)
             params.append(before)
         found = self.sql.rows(f"SELECT seq, version, state FROM {self._snapshots} WHERE {where} ORDER BY seq DESC "
                               "LIMIT 1", tuple(params))
@@ -224,7 +224,8 @@ class Ledger:
             found = self.sql.rows(f"SELECT decision_id FROM {self._events} WHERE ledger = ? AND seq = ?",
                                   (self.name, seq))
             if found and found[0][0] is not None:
-                self.sql.run(f"DELETE FROM {self._events} WHERE ledger = ? AND decision_id = ?", (self.name, found[0][0]))
+                self.sql.run(f"DELETE FROM {self._events} WHERE ledger = ? AND decision_id = ?",
+                             (self.name, found[0][0]))
             self.sql.run(f"DELETE FROM {self._events} WHERE ledger = ? AND seq = ?", (self.name, seq))
         self.sql.run(f"DELETE FROM {self._snapshots} WHERE ledger = ? AND seq >= ?", (self.name, first))
         head, epoch = self.position()
@@ -233,10 +234,18 @@ class Ledger:
                      "(?, ?, ?, ?, ?, ?, ?)", (self.name, time.time(), actor, action, reason, len(seqs), head))
 
     def audit(self) -> list[dict[str, Any]]:
-        """Every forget and undo, oldest first: ``at``, ``actor``, ``action``, ``reason``, ``count``, ``seq`` (the head then)."""
+        """Every forget and undo, oldest first: ``at``, ``actor``, ``action``, ``reason``, ``count``
+        and ``seq`` (the head then)."""
         return [dict(zip(("at", "actor", "action", "reason", "count", "seq"), row, strict=True)) for row in
                 self.sql.rows(f"SELECT at, actor, action, reason, count, seq FROM {self._audit} WHERE ledger = ? "
                               "ORDER BY at", (self.name,))]
+
+    def commits(self) -> int:
+        """Ledger commits made through this store object (how memories sharing one see each other's)."""
+        return self.store.__dict__.get("_ledger_commits", 0)
+
+    def count_commit(self) -> None:
+        self.store.__dict__["_ledger_commits"] = self.commits() + 1
 
     def erase(self) -> None:
         """After the commit that deleted rows: make them unreadable from the store's files."""
