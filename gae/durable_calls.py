@@ -94,6 +94,15 @@ class DurableCallsMixin:
         key = uuid.uuid4().hex if id is None else str(id)
         return Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp, source), row
 
+    def _trim_pending(self, limit: int) -> None:
+        """``max_pending = limit`` on a ledger: the oldest decisions over it closed there as expired."""
+
+        def build() -> list[Event]:
+            self.__dict__["_max_pending"] = limit  # (built inside the write: a failed commit rebuilds, keeping it)
+            return _closes(list(self._open)[:max(len(self._open) - limit, 0)], self._stamp(None))
+
+        self._write_events(build)
+
     def _expiring(self, stamp: float, keep: str | None = None) -> list[str]:
         """The pending decisions past ``pending_ttl`` at ``stamp`` (not ``keep``), oldest first."""
         if self.pending_ttl is None:

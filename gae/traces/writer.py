@@ -312,7 +312,11 @@ class TraceWriter:
             self.flush()
 
     def _version(self) -> dict[str, Any]:
-        return {"updates": self.memory.version, "hash": self.hash, "since": 0}
+        version = {"updates": self.memory.version, "hash": self.hash, "since": 0}
+        ledger = getattr(self.memory, "ledger_version", None)
+        if ledger is not None:  # a memory on a durable ledger: the last ledger event its state holds
+            version["ledger"] = ledger
+        return version
 
     def _write(self, data: bytes) -> None:
         self._file.write(data.decode() if self._text else data)
