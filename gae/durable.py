@@ -245,11 +245,12 @@ class DurableMixin(DurableCallsMixin):
             pass
 
     def _snapshot_state(self) -> dict[str, Any]:
-        """The ``state_dict`` without the pending decisions (the ledger's pending table holds them)."""
+        """The ``state_dict`` without the pending decisions (the ledger's pending table holds them)
+        and without the in-RAM logs (the ledger holds every event: a snapshot stays the size of
+        the state, and a memory opened from it starts its logs there)."""
         state = cast(Any, type(self)).state_dict(self)
-        extra = dict(state.get("_extra_state", {}))
-        extra.pop("pending", None)
-        extra.pop("expired_decisions", None)
+        extra = {key: value for key, value in state.get("_extra_state", {}).items()
+                 if key not in ("pending", "expired_decisions") and not key.endswith("_log")}
         state["_extra_state"] = extra
         return state
 

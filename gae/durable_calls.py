@@ -261,7 +261,8 @@ class DurableCallsMixin:
     def explain_decision(self, id: str) -> Any:
         """Explain past decision ``id`` with the state it was made with: the ledger's state just
         before the decision (its snapshot and the verifications before it), asked to explain
-        the decision's factors in its category. Needs a store (KeyError for an id the ledger
+        the decision's factors in its category (a judgment memory's :class:`~gae.judgment.explain.Explanation`;
+        a k-NN's :class:`~gae.types.Retrieved` neighbours). Needs a store (KeyError for an id the ledger
         does not hold, or holds no more: forgotten)."""
         ledger = self._ledger
         if ledger is None:
@@ -273,7 +274,11 @@ class DurableCallsMixin:
             if event is None:
                 raise KeyError(f"decision {id!r} is not in the ledger")
             past = self._replayed(before=event.seq)
-        return past.explain(event.row, event.category)
+        return self._explain_past(past, event.row, event.category)
+
+    def _explain_past(self, past: Any, row: Any, category: Any) -> Any:
+        """The explanation of one decision by ``past`` (its state when it decided): its ``explain``."""
+        return past.explain(row, category)
 
 
 def _closes(keys: Sequence[str], stamp: float, exclude: set[str] | None = None) -> list[Event]:

@@ -109,6 +109,10 @@ class KNNMemory(DecisionMemory):
     def _ledger_settings(self) -> dict[str, Any]:
         return {"k": self.k, "capacity": self.capacity, "scoped": self.scoped, "respect_skip": self.respect_skip}
 
+    def _explain_past(self, past: KNNMemory, row: np.ndarray, category: str | int) -> Retrieved:
+        """The traces ``past`` (the k-NN when it decided) voted with: :meth:`neighbours`."""
+        return past.neighbours(torch.as_tensor(row).unsqueeze(0), torch.tensor([past._category_index(category)]))
+
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> KNNMemory:
         return KNNMemory(self.factor_names, actions, k=self.k, capacity=self.capacity, categories=categories,
                          scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,

@@ -118,10 +118,9 @@ class Ledger:
 
     def set_meta(self, values: dict[str, Any]) -> None:
         """Inside :meth:`writing`: set meta values."""
-        for key, value in values.items():
-            self.sql.run(f"DELETE FROM {self._meta} WHERE ledger = ? AND key = ?", (self.name, key))
-            self.sql.run(f"INSERT INTO {self._meta} (ledger, key, value) VALUES (?, ?, ?)",
-                         (self.name, key, json.dumps(value)))
+        self.sql.many(f"INSERT INTO {self._meta} (ledger, key, value) VALUES (?, ?, ?) ON CONFLICT (ledger, key) "
+                      "DO UPDATE SET value = excluded.value",
+                      [(self.name, key, json.dumps(value)) for key, value in values.items()])
 
     def position(self) -> tuple[int, int]:
         """``(head, epoch)``: the last sequence number given and the deletions so far."""
