@@ -54,7 +54,8 @@ def prepare(store: Any, name: str, kind: str, names: dict[str, Any], settings: d
         if meta["settings"].get(key) != settings.get(key):
             differs.append(f"{key} ({meta['settings'].get(key)!r} there, {settings.get(key)!r} here)")
     for key in ("categories", "actions"):
-        if stored[key] != names[key] and not grow:
+        grown = meta.get(f"grown_{key}", meta[key])  # the ledger's names now (a growth appends to them)
+        if stored[key] != names[key] and (None if grown is None else tuple(grown)) != names[key] and not grow:
             differs.append(f"{key} ({None if stored[key] is None else list(stored[key])} there, "
                            f"{None if names[key] is None else list(names[key])} here; grow=True adds names)")
     if (stored["categories"] is None) != (names["categories"] is None):
@@ -120,11 +121,17 @@ class DurableMixin(DurableCallsMixin):
         raise NotImplementedError
 
     # -- reading and replaying --------------------------------------------------------------
-    def _catch_up(self) -> None:
+    def _catch_up(self, force: bool = False) -> None:
         """Apply what other writers committed since this memory's last call (all of it again
-        after a deletion: a rebuild). Inside the memory's lock and a read or write of the ledger."""
+        after a deletion: a rebuild). Inside the memory's lock and a read or write of the ledger.
+        Unless ``force``, nothing is read when no other connection committed (SQLite's data
+        version) and no other memory on this store object did."""
         ledger = self._ledger
         assert ledger is not None
+        commits = ledger.commits()
+        if not ledger.sql.changed() and not force and commits == self._commits_seen:
+            return
+        self.__dict__["_commits_seen"] = commits
         head, epoch = ledger.position()
         if epoch != self._epoch:
             self._rebuild()
@@ -216,13 +223,15 @@ class DurableMixin(DurableCallsMixin):
             try:
                 with ledger.writing():
                     self._catch_up()
-                    events, results, applied = build(), [], False
+                    applied = False
+                    events, results = build(), []
                     for i, event in enumerate(events):
                         results.append(self._apply_event(event))
                         applied = True
                         if event.kind == LEARN:
                             events[i] = dataclasses.replace(event, version=self.version)
                     head = ledger.append([*self._unflushed, *events], self._seen)
+                    self._write_names()
                     if self._since_snapshot >= self.snapshot_every:
                         ledger.write_snapshot(head, self.version, self._snapshot_state())
                         d["_since_snapshot"] = 0
@@ -235,9 +244,18 @@ class DurableMixin(DurableCallsMixin):
             d["_commits_seen"] = ledger.commits()  # (what other memories on this store object committed was caught up)
             return results
 
+    def _write_names(self) -> None:
+        """Inside a write: the ledger's current names in its meta, when this call grew them (what
+        a memory opened later with these names is checked against)."""
+        names = (self.category_names, self.action_names)
+        if names != self.__dict__.get("_names_written"):
+            self._ledger.set_meta({"grown_categories": None if names[0] is None else list(names[0]),  # type: ignore[union-attr]
+                                   "grown_actions": list(names[1])})
+            self.__dict__["_names_written"] = names
+
     def _recover(self) -> None:
         """After a failed commit: this memory as the ledger holds it (best effort; the next call rebuilds otherwise)."""
-        self.__dict__["_epoch"] = -1  # whatever happens here, the next catch-up rebuilds
+        self.__dict__.update(_epoch=-1, _commits_seen=-2)  # whatever happens here, the next catch-up rebuilds
         try:
             with self._ledger.reading():  # type: ignore[union-attr]
                 self._rebuild()

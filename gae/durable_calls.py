@@ -57,8 +57,7 @@ class DurableCallsMixin:
             assert ledger is not None
             if ledger.sql.changed() or self._commits_seen != ledger.commits():
                 with ledger.reading():
-                    self._catch_up()
-                self.__dict__["_commits_seen"] = ledger.commits()
+                    self._catch_up(force=True)
             events = build()
             for event in events:
                 self._apply_event(event)
@@ -153,8 +152,11 @@ class DurableCallsMixin:
         ledger = self._ledger
         assert ledger is not None
         with self._lock:
-            with ledger.reading():
-                self._catch_up()
+            if self.pending_ttl is not None:  # the decisions past it are closed in the ledger, as expired
+                self._write_events(lambda: _closes(self._expiring(stamp), stamp))
+            else:
+                with ledger.reading():
+                    self._catch_up()
             return [opened.decision for key, opened in self._open.items() if self._live(key, stamp)]
 
     def _durable_learn_one(self, factors: Any, action: str | int, category: str | int = "general",
@@ -210,8 +212,16 @@ class DurableCallsMixin:
     # -- forgetting -------------------------------------------------------------------------
     def _durable_forget(self, source_ids: Any, *, erase: bool = False, reason: str = "") -> int:
         wanted = check.source_ids(source_ids).tolist()
-        return self._delete(lambda ledger: _all_of(ledger.learned(sorted(set(wanted))), wanted), "forget", erase,
-                            reason)
+
+        def seqs(ledger: Ledger) -> list[int]:
+            found = ledger.sourced(sorted(set(wanted)))  # decisions pending, skipped and learned
+            missing = sorted(set(wanted) - {source for _, source in found})
+            if missing:
+                raise ValueError(f"source_ids {missing} are not in the ledger (never decided or learned with that "
+                                 "source_id, or forgotten already)")
+            return [seq for seq, _ in found]
+
+        return self._delete(seqs, "forget", erase, reason)
 
     def _durable_undo(self, n: int = 1, *, erase: bool = False, reason: str = "") -> None:
         n = check.check_int("n", n, low=1)
@@ -225,8 +235,9 @@ class DurableCallsMixin:
         self._delete(seqs, "undo", erase, reason)
 
     def _delete(self, seqs_of: Any, action: str, erase: bool, reason: str) -> int:
-        """Delete learn events (``seqs_of(ledger)``) and their decisions, rebuild from what
-        remains (a snapshot at the head records it for every process), then erase when asked."""
+        """Delete events (``seqs_of(ledger)``, which raises for a call that cannot be done) with
+        the decisions they verified, rebuild from what remains (a snapshot at the head records it
+        for every process), then erase when asked. Returns the verifications removed."""
         if not isinstance(erase, (bool, np.bool_)):
             raise TypeError(f"erase must be a bool, got {erase!r}")
         if not isinstance(reason, str):
@@ -234,25 +245,29 @@ class DurableCallsMixin:
         ledger = self._ledger
         assert ledger is not None
         with self._lock:
-            version = self.version
+            version, changed = self.version, False
             try:
                 with ledger.writing():
                     self._catch_up()
-                    head = ledger.append(self._unflushed, self._seen)
-                    self.__dict__["_seen"], self.__dict__["_unflushed"] = head, []
+                    head = ledger.append(self._unflushed, self._seen)  # (kept until the commit lands)
+                    self.__dict__["_seen"] = head
                     seqs = seqs_of(ledger)
-                    ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
+                    changed = True
+                    removed = ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
+                    self.__dict__["_unflushed"] = []  # (in the ledger now: the rebuild must not apply them twice)
                     self._rebuild()
                     self._after_delete(version)
                     ledger.write_snapshot(head, self.version, self._snapshot_state())
                     self.__dict__["_since_snapshot"] = 0
             except BaseException:
-                self._recover()
+                if changed:
+                    self._recover()
                 raise
             ledger.count_commit()
+            self.__dict__["_commits_seen"] = ledger.commits()
         if erase:
             ledger.erase()
-        return len(seqs)
+        return removed
 
     def _after_delete(self, version: int) -> None:
         """After a rebuild that forgot decisions: a memory whose version only grows moves it past ``version``."""
@@ -284,16 +299,6 @@ class DurableCallsMixin:
 def _closes(keys: Sequence[str], stamp: float, exclude: set[str] | None = None) -> list[Event]:
     return [Event(CLOSE, key, at=stamp, detail={"reason": "expired"}) for key in keys
             if not exclude or key not in exclude]
-
-
-def _all_of(learned: list[tuple[int, int]], wanted: list[int]) -> list[int]:
-    """The sequence numbers of ``learned`` ((seq, source id) pairs), after checking that every
-    wanted source id has one (ValueError naming those that do not)."""
-    missing = sorted(set(wanted) - {source for _, source in learned})
-    if missing:
-        raise ValueError(f"source_ids {missing} are not in the ledger (never learned with that source_id, "
-                         "or forgotten already)")
-    return [seq for seq, _ in learned]
 
 
 def _check_category(category: Any) -> None:

@@ -64,6 +64,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "benchmark-streams": ("benchmark-streams.json", script("scripts.benchmark_streams", "section")),
     "tune-lvq": ("tune-lvq.json", script("scripts.tune_lvq", "section")),
     "load-store": ("load-store.json", script("scripts.load_store", "section")),
+    "load-ledger": ("load-ledger.json", script("scripts.load_ledger", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
 }

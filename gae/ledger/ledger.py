@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -72,6 +73,11 @@ class Snapshot:
     state: dict[str, Any]
 
 
+def _thread_lock(store: Any) -> threading.RLock:
+    """The one re-entrant lock of ``store`` for its ledgers' writers (``setdefault`` is atomic: one lock per store)."""
+    return store.__dict__.setdefault("_ledger_lock", threading.RLock())
+
+
 def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value)  # a name stays a str, an index an int
 
@@ -100,8 +106,10 @@ class Ledger:
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """The store's write lock and one transaction: committed when the block ends, rolled back if it raises."""
-        with self.store.exclusive():
+        """The store's write lock and one transaction: committed when the block ends, rolled back
+        if it raises. Threads sharing one store object (several memories on it) take turns first:
+        the store's own hold is one connection's, not one thread's."""
+        with _thread_lock(self.store), self.sql.queue(), self.store.exclusive():
             yield
 
     @contextmanager
@@ -213,24 +221,44 @@ class Ledger:
                                  "ORDER BY seq DESC LIMIT ?", (self.name, LEARN, last))
         return sorted((int(seq), source) for seq, source in rows)
 
-    def delete(self, seqs: Sequence[int], action: str, reason: str, actor: str) -> None:
-        """Inside :meth:`writing`: delete these learn events (with their decisions' decide events)
-        and every snapshot taken after the first of them, move the epoch, and audit who, when and why."""
-        if not seqs:
-            return
-        first = min(seqs)
-        for seq in seqs:
-            found = self.sql.rows(f"SELECT decision_id FROM {self._events} WHERE ledger = ? AND seq = ?",
-                                  (self.name, seq))
-            if found and found[0][0] is not None:
-                self.sql.run(f"DELETE FROM {self._events} WHERE ledger = ? AND decision_id = ?",
-                             (self.name, found[0][0]))
-            self.sql.run(f"DELETE FROM {self._events} WHERE ledger = ? AND seq = ?", (self.name, seq))
-        self.sql.run(f"DELETE FROM {self._snapshots} WHERE ledger = ? AND seq >= ?", (self.name, first))
+    def sourced(self, source_ids: Sequence[int]) -> list[tuple[int, Any]]:
+        """``(seq, source id)`` of every decide and learn event with these source ids, in order."""
+        marks = ", ".join("?" * len(source_ids))
+        return [(int(seq), source) for seq, source in self.sql.rows(
+            f"SELECT seq, source_id FROM {self._events} WHERE ledger = ? AND kind IN (?, ?) AND "
+            f"source_id IN ({marks}) ORDER BY seq", (self.name, DECIDE, LEARN, *source_ids))]
+
+    def delete(self, seqs: Sequence[int], action: str, reason: str, actor: str) -> int:
+        """Inside :meth:`writing`: delete these decide and learn events, each learn event's
+        decision with it (the decide event of its id before it: an id may be given again later),
+        the pending rows of the deleted decisions and every snapshot taken after the first
+        deleted learn event; move the epoch; audit who, when, why and how many decisions (never
+        what). Returns the learn events deleted."""
+        doomed, learned, paired = set(seqs), [], set()
+        marks = ", ".join("?" * len(seqs))
+        for seq, kind, decision_id in self.sql.rows(
+                f"SELECT seq, kind, decision_id FROM {self._events} WHERE ledger = ? AND seq IN ({marks})",
+                (self.name, *seqs)):
+            if kind != LEARN:
+                continue
+            learned.append(int(seq))
+            if decision_id is not None:
+                found = self.sql.rows(f"SELECT MAX(seq) FROM {self._events} WHERE ledger = ? AND decision_id = ? "
+                                      "AND kind = ? AND seq < ?", (self.name, decision_id, DECIDE, seq))
+                if found and found[0][0] is not None:
+                    paired.add(int(found[0][0]))
+        decisions = len(doomed - paired)  # each decision once: verified (its learn event), or decided and not
+        doomed |= paired
+        gone = [(self.name, seq) for seq in sorted(doomed)]
+        self.sql.many(f"DELETE FROM {self._events} WHERE ledger = ? AND seq = ?", gone)
+        self.sql.many(f"DELETE FROM {self._pending} WHERE ledger = ? AND seq = ?", gone)
+        if learned:
+            self.sql.run(f"DELETE FROM {self._snapshots} WHERE ledger = ? AND seq >= ?", (self.name, min(learned)))
         head, epoch = self.position()
         self.set_meta({"epoch": epoch + 1})
         self.sql.run(f"INSERT INTO {self._audit} (ledger, at, actor, action, reason, count, seq) VALUES "
-                     "(?, ?, ?, ?, ?, ?, ?)", (self.name, time.time(), actor, action, reason, len(seqs), head))
+                     "(?, ?, ?, ?, ?, ?, ?)", (self.name, time.time(), actor, action, reason, decisions, head))
+        return len(learned)
 
     def audit(self) -> list[dict[str, Any]]:
         """Every forget and undo, oldest first: ``at``, ``actor``, ``action``, ``reason``, ``count``

@@ -10,7 +10,14 @@ forgot or undid what, when and why: counts, never content).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: SQLite's own lock alone
+    fcntl = None  # type: ignore[assignment]
 
 EVENT_COLUMNS = ("seq", "kind", "decision_id", "category", "factors", "action", "confirmed", "outcome",
                  "source_id", "decided_version", "version", "at", "detail")
@@ -64,6 +71,11 @@ class Dialect:
     def changed(self) -> bool:
         return True
 
+    @contextmanager
+    def queue(self) -> Iterator[None]:
+        """Taken before the store's write lock: a lock writers wait on, where the store's would make them poll."""
+        yield
+
     def erase(self) -> None:
         raise NotImplementedError
 
@@ -75,6 +87,25 @@ class SQLiteDialect(Dialect):
         super().__init__(store)
         self._conn = store._conn
         self._data_version = -1
+        path = store.path
+        on_disk = fcntl is not None and path not in ("", ":memory:") and not path.startswith("file:")
+        self._lock_file = open(f"{path}.ledger-lock", "a+b") if on_disk else None  # noqa: SIM115 - held while the dialect lives
+
+    @contextmanager
+    def queue(self) -> Iterator[None]:
+        """An exclusive ``flock`` on ``<path>.ledger-lock`` around the write: SQLite's busy handler
+        makes a waiting writer sleep (1, 2, 5, ... 100 ms) and retry, so under contention one
+        process starves the others and the lock sits idle between them; the kernel wakes the next
+        waiter of a file lock at once. Writers that do not take it (an episodic memory on the same
+        file) still serialize through SQLite's own lock."""
+        if self._lock_file is None:
+            yield
+            return
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
     def run(self, statement: str, params: tuple[Any, ...] = ()) -> None:
         self._conn.execute(statement, params)
