@@ -310,5 +310,3 @@ def _grow_to(memory: Any, names: dict[str, Any]) -> None:
         cls.add_actions_(memory, actions)
     if categories:
         cls.add_categories_(memory, categories)
-
-_apply_to = apply_event  # TEMPORARY: the helpers' files use the old name; removed once they are done
