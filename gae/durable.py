@@ -46,6 +46,14 @@ def prepare(store: Any, name: str, kind: str, names: dict[str, Any], settings: d
         meta = ledger.meta()
     if not meta:
         return ledger, names
+    return ledger, _check_meta(meta, ledger, kind, names, settings, grow)
+
+
+def _check_meta(meta: dict[str, Any], ledger: Ledger, kind: str, names: dict[str, Any], settings: dict[str, Any],
+                grow: bool) -> dict[str, Any]:
+    """The names to build a memory with on a ledger of this ``meta`` (its first ones); ValueError
+    naming what differs."""
+    name, store = ledger.name, ledger.store
     differs = [f"kind ({meta['kind']!r} there, {kind!r} here)"] if meta["kind"] != kind else []
     stored: dict[str, Any] = {key: None if meta[key] is None else tuple(meta[key]) for key in _NAME_KEYS}
     if stored["factors"] != names["factors"]:
@@ -62,7 +70,7 @@ def prepare(store: Any, name: str, kind: str, names: dict[str, Any], settings: d
         differs.append("categories (one of the two ignores categories)")
     if differs:
         raise ValueError(f"ledger {name!r} in {store!r} was created for another memory: " + "; ".join(differs))
-    return ledger, stored
+    return stored
 
 
 class DurableMixin(DurableCallsMixin):
@@ -84,10 +92,15 @@ class DurableMixin(DurableCallsMixin):
         d.update(_ledger=ledger, snapshot_every=snapshot_every, durable_decisions=bool(durable_decisions),
                  _seen=0, _epoch=0, _since_snapshot=0, _unflushed=[], _commits_seen=-1)
         for method in ("decide", "verify", "verify_many", "pending", "learn_one", "forget_", "undo_",
-                       "add_actions_", "add_categories_", "prequential_", "learn_"):
-            d[method] = getattr(self, f"_durable_{method.rstrip('_')}")  # shadows the class's, for this memory only
+                       "add_actions_", "add_categories_", "prequential_", "learn_", "load_state_dict", "keep_newest_"):
+            if hasattr(type(self), method) or method in ("forget_", "undo_"):  # shadows the class's, for this memory
+                d[method] = getattr(self, f"_durable_{method.rstrip('_')}")
         with self._lock, ledger.writing():
-            if not ledger.meta():
+            meta = ledger.meta()
+            if meta:  # checked again under the lock: another process may have created it since prepare()
+                _check_meta(meta, ledger, type(self).__name__, wanted, self._ledger_settings(),
+                            bool(getattr(self, "grow", False)))
+            if not meta:
                 ledger.set_meta({"kind": type(self).__name__, "settings": self._ledger_settings(), "head": 0,
                                  "epoch": 0, **{k: None if v is None else list(v) for k, v in self._names().items()}})
             else:
@@ -131,14 +144,15 @@ class DurableMixin(DurableCallsMixin):
         commits = ledger.commits()
         if not ledger.sql.changed() and not force and commits == self._commits_seen:
             return
-        self.__dict__["_commits_seen"] = commits
         head, epoch = ledger.position()
         if epoch != self._epoch:
             self._rebuild()
         elif head != self._seen:
             for event in ledger.events(self._seen):
                 self._apply_event(event)
+                self.__dict__["_seen"] = event.seq  # one at a time: an event that fails is read again
             self.__dict__["_seen"] = head
+        self.__dict__["_commits_seen"] = commits
 
     def _replayed(self, before: int | None = None) -> Any:
         """A memory in RAM holding the ledger's state just before event ``before`` (default: all
@@ -184,7 +198,7 @@ class DurableMixin(DurableCallsMixin):
         for event in self._unflushed:
             self._apply_event(event)
 
-    def _apply_event(self, event: Any) -> dict[str, Any] | None:
+    def _apply_event(self, event: Any, own: bool = False) -> dict[str, Any] | None:
         """One :class:`~gae.ledger.Event` on this memory's state in RAM (the same function
         replays and learns live; its fields are set for its kind)."""
         d = self.__dict__
@@ -201,7 +215,7 @@ class DurableMixin(DurableCallsMixin):
             return None
         d["_applying"] = True
         try:
-            result = apply_event(self, event)
+            result = apply_event(self, event, meet=not own)  # (this call's own learn raises on a name it lacks)
         finally:
             d["_applying"] = False
         if event.kind == LEARN:
@@ -220,13 +234,13 @@ class DurableMixin(DurableCallsMixin):
         assert ledger is not None
         d = self.__dict__
         with self._lock:
+            applied = False
             try:
                 with ledger.writing():
                     self._catch_up()
-                    applied = False
                     events, results = build(), []
                     for i, event in enumerate(events):
-                        results.append(self._apply_event(event))
+                        results.append(self._apply_event(event, own=True))
                         applied = True
                         if event.kind == LEARN:
                             events[i] = dataclasses.replace(event, version=self.version)
@@ -235,13 +249,13 @@ class DurableMixin(DurableCallsMixin):
                     if self._since_snapshot >= self.snapshot_every:
                         ledger.write_snapshot(head, self.version, self._snapshot_state())
                         d["_since_snapshot"] = 0
+                    ledger.count_commit()  # under the store's lock: no other memory on it commits in between
+                    commits = ledger.commits()
             except BaseException:
                 if applied:  # the state in RAM went ahead of a transaction that did not land
                     self._recover()
                 raise
-            d["_seen"], d["_unflushed"] = head, []
-            ledger.count_commit()
-            d["_commits_seen"] = ledger.commits()  # (what other memories on this store object committed was caught up)
+            d["_seen"], d["_unflushed"], d["_commits_seen"] = head, [], commits
             return results
 
     def _write_names(self) -> None:
@@ -286,15 +300,21 @@ def replay(ledger: Ledger, memory: Any) -> Any:
     return memory
 
 
-def apply_event(memory: Any, event: Event) -> dict[str, Any] | None:
+def apply_event(memory: Any, event: Event, meet: bool = True) -> dict[str, Any] | None:
     """A learn or grow event on ``memory`` through its class's own methods (in RAM, not the ledger's)."""
     cls = type(memory)
-    if event.kind == GROW:
-        if event.detail.get("actions"):
-            cls.add_actions_(memory, event.detail["actions"])
-        if event.detail.get("categories"):
-            cls.add_categories_(memory, event.detail["categories"])
+    if event.kind == GROW:  # (only what is missing: a rebuild may have grown the memory to today's names first)
+        _grow_to(memory, {"action_names": event.detail.get("actions"),
+                          "category_names": event.detail.get("categories")})
         return None
+    # a name the writer met with grow=True, added as its learn_one added it (the action, then the category),
+    # so that a memory built with grow=False replays it too
+    action, category = event.action, event.category
+    if meet and isinstance(action, str) and action and action not in memory.action_names:
+        cls.add_actions_(memory, [action])
+    if (meet and isinstance(category, str) and category and memory.category_names is not None
+            and category not in memory.category_names):
+        cls.add_categories_(memory, [category])
     if event.source_id is None:  # as the call that learned it live: learn_one, or the checked path with its source
         return cls.learn_one(memory, event.row, event.action, event.category, event.confirmed, event.outcome)
     return cls._learn_checked(memory, event.row, event.action, event.category, event.confirmed, event.outcome,

@@ -96,11 +96,9 @@ class DurableCallsMixin:
     def _trim_pending(self, limit: int) -> None:
         """``max_pending = limit`` on a ledger: the oldest decisions over it closed there as expired."""
 
-        def build() -> list[Event]:
-            self.__dict__["_max_pending"] = limit  # (built inside the write: a failed commit rebuilds, keeping it)
-            return _closes(list(self._open)[:max(len(self._open) - limit, 0)], self._stamp(None))
-
-        self._write_events(build)
+        stamp = self._stamp(None)
+        self._write_events(lambda: _closes(list(self._open)[:max(len(self._open) - limit, 0)], stamp))
+        self.__dict__["_max_pending"] = limit  # once the closings landed: a call that raises changes nothing
 
     def _expiring(self, stamp: float, keep: str | None = None) -> list[str]:
         """The pending decisions past ``pending_ttl`` at ``stamp`` (not ``keep``), oldest first."""
@@ -110,11 +108,16 @@ class DurableCallsMixin:
 
     def _durable_verify(self, id: str, action: str | int, outcome: str | None = None, skip: bool = False, *,
                         now: float | None = None) -> dict[str, Any]:
-        return self._durable_verify_many([id], [action], [outcome], skip=skip, now=now)[0]
+        return self._verified([id], [action], [outcome], skip, now)[0]
 
     def _durable_verify_many(self, ids: Sequence[str], actions: Sequence[str | int],
-                             outcomes: Sequence[str | None] | None = None, *, skip: bool = False,
+                             outcomes: Sequence[str | None] | None = None, *,
                              now: float | None = None) -> list[dict[str, Any]]:
+        return self._verified(ids, actions, outcomes, False, now)
+
+    def _verified(self, ids: Sequence[str], actions: Sequence[str | int], outcomes: Sequence[str | None] | None,
+                  skip: bool, now: float | None) -> list[dict[str, Any]]:
+        """``verify`` of each decision in one write: checked whole, then learned (closed, with ``skip``) in order."""
         stamp = self._stamp(now)
         if not isinstance(skip, (bool, np.bool_)):
             raise TypeError(f"skip must be a bool, got {skip!r}")
@@ -198,6 +201,15 @@ class DurableCallsMixin:
 
         self._write_events(build)
 
+    def _durable_load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"load_state_dict on a {type(self).__name__} on a store would part it from its ledger (the "
+                        "other writers and a reopen would not see it): build a memory on a new ledger and feed it, "
+                        "or load the state into a memory in RAM")
+
+    def _durable_keep_newest(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"keep_newest_ on a {type(self).__name__} on a store is not in the ledger: build the "
+                        "k-NN with the capacity it should keep")
+
     def _durable_prequential(self, *args: Any, **kwargs: Any) -> Any:
         if self.__dict__.get("_applying"):  # the checked path of a learn event being applied
             return cast(Any, type(self)).prequential_(self, *args, **kwargs)
@@ -245,12 +257,11 @@ class DurableCallsMixin:
         ledger = self._ledger
         assert ledger is not None
         with self._lock:
-            version, changed = self.version, False
+            version, changed, flushed = self.version, False, list(self._unflushed)
             try:
                 with ledger.writing():
                     self._catch_up()
-                    head = ledger.append(self._unflushed, self._seen)  # (kept until the commit lands)
-                    self.__dict__["_seen"] = head
+                    head = ledger.append(flushed, self._seen)  # this memory's position moves once it commits
                     seqs = seqs_of(ledger)
                     changed = True
                     removed = ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
@@ -259,12 +270,13 @@ class DurableCallsMixin:
                     self._after_delete(version)
                     ledger.write_snapshot(head, self.version, self._snapshot_state())
                     self.__dict__["_since_snapshot"] = 0
+                    ledger.count_commit()
+                    self.__dict__["_commits_seen"] = ledger.commits()
             except BaseException:
                 if changed:
+                    self.__dict__["_unflushed"] = flushed  # not written after all: kept for the next commit
                     self._recover()
                 raise
-            ledger.count_commit()
-            self.__dict__["_commits_seen"] = ledger.commits()
         if erase:
             ledger.erase()
         return removed

@@ -145,12 +145,14 @@ class Ledger:
         placeholders = ", ".join("?" * (len(EVENT_COLUMNS) + 1))
         self.sql.many(f"INSERT INTO {self._events} (ledger, {', '.join(EVENT_COLUMNS)}) VALUES ({placeholders})",
                       [event.values(self.name, head + i + 1) for i, event in enumerate(events)])
-        opened = [(self.name, e.decision_id, head + i + 1) for i, e in enumerate(events) if e.kind == DECIDE]
-        closed = [(self.name, e.decision_id) for e in events if e.kind in (LEARN, CLOSE) and e.decision_id]
-        if opened:
-            self.sql.many(f"INSERT INTO {self._pending} (ledger, decision_id, seq) VALUES (?, ?, ?)", opened)
-        if closed:
-            self.sql.many(f"DELETE FROM {self._pending} WHERE ledger = ? AND decision_id = ?", closed)
+        for i, event in enumerate(events):  # in event order: an id closed, then given again, is pending again
+            if event.kind == DECIDE:  # (an upsert: the latest decision of an id is the pending one, as in RAM)
+                self.sql.run(f"INSERT INTO {self._pending} (ledger, decision_id, seq) VALUES (?, ?, ?) ON CONFLICT "
+                             "(ledger, decision_id) DO UPDATE SET seq = excluded.seq",
+                             (self.name, event.decision_id, head + i + 1))
+            elif event.kind in (LEARN, CLOSE) and event.decision_id:
+                self.sql.run(f"DELETE FROM {self._pending} WHERE ledger = ? AND decision_id = ?",
+                             (self.name, event.decision_id))
         head += len(events)
         self.set_meta({"head": head})
         return head
@@ -175,9 +177,10 @@ class Ledger:
             "WHERE p.ledger = ? ORDER BY p.seq", (self.name,))]
 
     def decision(self, decision_id: str) -> Event | None:
-        """The decide event of ``decision_id``, if the ledger holds it."""
+        """The decide event of ``decision_id`` (the latest, for an id given again), if the ledger holds it."""
         found = self.sql.rows(f"SELECT {', '.join(EVENT_COLUMNS)} FROM {self._events} WHERE ledger = ? AND "
-                              "decision_id = ? AND kind = ?", (self.name, decision_id, DECIDE))
+                              "decision_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+                              (self.name, decision_id, DECIDE))
         return Event.of(found[0]) if found else None
 
     def count(self, kind: str, reason: str | None = None) -> int:
@@ -265,7 +268,7 @@ class Ledger:
         and ``seq`` (the head then)."""
         return [dict(zip(("at", "actor", "action", "reason", "count", "seq"), row, strict=True)) for row in
                 self.sql.rows(f"SELECT at, actor, action, reason, count, seq FROM {self._audit} WHERE ledger = ? "
-                              "ORDER BY at", (self.name,))]
+                              "ORDER BY seq, at", (self.name,))]
 
     def commits(self) -> int:
         """Ledger commits made through this store object (how memories sharing one see each other's)."""

@@ -89,7 +89,9 @@ class SQLiteDialect(Dialect):
         self._data_version = -1
         path = store.path
         on_disk = fcntl is not None and path not in ("", ":memory:") and not path.startswith("file:")
-        self._lock_file = open(f"{path}.ledger-lock", "a+b") if on_disk else None  # noqa: SIM115 - held while the dialect lives
+        if on_disk and "_ledger_lock_file" not in store.__dict__:  # one per store object, closed with it
+            store.__dict__["_ledger_lock_file"] = open(f"{path}.ledger-lock", "a+b")  # noqa: SIM115
+        self._lock_file = store.__dict__.get("_ledger_lock_file")
 
     @contextmanager
     def queue(self) -> Iterator[None]:
@@ -98,13 +100,20 @@ class SQLiteDialect(Dialect):
         process starves the others and the lock sits idle between them; the kernel wakes the next
         waiter of a file lock at once. Writers that do not take it (an episodic memory on the same
         file) still serialize through SQLite's own lock."""
-        if self._lock_file is None:
-            yield
+        held = self.store.__dict__.get("_ledger_queued", 0)  # (under the store's thread lock: one writer here)
+        if self._lock_file is None or held:
+            self.store.__dict__["_ledger_queued"] = held + 1
+            try:
+                yield
+            finally:
+                self.store.__dict__["_ledger_queued"] = held
             return
         fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+        self.store.__dict__["_ledger_queued"] = 1
         try:
             yield
         finally:
+            self.store.__dict__["_ledger_queued"] = 0
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
     def run(self, statement: str, params: tuple[Any, ...] = ()) -> None:
