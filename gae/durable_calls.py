@@ -5,7 +5,6 @@ events it appends, built on the caught-up state and applied by the one function 
 from __future__ import annotations
 
 import numbers
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -78,20 +77,6 @@ class DurableCallsMixin:
     def _decided(self, events: list[Event]) -> Decision:
         key = next(e.decision_id for e in events if e.kind == DECIDE)
         return self._open[cast(str, key)].decision
-
-    def _decision_now(self, factors: Any, category: Any, id: str | None, source: int | None,
-                      stamp: float) -> tuple[Decision, Any]:
-        """What ``decide`` answers and the factors' checked row, computed on the state as it is, changing nothing."""
-        self._check_learnable()
-        row = self._decided_row(factors)
-        names = self.action_names
-        if self._unseen(category):
-            action, confidence, probs = None, 0.0, dict.fromkeys(names, 0.0)
-        else:
-            chosen, confidence, scores = self._scores_one(row, category)
-            action, probs = self._action_name(chosen), dict(zip(names, scores, strict=True))
-        key = uuid.uuid4().hex if id is None else str(id)
-        return Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp, source), row
 
     def _trim_pending(self, limit: int) -> None:
         """``max_pending = limit`` on a ledger: the oldest decisions over it closed there as expired."""

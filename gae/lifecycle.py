@@ -150,17 +150,8 @@ class LifecycleMixin:
         with self._lock:
             if id is not None and self._live(id, stamp):
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
-            self._check_learnable()  # a decision that could never be verified is refused now
-            row = self._decided_row(factors)
-            names = self.action_names
-            if self._unseen(category):
-                action, confidence, probs = None, 0.0, dict.fromkeys(names, 0.0)
-            else:
-                chosen, confidence, scores = self._scores_one(row, category)
-                action, probs = self._action_name(chosen), dict(zip(names, scores, strict=True))
-            key = uuid.uuid4().hex if id is None else str(id)  # plain values: a checkpoint loads with weights_only
-            decision = Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp,
-                                source_id)
+            decision, row = self._decision_now(factors, category, id, source_id, stamp)
+            key = decision.id
             self._expire(stamp, key)  # past pending_ttl (an expired one of this id too)
             self._open[key] = _Open(decision, row)
             self._expire(stamp)  # and the oldest over max_pending
@@ -230,6 +221,22 @@ class LifecycleMixin:
             return [opened.decision for key, opened in self._open.items() if self._live(key, stamp)]
 
     # -- helpers ----------------------------------------------------------------------------
+    def _decision_now(self, factors: Any, category: Any, id: str | None, source_id: int | None,
+                      stamp: float) -> tuple[Decision, np.ndarray | Tensor]:
+        """What ``decide`` answers and the factors' checked row, computed on the state as it is,
+        changing nothing (a decision that could never be verified is refused here)."""
+        self._check_learnable()
+        row = self._decided_row(factors)
+        names = self.action_names
+        if self._unseen(category):
+            action, confidence, probs = None, 0.0, dict.fromkeys(names, 0.0)
+        else:
+            chosen, confidence, scores = self._scores_one(row, category)
+            action, probs = self._action_name(chosen), dict(zip(names, scores, strict=True))
+        key = uuid.uuid4().hex if id is None else str(id)  # plain values: a checkpoint loads with weights_only
+        return Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp,
+                        source_id), row
+
     def _decided_row(self, factors: Any) -> np.ndarray | Tensor:
         """The factors as :class:`_Open` keeps them, checked as ``learn_one`` checks them: a
         float64 copy when they convert in one step and are finite within the learning limit,

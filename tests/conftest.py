@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from tests.postgres_fixtures import dsn, server  # noqa: F401 - Postgres for the tests that take dsn (a module may define its own)
 
 CATEGORIES, ACTIONS, FACTORS = 4, 4, 8
 

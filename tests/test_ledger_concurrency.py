@@ -18,9 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -342,29 +340,6 @@ def test_eight_threads_sharing_one_memory_end_as_the_serial_replay(tmp_path):
 
 
 # -- Postgres (pgserver) -----------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The superuser DSN of a Postgres server that lives as long as the test session."""
-    pgserver = pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    postgres = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield postgres.get_uri()
-    postgres.cleanup()
-
-
-@pytest.fixture
-def dsn(server: str) -> str:
-    """A fresh, empty database."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"gae_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(server, dbname=name)
-
-
 def test_two_processes_sharing_one_postgres_ledger_end_as_its_serial_replay(dsn, tmp_path):
     reports, states = run_processes("postgres", dsn, tmp_path, workers=2, threads=2, calls=8)
     check_ledger("postgres", dsn, reports, states)

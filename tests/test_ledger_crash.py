@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -300,29 +299,6 @@ def test_sqlite_ledger_killed_at_many_points_loses_nothing_acknowledged(tmp_path
 
 
 # -- Postgres (pgserver) -----------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The superuser DSN of a Postgres server that lives as long as the test session."""
-    pgserver = pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    postgres = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield postgres.get_uri()
-    postgres.cleanup()
-
-
-@pytest.fixture
-def dsn(server: str) -> str:
-    """A fresh, empty database."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"gae_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(server, dbname=name)
-
-
 def test_postgres_ledger_killed_at_a_few_points_loses_nothing_acknowledged(dsn, tmp_path):
     acked = crash_loop("postgres", dsn, tmp_path, [4, 7, 10, 15], snapshot_every=5)
     check_snapshots_were_crossed("postgres", dsn, acked, 5)
