@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -810,19 +809,6 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
 @pytest.fixture
 def server(postgres: tuple[str, Path]) -> str:
     return postgres[0]
-
-
-@pytest.fixture
-def dsn(server: str) -> str:
-    """A fresh, empty database."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"gae_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(server, dbname=name)
 
 
 @pytest.mark.parametrize("kind", ["recommended", "knn"])
