@@ -70,8 +70,10 @@ def report(memory: JudgmentMemory, category: str | None, explain: str | None, tr
                     lines.append(f"  {action}{slot}: ({row})  updates={int(memory.counts[c, a, p])}")
         lines.append("")
     records = memory.gate_records()
-    lines.append(f"{len(records)} learning events (gate, promotions, recycles); the last {min(events, len(records))}:")
-    lines += [f"  {record}" for record in records[-events:]]
+    shown = records[len(records) - min(events, len(records)):]  # (records[-0:] would be all of them)
+    lines.append(f"{len(records)} learning events (gate, promotions, recycles); the last {len(shown)}"
+                 + (":" if shown else ""))
+    lines += event_table(shown)
     if explain is not None:
         values = [float(v) for v in explain.split(",")]
         lines += ["", str(memory.explain(values, chosen[0]))]
@@ -83,13 +85,38 @@ def report(memory: JudgmentMemory, category: str | None, explain: str | None, tr
     return "\n".join(lines)
 
 
+def event_table(records: list[dict]) -> list[str]:
+    """Learning events as the lines of a table: one column per field (in order of first use),
+    numbers rounded to 4 significant digits, a blank where an event lacks the field."""
+    if not records:
+        return []
+    columns = list(dict.fromkeys(key for record in records for key in record))
+
+    def cell(value: object) -> str:
+        return "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    cells = [[cell(record.get(column)) for column in columns] for record in records]
+    widths = [max(len(column), *(len(row[i]) for row in cells)) for i, column in enumerate(columns)]
+    return ["  " + "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
+            for row in [columns, *cells]]
+
+
+def _count(text: str) -> int:
+    """An int >= 0 for ``--events`` (argparse names the option and the value otherwise)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a JudgmentMemory state_dict or a Lightning checkpoint")
     parser.add_argument("--category", help="show this category only (and explain in it)")
     parser.add_argument("--explain", help="comma-separated factors of one decision to explain")
     parser.add_argument("--trace", help="'category,action': the decisions that shaped that prototype")
-    parser.add_argument("--events", type=int, default=20, help="gate events to list (default 20)")
+    parser.add_argument("--events", type=_count, default=20,
+                        help="learning events to list, newest last (an int >= 0, default 20; 0 lists none)")
     parser.add_argument("--tau", type=float, help="the memory's tau, for a bare state_dict")
     args = parser.parse_args(argv)
     memory = load_memory(args.checkpoint, args.tau)

@@ -113,6 +113,33 @@ def test_inspect_memory_reads_a_lightning_checkpoint(tmp_path):
     assert "400 decisions learned, 400 in the decision log" in out and "## invoice" in out
 
 
+def test_inspect_memory_lists_the_events_asked_for_as_a_table(tmp_path):
+    import torch
+
+    from gae import JudgmentMemory
+    from scripts.inspect_memory import main
+    from training.streams import DecisionStream
+
+    stream = DecisionStream(300, categories=["invoice"], actions=["approve", "reject"], factors=3, informative=2,
+                            seed=2)
+    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names, drift_threshold=0.05)
+    data = stream.tensors()
+    memory.learn_(data.x, data.category, data.action, skip=data.skip)
+    path = tmp_path / "memory.pt"
+    torch.save(memory.state_dict(), path)
+    total = len(memory.gate_records())
+    assert total > 3
+    none = main([str(path), "--events", "0"]).splitlines()
+    assert none[-1] == f"{total} learning events (gate, promotions, recycles); the last 0"
+    table = main([str(path), "--events", "3"]).splitlines()[-4:]
+    assert table[0].split() == list(dict.fromkeys(k for r in memory.gate_records()[-3:] for k in r))
+    for line, record in zip(table[1:], memory.gate_records()[-3:], strict=True):  # rounded, one event a row
+        assert f"{record['eta']:.4g}" in line.split() and f"{record['disp']:.4g}" in line.split()
+    failed = subprocess.run([sys.executable, "scripts/inspect_memory.py", str(path), "--events", "-1"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2 and "--events" in failed.stderr and "'-1'" in failed.stderr
+
+
 def test_scaling_on_a_tiny_grid(tmp_path):
     run_script("scripts/scaling.py", "--grid", "[10,60]", "--seeds", "2", "--workers", "1", "--resamples", "50",
                "--memories", "[jm,jm_prototypes,knn,retrieval]", "--retrieval_max", "10", "--out", str(tmp_path))
