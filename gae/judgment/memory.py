@@ -59,11 +59,10 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     the original rule, bit for bit. The attention logits :math:`\ell` are the only parameters;
     they are trained by gradient (:meth:`attention_loss`), while the prototypes are buffers.
 
-    The audit trail (:attr:`decision_log` and the gate, promotion and recycle logs behind
-    ``trace``, ``undo_`` and ``forget_``) is kept whole by default: it grows with every decision
-    learned (about ``53 + 8 K`` bytes a decision). On an endless stream bound it with
-    ``max_log_events=N``: every log then covers the last N to N/2 decisions, and the state
-    stays flat (the river and scikit-learn estimators bound it by default).
+    The audit trail (:attr:`decision_log`, the gate, promotion and recycle logs behind ``trace``,
+    ``undo_`` and ``forget_``) is kept whole by default, about ``53 + 8 K`` bytes a decision. On
+    an endless stream bound it with ``max_log_events=N``: every log then covers the last N to N/2
+    decisions, and the state stays flat (the river and scikit-learn estimators bound it by default).
 
     Thread safety: one memory may be shared by many threads (:class:`~gae.DecisionMemory` says
     how). Not covered: a ``forward`` traced by ``torch.compile``, pickling while another thread
