@@ -30,9 +30,8 @@ import pytest
 import torch
 
 from gae import JudgmentConfig, JudgmentMemory
-from gae.durable import apply_event
-from gae.episodic.store import SQLiteStore
-from gae.ledger import CLOSE, DECIDE, GROW, LEARN, Ledger
+from gae.ledger import CLOSE, DECIDE, LEARN, Ledger
+from tests.test_ledger_concurrency import close, make_store, replay, same
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES, ACTIONS, FACTORS = ["a", "b"], ["approve", "reject"], 4
@@ -40,12 +39,6 @@ LINE_TIMEOUT = 120.0  # seconds to wait for one line of the child (its start imp
 
 
 # -- the memory, its state, the serial replay ----------------------------------------------------
-def make_store(kind: str, where: str) -> Any:
-    if kind == "sqlite":
-        return SQLiteStore(where)
-    from gae.episodic.store import PostgresStore
-
-    return PostgresStore(where)
 
 
 def open_memory(kind: str, where: str, snapshot_every: int) -> JudgmentMemory:
@@ -53,29 +46,10 @@ def open_memory(kind: str, where: str, snapshot_every: int) -> JudgmentMemory:
                           snapshot_every=snapshot_every)
 
 
-def close(memory: JudgmentMemory) -> None:
-    memory._ledger.store.close()  # the memory's store (it keeps it on its ledger)
 
 
-def replay(ledger: Ledger) -> JudgmentMemory:
-    """A memory in RAM that learned the ledger's learn and grow events one by one, in order."""
-    ref = JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, JudgmentConfig.recommended())
-    with ledger.reading():
-        events = ledger.events(0, kinds=(LEARN, GROW))
-    for event in events:
-        apply_event(ref, event)
-    return ref
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equal, tensors by torch.equal, through dicts, lists and tuples."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 def assert_replays(memory: JudgmentMemory, ref: JudgmentMemory, what: str, version: bool = True) -> None:

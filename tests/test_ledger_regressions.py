@@ -14,7 +14,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import gae.durable as durable
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from gae.episodic.store import SQLiteStore
 from gae.ledger import DECIDE, LEARN, Ledger
+from tests.test_ledger import without_logs
 
 C, A, K = ("billing", "refund", "fraud"), ("approve", "reject", "escalate"), 5
 
@@ -88,9 +88,6 @@ def unchunked(value: Any) -> Any:
     return value
 
 
-def without_logs(state: dict[str, Any]) -> dict[str, Any]:
-    extra = {key: value for key, value in state.get("_extra_state", {}).items() if not key.endswith("_log")}
-    return {**state, "_extra_state": extra} if "_extra_state" in state else state
 
 
 def assert_same(a, b, *, logs: bool = False) -> None:
@@ -134,27 +131,8 @@ def pending_ids(memory, now: float = 0.0) -> list[str]:
 
 
 # -- Postgres: one server for this module, a fresh database per test ------------------------------
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pgserver = pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
 
 
-@pytest.fixture
-def dsn(server: str) -> str:
-    import uuid
-
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    name = f"gae_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(server, dbname=name)
 
 
 # -- 1. (r1, r12) an id given again after its decision expired --------------------------------------
