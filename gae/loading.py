@@ -52,10 +52,10 @@ def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
     Examples::
 
         >>> import tempfile, gae
-        >>> memory = gae.KNNMemory(2, ["approve", "reject"], k=1)
+        >>> memory = gae.KNNMemory(factors=2, actions=["approve", "reject"], k=1)
         >>> path = tempfile.mkdtemp() + "/memory.pt"
         >>> torch.save(memory.state_dict(), path)
-        >>> gae.KNNMemory(2, ["approve", "reject"], k=1).load_state_dict(gae.safe_load(path))
+        >>> gae.KNNMemory(factors=2, actions=["approve", "reject"], k=1).load_state_dict(gae.safe_load(path))
         <All keys matched successfully>
     """
     if not os.path.exists(path):

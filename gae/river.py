@@ -394,7 +394,7 @@ class KNNClassifier(_MemoryClassifier):
         self.respect_skip = respect_skip
 
     def _build(self, factors: list[str], action: str, category: str) -> DecisionMemory:
-        return KNNMemory(factors, [action], k=self.k, capacity=self.capacity,
+        return KNNMemory(factors=factors, actions=[action], k=self.k, capacity=self.capacity,
                          categories=None if self.category is None else [category], scoped=self.scoped,
                          respect_skip=self.respect_skip, grow=True)
 

@@ -76,7 +76,8 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
       memory's probabilities. ``min_confidence`` does not make ``predict`` abstain (a
       classifier answers every row); the memory's own ``action`` of -1 is in ``memory_``.
     - **partial_fit.** The scikit-learn convention: the first call (unless ``fit`` came first)
-      needs ``classes``, every label the memory will learn; labels outside them are refused.
+      needs ``classes``, every label the memory will learn (``partial_fit(X, y,
+      classes=np.unique(y_all))``), and raises without it; labels outside them are refused.
       A category id met for the first time is added to the memory (``add_categories_``). The
       options and the category column are those the memory was built with: changing them with
       ``set_params`` and calling ``partial_fit`` raises; call ``fit`` to build anew.
@@ -177,8 +178,10 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
         Args:
             X: (n_samples, n_features) decisions.
             y: (n_samples,) their labels, all in ``classes_``.
-            classes: every label the memory will learn; required on the first call (when
-                ``fit`` was not called), then None or the same labels.
+            classes: every label the memory will learn, e.g. ``np.unique(y_all)`` over the whole
+                stream's labels; required on the first call (when ``fit`` was not called), which
+                fixes the classes (the memory's actions) and raises without it. Later calls: None
+                or the same labels.
         """
         with self._lock:
             return self._partial_fit(X, y, classes)
@@ -191,8 +194,9 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
         if first:
             config = self._config()
             if classes is None:
-                raise ValueError("classes must be given on the first call to partial_fit (every label the memory "
-                                 "will learn), got None")
+                raise ValueError("classes must be given on the first call to partial_fit: pass classes=, every label "
+                                 "the memory will learn, e.g. partial_fit(X, y, classes=np.unique(y_all)) with y_all "
+                                 "the labels of the whole stream (or call fit first); got classes=None")
             X_checked, y = check_X_y(X, y, dtype="numeric", estimator=self)
             column = _category_column(self.category, X_checked.shape[1])
             known = unique_labels(classes)

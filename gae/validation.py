@@ -7,16 +7,46 @@ messages for the same mistakes everywhere. ``Names`` is the type of a ``categori
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from collections.abc import Sequence
-from typing import Any
+import reprlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 Names = int | Sequence[str]
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def names_by_keyword(init: _Init) -> _Init:
+    """Wrap the ``__init__`` of a memory whose ``factors`` and ``actions`` are keyword-only, so that
+    a positional call is refused with a message that says why.
+
+    :class:`~gae.JudgmentMemory` takes ``(categories, actions, factors)`` in that order. A k-NN or
+    retrieval memory that took ``(factors, actions)`` positionally would read a call written in the
+    judgment memory's order, ``KNNMemory(["approve", "reject"], 8)``, as two factors named approve
+    and reject and eight actions, silently. So it takes no positional argument, and a positional
+    call raises a TypeError naming the keywords, what was given and the judgment memory's order
+    (Python's own "takes 1 positional argument" says none of that). ``functools.wraps`` keeps the
+    signature that ``inspect.signature`` and the docs show: ``(*, factors, actions, ...)``.
+    """
+    owner = init.__qualname__.rpartition(".")[0] or init.__name__
+
+    @functools.wraps(init)
+    def refuse_positional(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            plural = "s" if len(args) > 1 else ""
+            raise TypeError(f"{owner} takes factors= and actions= as keywords, e.g. {owner}(factors=8, "
+                            f"actions=['approve', 'reject'], k=5), got {len(args)} positional argument{plural}: "
+                            f"{reprlib.repr(args)[1:-1].rstrip(',')}. JudgmentMemory's order is (categories, "
+                            "actions, factors): a positional call could swap them unnoticed")
+        init(self, **kwargs)
+
+    return cast(_Init, refuse_positional)
 
 
 def resolve_names(argument: str, value: Names) -> tuple[str, ...]:

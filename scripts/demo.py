@@ -38,7 +38,8 @@ def main() -> None:
     x, category, truth, uncertain = stream.x, stream.category, stream.truth, stream.skip
     factories = {
         "JudgmentMemory": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS),
-        "KNNMemory (k=5, cap 400)": lambda: KNNMemory(FACTORS, ACTIONS, k=5, capacity=400, categories=CATEGORIES),
+        "KNNMemory (k=5, cap 400)": lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=400,
+                                                      categories=CATEGORIES),
     }
     print(f"{N} decisions, {len(CATEGORIES)} categories, {len(FACTORS)} factors ({INFORMATIVE} informative), "
           f"{len(ACTIONS)} actions; every decision scored before it is learned\n")

@@ -43,12 +43,12 @@ def make_judgment(**kwargs) -> JudgmentMemory:
 
 def make_knn(**kwargs) -> KNNMemory:
     kwargs = {"k": 5, "capacity": 50, "categories": CATEGORIES, **kwargs}
-    return KNNMemory(FACTORS, ACTIONS, **kwargs)
+    return KNNMemory(factors=FACTORS, actions=ACTIONS, **kwargs)
 
 
 def make_retrieval(**kwargs) -> RetrievalMemory:
     kwargs = {"k": 5, "capacity": 50, "categories": CATEGORIES, **kwargs}
-    return RetrievalMemory(FACTORS, ACTIONS, **kwargs)
+    return RetrievalMemory(factors=FACTORS, actions=ACTIONS, **kwargs)
 
 
 MEMORY_FACTORIES = {

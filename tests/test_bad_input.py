@@ -29,8 +29,9 @@ MEMORIES = {
     "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS),
     "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, drift_mode="adaptive"),
     "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, prototypes=3),
-    "knn": lambda: KNNMemory(FACTORS, ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
-    "retrieval": lambda: RetrievalMemory(FACTORS, ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
+    "knn": lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
+    "retrieval": lambda: RetrievalMemory(factors=FACTORS, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES,
+                                         scoped=True),
 }
 HISTORY = clustered_stream(3, 40)  # learned before every case, so that the state is not trivial
 _FED: dict[str, torch.nn.Module] = {}
@@ -280,7 +281,7 @@ SINGLE_MEMORIES = [*sorted(MEMORIES), "knn_uncategorised"]
 
 def single_memory(name: str):
     if name == "knn_uncategorised":  # categories ignored: any name, or any int >= 0, is fine
-        memory = KNNMemory(FACTORS, ACTIONS, k=3, capacity=20)
+        memory = KNNMemory(factors=FACTORS, actions=ACTIONS, k=3, capacity=20)
         memory.learn_(HISTORY.x, HISTORY.category, HISTORY.action)
         return memory
     return fed(name)

@@ -130,7 +130,8 @@ def test_names_round_trip():
     restored.load_state_dict(memory.state_dict())
     assert restored.score_one([0.2, 0.9], "refund") == memory.score_one([0.2, 0.9], "refund") == ("review", 1.0)
     assert restored.gate_records() == memory.gate_records()
-    knn = KNNMemory(["amount", "age"], names["actions"], k=1, categories=names["categories"], scoped=True)
+    knn = KNNMemory(factors=["amount", "age"], actions=names["actions"], k=1, categories=names["categories"],
+                    scoped=True)
     knn.learn_one([0.2, 0.9], "reject", "refund")
     assert knn.score_one([0.2, 0.9], "refund") == ("reject", 1.0)
     assert knn.score_one([0.2, 0.9], "invoice") == (None, 0.0)

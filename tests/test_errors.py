@@ -85,7 +85,7 @@ def test_bad_batch_never_half_applies():
 @pytest.mark.parametrize("cls", [JudgmentMemory, KNNMemory])
 def test_single_decision_errors(cls):
     kwargs = dict(categories=["invoice", "refund"], actions=["approve", "reject"], factors=3)
-    memory = cls(**kwargs) if cls is JudgmentMemory else cls(3, kwargs["actions"], k=1,
+    memory = cls(**kwargs) if cls is JudgmentMemory else cls(factors=3, actions=kwargs["actions"], k=1,
                                                              categories=kwargs["categories"], scoped=True)
     memory.learn_one([0.1, 0.2, 0.3], "approve", "invoice")
     before = snapshot(memory)

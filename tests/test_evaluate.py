@@ -163,7 +163,7 @@ def test_state_bytes_counts_parameters_and_buffers():
     memory = JudgmentMemory(4, 4, 8, prototypes=4)
     expected = 4 * (4 * 8) + 4 * (4 * 4 * 4 * 8) + (4 * 4 * 4) * (1 + 8 + 4) + 8  # logits, centroids, masks, num
     assert E.state_bytes(memory) == expected
-    knn = KNNMemory(8, 4, categories=4, capacity=400)
+    knn = KNNMemory(factors=8, actions=4, categories=4, capacity=400)
     assert E.state_bytes(knn) >= 400 * 8 * 4  # the ring of stored decisions dominates
 
 

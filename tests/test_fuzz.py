@@ -33,9 +33,10 @@ MEMORIES = {
     "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8),
     "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, drift_mode="adaptive"),
     "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, prototypes=3),
-    "knn": lambda: KNNMemory(8, ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
-    "knn_uncategorised": lambda: KNNMemory(8, ACTIONS, k=3, capacity=20),
-    "retrieval": lambda: RetrievalMemory(8, ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
+    "knn": lambda: KNNMemory(factors=8, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
+    "knn_uncategorised": lambda: KNNMemory(factors=8, actions=ACTIONS, k=3, capacity=20),
+    "retrieval": lambda: RetrievalMemory(factors=8, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES,
+                                         scoped=True),
 }
 _FED: dict[str, torch.nn.Module] = {}
 

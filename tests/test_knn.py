@@ -9,7 +9,7 @@ from gae import KNNMemory
 
 
 def test_abstains_until_k_traces():
-    memory = KNNMemory(1, 2, k=3, capacity=10)
+    memory = KNNMemory(factors=1, actions=2, k=3, capacity=10)
     step = memory.prequential_(torch.tensor([[0.0], [0.1], [0.2], [0.3]]), torch.zeros(4, dtype=torch.long),
                                torch.tensor([0, 0, 1, 1]))
     assert step.output.action.tolist() == [-1, -1, -1, 1]  # 0.2 (b) outweighs 0.1 + 0.0 (a)
@@ -17,7 +17,7 @@ def test_abstains_until_k_traces():
 
 
 def test_distance_weighted_vote_and_confidence():
-    memory = KNNMemory(1, ["a", "b"], k=3, capacity=10)
+    memory = KNNMemory(factors=1, actions=["a", "b"], k=3, capacity=10)
     for value, action in ((0.0, "a"), (0.3, "b"), (0.4, "b")):
         memory.learn_one([value], action)
     # query 0.1: distances 0.1 (a), 0.2 (b), 0.3 (b): votes a = 10, b = 5 + 3.33
@@ -31,8 +31,8 @@ def test_distance_weighted_vote_and_confidence():
 
 
 def test_scoped_memory_only_sees_its_category():
-    flat = KNNMemory(1, 2, k=1, capacity=10, categories=["x", "y"])
-    scoped = KNNMemory(1, 2, k=1, capacity=10, categories=["x", "y"], scoped=True)
+    flat = KNNMemory(factors=1, actions=2, k=1, capacity=10, categories=["x", "y"])
+    scoped = KNNMemory(factors=1, actions=2, k=1, capacity=10, categories=["x", "y"], scoped=True)
     for memory in (flat, scoped):
         memory.learn_one([0.0], 0, "x")
         memory.learn_one([1.0], 1, "y")
@@ -41,7 +41,8 @@ def test_scoped_memory_only_sees_its_category():
 
 
 def test_respect_skip_drops_uncertain_outcomes():
-    plain, careful = KNNMemory(1, 2, k=1, capacity=10), KNNMemory(1, 2, k=1, capacity=10, respect_skip=True)
+    plain = KNNMemory(factors=1, actions=2, k=1, capacity=10)
+    careful = KNNMemory(factors=1, actions=2, k=1, capacity=10, respect_skip=True)
     for memory in (plain, careful):
         memory.learn_one([0.5], 1, outcome="__incorrect__")
     assert len(plain) == 1 and len(careful) == 0
@@ -49,7 +50,7 @@ def test_respect_skip_drops_uncertain_outcomes():
 
 
 def test_capacity_evicts_the_oldest():
-    memory = KNNMemory(1, 3, k=1, capacity=2)
+    memory = KNNMemory(factors=1, actions=3, k=1, capacity=2)
     for value, action in ((0.0, 0), (0.5, 1), (1.0, 2)):
         memory.learn_one([value], action)
     assert len(memory) == 2
@@ -57,7 +58,7 @@ def test_capacity_evicts_the_oldest():
 
 
 def test_categories_are_ignored_without_names():
-    memory = KNNMemory(1, 2, k=1)
+    memory = KNNMemory(factors=1, actions=2, k=1)
     memory.learn_one([0.2], 1, "anything")
     assert memory.score_one([0.2], "something else") == ("1", 1.0)
     assert memory.parameter_inventory()["total"] == 200 * 4 + 2 + 1

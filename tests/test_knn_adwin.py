@@ -24,7 +24,8 @@ OPTIONS = [{}, {"scoped": True}, {"respect_skip": True}, {"k": 3, "capacity": 15
 
 
 def make(**options) -> ADWINKNNMemory:
-    return ADWINKNNMemory(FACTORS, ACTIONS, **{"k": 5, "capacity": 400, "categories": CATEGORIES, **options})
+    return ADWINKNNMemory(factors=FACTORS, actions=ACTIONS,
+                          **{"k": 5, "capacity": 400, "categories": CATEGORIES, **options})
 
 
 def feed(memory, stream, sizes=(None,)):
@@ -60,7 +61,7 @@ def reference(seed: int, delta: float, options: tuple) -> tuple[list, list[int],
     decision's error, and the window cut to its width after the decision that made it fire."""
     stream = clustered_stream(seed, 900, drift_at=450)
     options = {"k": 5, "capacity": 400, "categories": CATEGORIES, **dict(options)}
-    memory, detector, cuts = KNNMemory(FACTORS, ACTIONS, **options), drift.ADWIN(delta=delta), []
+    memory, detector, cuts = KNNMemory(factors=FACTORS, actions=ACTIONS, **options), drift.ADWIN(delta=delta), []
     answers = []
     for i in range(stream.x.shape[0]):
         row, c, a, skip = stream.x[i].tolist(), int(stream.category[i]), int(stream.action[i]), bool(stream.skip[i])
@@ -78,8 +79,8 @@ def reference(seed: int, delta: float, options: tuple) -> tuple[list, list[int],
 def test_a_detector_that_never_fires_leaves_the_plain_knn(options):
     stream = clustered_stream(3, 1200, drift_at=600)
     options = {"k": 5, "capacity": 400, "categories": CATEGORIES, **options}
-    memory = ADWINKNNMemory(FACTORS, ACTIONS, delta=1e-300, **options)
-    plain = KNNMemory(FACTORS, ACTIONS, **options)
+    memory = ADWINKNNMemory(factors=FACTORS, actions=ACTIONS, delta=1e-300, **options)
+    plain = KNNMemory(factors=FACTORS, actions=ACTIONS, **options)
     assert_same_step(feed(memory, stream, (1, 300, 7, None)), feed(plain, stream))
     assert memory.cuts == []
     assert_same_buffers(memory, plain)
@@ -87,7 +88,7 @@ def test_a_detector_that_never_fires_leaves_the_plain_knn(options):
 
 def test_the_window_is_cut_after_the_drift_and_the_knn_recovers_faster():
     stream = clustered_stream(0, 1200, drift_at=600)
-    memory, plain = make(), KNNMemory(FACTORS, ACTIONS, k=5, capacity=400, categories=CATEGORIES)
+    memory, plain = make(), KNNMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=400, categories=CATEGORIES)
     ours, theirs = feed(memory, stream), feed(plain, stream)
     assert any(600 <= step < 700 for step in memory.cuts), memory.cuts  # (an earlier cut: the learning curve)
     recovered, stuck = accuracy(ours, stream, 700, 900), accuracy(theirs, stream, 700, 900)
@@ -169,7 +170,7 @@ def test_the_knn_options_are_checked_as_knn_memory_does():
     with pytest.raises(ValueError, match="k must be <= capacity"):
         make(k=10, capacity=5)
     with pytest.raises(ValueError, match="scoped=True needs categories"):
-        ADWINKNNMemory(2, 2, scoped=True)
+        ADWINKNNMemory(factors=2, actions=2, scoped=True)
 
 
 def test_without_river_the_error_says_how_to_install_it(monkeypatch):

@@ -17,7 +17,7 @@ def tied_stream(seed: int, n: int, factors: int = 2, categories: int = 3) -> tup
 
 
 def make(capacity: int, scoped: bool) -> KNNMemory:
-    return KNNMemory(2, 3, k=3, capacity=capacity, categories=3, scoped=scoped)
+    return KNNMemory(factors=2, actions=3, k=3, capacity=capacity, categories=3, scoped=scoped)
 
 
 def assert_same_step(a: StreamStep, b: StreamStep) -> None:

@@ -41,7 +41,7 @@ def make(kind: str, store: Any = None, **options: Any):
         options["store"] = store
     if kind in CONFIGS:
         return JudgmentMemory(C, A, K, CONFIGS[kind], **options)
-    return KNNMemory(K, A, k=3, capacity=40, categories=C, scoped=True, **options)
+    return KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, scoped=True, **options)
 
 
 def stream(n: int, seed: int = 0) -> list[tuple[list[float], str, str]]:
@@ -318,7 +318,8 @@ MISMATCHES = {
     "fewer actions": (lambda store: JudgmentMemory(C, A[:2], K, store=store), "actions"),
     "a new action, no grow": (lambda store: JudgmentMemory(C, (*A, "hold"), K, store=store), "actions"),
     "other categories": (lambda store: JudgmentMemory(C[:2], A, K, store=store), "categories"),
-    "another kind": (lambda store: KNNMemory(K, A, categories=C, store=store, ledger="judgment"), "kind"),
+    "another kind": (lambda store: KNNMemory(factors=K, actions=A, categories=C, store=store, ledger="judgment"),
+                     "kind"),
 }
 
 
@@ -337,12 +338,13 @@ def test_a_memory_unlike_the_ledgers_is_refused_naming_what_differs(case: str, t
 
 def test_knn_settings_and_categories_must_match_the_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    KNNMemory(K, A, k=3, capacity=40, categories=C, store=sqlite(path))
+    KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, store=sqlite(path))
     for options, field in (({"k": 4}, "k"), ({"capacity": 41}, "capacity"), ({"scoped": True}, "scoped"),
                            ({"respect_skip": True}, "respect_skip"), ({"categories": None}, "categories")):
         with pytest.raises(ValueError, match=field):
-            KNNMemory(K, A, **{"k": 3, "capacity": 40, "categories": C, **options}, store=sqlite(path))
-    assert KNNMemory(K, A, k=3, capacity=40, categories=C, store=sqlite(path), ledger="other").version == 0
+            KNNMemory(factors=K, actions=A, **{"k": 3, "capacity": 40, "categories": C, **options}, store=sqlite(path))
+    other = KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, store=sqlite(path), ledger="other")
+    assert other.version == 0
 
 
 @pytest.mark.parametrize("kind", ["seed", "knn"])
@@ -351,8 +353,8 @@ def test_grow_adds_the_new_names_and_a_reopened_memory_keeps_the_ledgers(kind: s
     first = make(kind, path)
     first.learn_one([0.1] * K, "approve", "billing")
     if kind == "knn":
-        grown = KNNMemory(K, (*A, "hold"), k=3, capacity=40, categories=(*C, "shipping"), scoped=True, grow=True,
-                          store=sqlite(path))
+        grown = KNNMemory(factors=K, actions=(*A, "hold"), k=3, capacity=40, categories=(*C, "shipping"), scoped=True,
+                          grow=True, store=sqlite(path))
     else:
         grown = JudgmentMemory((*C, "shipping"), (*A, "hold"), K, CONFIGS[kind], grow=True, store=sqlite(path))
     assert grown.action_names == (*A, "hold") and grown.category_names == (*C, "shipping")

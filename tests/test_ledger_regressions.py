@@ -51,7 +51,7 @@ def make(kind: str, store: Any = None, **options: Any):
         store = sqlite(store)
     if store is not None:
         options["store"] = store
-    return KNNMemory(K, A, k=3, capacity=40, categories=C, scoped=True, **options)
+    return KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, scoped=True, **options)
 
 
 def rows(n: int, seed: int = 0) -> list[list[float]]:

@@ -26,8 +26,8 @@ def make(kind: str, **options):
     if kind in JUDGMENTS:
         return JudgmentMemory(C, A, K, JUDGMENTS[kind], **options)
     if kind == "knn":
-        return KNNMemory(K, A, k=3, capacity=50, categories=C, scoped=True, **options)
-    return RetrievalMemory(K, A, k=3, capacity=50, categories=C, scoped=True, **options)
+        return KNNMemory(factors=K, actions=A, k=3, capacity=50, categories=C, scoped=True, **options)
+    return RetrievalMemory(factors=K, actions=A, k=3, capacity=50, categories=C, scoped=True, **options)
 
 
 KINDS = [*JUDGMENTS, "knn", "retrieval"]
@@ -219,7 +219,7 @@ def test_max_pending_and_pending_ttl_expire_the_oldest_and_count_them(caplog) ->
         with pytest.raises((TypeError, ValueError), match="pending_ttl"):
             memory.pending_ttl = bad
     with pytest.raises((TypeError, ValueError), match="max_pending"):
-        KNNMemory(K, A, max_pending=0)
+        KNNMemory(factors=K, actions=A, max_pending=0)
     assert make("knn").max_pending == 100_000 and make("retrieval").pending_ttl is None
 
 

@@ -161,7 +161,7 @@ def test_random_corruption_is_refused_or_harmless(tmp_path):
 
 @pytest.mark.parametrize("cut", ["half", "all but 10 bytes", "empty", "text", "a zip of something else"])
 def test_a_truncated_or_foreign_file_is_refused_by_name(tmp_path, cut):
-    data = saved(tmp_path, fed(KNNMemory(8, 4, capacity=20)).state_dict()).read_bytes()
+    data = saved(tmp_path, fed(KNNMemory(factors=8, actions=4, capacity=20)).state_dict()).read_bytes()
     path = tmp_path / "bad.pt"
     if cut == "a zip of something else":
         with zipfile.ZipFile(path, "w") as archive:
@@ -204,15 +204,17 @@ MISFITS = [  # id, the memory that saved, the memory that loads, drop the names,
     # one layout in every mode: a seed state has the adaptive buffers, empty
     ("seed into adaptive", lambda: JudgmentMemory(4, 4, 8), lambda: JudgmentMemory(4, 4, 8, drift_mode="adaptive"),
      True, ValueError, ["shadow_centroids: saved (0, 0, 0, 0), this memory (4, 4, 1, 8)"]),
-    ("knn other capacity", lambda: KNNMemory(8, 4, capacity=20, categories=4),
-     lambda: KNNMemory(8, 4, capacity=30, categories=4), False, ValueError,
+    ("knn other capacity", lambda: KNNMemory(factors=8, actions=4, capacity=20, categories=4),
+     lambda: KNNMemory(factors=8, actions=4, capacity=30, categories=4), False, ValueError,
      ["store_factors: saved (20, 8), this memory (30, 8)", "store_steps: saved (20,), this memory (30,)"]),
-    ("knn other factors", lambda: KNNMemory(7, 4, capacity=20), lambda: KNNMemory(8, 4, capacity=20), True,
+    ("knn other factors", lambda: KNNMemory(factors=7, actions=4, capacity=20),
+     lambda: KNNMemory(factors=8, actions=4, capacity=20), True,
      ValueError, ["store_factors: saved (20, 7), this memory (20, 8)"]),
-    ("retrieval over capacity", lambda: RetrievalMemory(8, 4, capacity=40), lambda: RetrievalMemory(8, 4, capacity=10),
+    ("retrieval over capacity", lambda: RetrievalMemory(factors=8, actions=4, capacity=40),
+     lambda: RetrievalMemory(factors=8, actions=4, capacity=10),
      False, ValueError, ["40 memories", "capacity=10"]),
-    ("retrieval other factors", lambda: RetrievalMemory(7, 4, capacity=40),
-     lambda: RetrievalMemory(8, 4, capacity=40), True, ValueError, ["width (7,)", "dim=8"]),
+    ("retrieval other factors", lambda: RetrievalMemory(factors=7, actions=4, capacity=40),
+     lambda: RetrievalMemory(factors=8, actions=4, capacity=40), True, ValueError, ["width (7,)", "dim=8"]),
 ]
 
 
@@ -268,8 +270,8 @@ def test_a_state_of_another_kind_is_refused_naming_it():
 
 def test_a_float64_state_loads_into_a_float32_memory():
     """float32 and float64 load into each other (cast, as torch does): a memory moved with .double()."""
-    memory = fed(KNNMemory(8, 4, capacity=30, categories=4))
-    fresh = KNNMemory(8, 4, capacity=30, categories=4)
+    memory = fed(KNNMemory(factors=8, actions=4, capacity=30, categories=4))
+    fresh = KNNMemory(factors=8, actions=4, capacity=30, categories=4)
     fresh.load_state_dict(memory.double().state_dict())
     assert frozen(fresh.state_dict()) == frozen(memory.float().state_dict())
 

@@ -168,8 +168,8 @@ def knn_setup(draw):
     category = draw(hnp.arrays(np.int64, n, elements=st.integers(0, n_categories - 1)))
     action = draw(hnp.arrays(np.int64, n, elements=st.integers(0, n_actions - 1)))
     skip = draw(hnp.arrays(np.bool_, n))
-    memory = KNNMemory(n_factors, n_actions, k=k, capacity=capacity, categories=n_categories, scoped=scoped,
-                       respect_skip=respect_skip)
+    memory = KNNMemory(factors=n_factors, actions=n_actions, k=k, capacity=capacity, categories=n_categories,
+                       scoped=scoped, respect_skip=respect_skip)
     return memory, as_tensor(x), as_tensor(category), as_tensor(action), as_tensor(skip)
 
 
@@ -376,7 +376,7 @@ def assert_pieces_equal(one, output, events, whole, parts):
 @given(data=st.data(), setup=knn_setup(), backend=st.sampled_from(["compiled", "reference"]))
 def test_knn_split_batches_equal_one_batch(data, setup, backend):
     memory, x, category, action, skip = setup
-    twin = KNNMemory(memory.n_factors, len(memory.action_names), k=memory.k, capacity=memory.capacity,
+    twin = KNNMemory(factors=memory.n_factors, actions=len(memory.action_names), k=memory.k, capacity=memory.capacity,
                      categories=3, scoped=memory.scoped, respect_skip=memory.respect_skip)
     memory.backend = twin.backend = backend
     one = memory.prequential_(x, category, action, None, skip)
@@ -425,7 +425,7 @@ def test_compiled_engine_equals_reference(data, case):
 @given(setup=knn_setup())
 def test_knn_compiled_equals_reference(setup):
     memory, x, category, action, skip = setup
-    twin = KNNMemory(memory.n_factors, len(memory.action_names), k=memory.k, capacity=memory.capacity,
+    twin = KNNMemory(factors=memory.n_factors, actions=len(memory.action_names), k=memory.k, capacity=memory.capacity,
                      categories=3, scoped=memory.scoped, respect_skip=memory.respect_skip)
     twin.backend = "reference"
     a = memory.prequential_(x, category, action, None, skip)

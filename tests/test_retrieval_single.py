@@ -54,7 +54,7 @@ def numpy_score_one(memory: RetrievalMemory, factors, category: str | int = "gen
 
 
 def make(**kwargs) -> RetrievalMemory:
-    return RetrievalMemory(FACTORS, NAMES[1], **{"k": 5, "categories": NAMES[0], **kwargs})
+    return RetrievalMemory(factors=FACTORS, actions=NAMES[1], **{"k": 5, "categories": NAMES[0], **kwargs})
 
 
 def assert_same(a: RetrievalMemory, b: RetrievalMemory) -> None:

@@ -370,9 +370,9 @@ def reference_predictions(memory_factory, rows, scoped_category: bool):
      lambda f, a, c: JudgmentMemory([c], [a], f, JudgmentConfig.recommended(), learning="gated", tau=0.05,
                                     grow=True), True),
     (lambda: KNNClassifier(category="desk", k=3, capacity=40, scoped=True),
-     lambda f, a, c: KNNMemory(f, [a], k=3, capacity=40, categories=[c], scoped=True, grow=True), True),
+     lambda f, a, c: KNNMemory(factors=f, actions=[a], k=3, capacity=40, categories=[c], scoped=True, grow=True), True),
     (lambda: KNNClassifier(category="desk", k=3, capacity=40),
-     lambda f, a, c: KNNMemory(f, [a], k=3, capacity=40, categories=[c], grow=True), False),
+     lambda f, a, c: KNNMemory(factors=f, actions=[a], k=3, capacity=40, categories=[c], grow=True), False),
 ])
 def test_the_classifier_says_what_the_memory_says(make, memory_factory, scoped_category):
     rows = stream(seed=1)

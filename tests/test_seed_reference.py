@@ -265,7 +265,7 @@ def assert_knn_store(memory: KNNMemory, seed_memory) -> None:
 def test_knn_single_decisions_match_seed(rng_seed, drift_at):
     decisions = make_stream(rng_seed, drift_at)
     seed_memory, seed_scores = run_seed_knn(rng_seed, drift_at)
-    memory = KNNMemory(K, list(ACTIONS), k=5, capacity=KNN_CAP)
+    memory = KNNMemory(factors=K, actions=list(ACTIONS), k=5, capacity=KNN_CAP)
     for t, d in enumerate(decisions):
         recommended, confidence = memory.score_one(d.factors, d.category)
         want_action, want_confidence = seed_scores[t]
@@ -282,7 +282,7 @@ def test_knn_single_decisions_match_seed(rng_seed, drift_at):
 def test_knn_prequential_matches_seed(rng_seed, drift_at, backend):
     decisions = make_stream(rng_seed, drift_at)
     seed_memory, seed_scores = run_seed_knn(rng_seed, drift_at)
-    memory = KNNMemory(K, list(ACTIONS), k=5, capacity=KNN_CAP)
+    memory = KNNMemory(factors=K, actions=list(ACTIONS), k=5, capacity=KNN_CAP)
     memory.backend = backend
     x, category, action, skip = stream_tensors(decisions)
     step = memory.prequential_(x, category, action, None, skip)
@@ -343,7 +343,7 @@ def test_hand_computed_confidences():
     want = (1 / (0.25 + 1e-8)) / (1 / (0.25 + 1e-8) + 1 / (0.75 + 1e-8))
     assert want == pytest.approx(0.75, abs=1e-7)
     reference = seed.AgenticMemory(k=2, cap=3)
-    memory = KNNMemory(2, ["approve", "reject"], k=2, capacity=3)
+    memory = KNNMemory(factors=2, actions=["approve", "reject"], k=2, capacity=3)
     for factors, name in (([0.0, 0.0], "approve"), ([1.0, 0.0], "reject"), ([0.25, 3.0], "approve")):
         reference.learn(factors, name)
         memory.learn_one(factors, name)

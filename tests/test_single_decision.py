@@ -255,7 +255,7 @@ def test_the_views_follow_the_memory_when_its_tensors_are_replaced():
 
 def test_the_views_are_built_again_when_a_conversion_moves_the_data():
     stream = clustered_stream(13, 300)
-    for make in (make_judgment, lambda: KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES)):
+    for make in (make_judgment, lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, categories=CATEGORIES)):
         memory, reference = make(), make()
         for i in range(150):
             memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
@@ -281,8 +281,8 @@ def test_an_array_table_holds_c_contiguous_arrays_only():
 def test_knn_single_decisions_equal_the_batched_engine(options):
     n = 3000
     stream = clustered_stream(10, n, skip_rate=0.1)
-    batched = KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES, **options)
-    single = KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES, **options)
+    batched = KNNMemory(factors=FACTORS, actions=ACTIONS, categories=CATEGORIES, **options)
+    single = KNNMemory(factors=FACTORS, actions=ACTIONS, categories=CATEGORIES, **options)
     step = batched.prequential_(stream.x, stream.category, stream.action, None, stream.skip)
     answers = []
     for i in range(n):
@@ -296,7 +296,7 @@ def test_knn_single_decisions_equal_the_batched_engine(options):
     with pytest.raises(ValueError):
         single.learn_one([float("inf")] * FACTORS, 0, 0)
     assert_same(batched, single)
-    ones = KNNMemory(FACTORS, ACTIONS, categories=CATEGORIES, **options)  # prequential_ of one decision
+    ones = KNNMemory(factors=FACTORS, actions=ACTIONS, categories=CATEGORIES, **options)  # prequential_ of one decision
     steps = [ones.prequential_(stream.x[i:i + 1], stream.category[i:i + 1], stream.action[i:i + 1], None,
                                stream.skip[i:i + 1]) for i in range(n)]
     assert_same(batched, ones)
@@ -381,19 +381,20 @@ def test_grow_true_learns_names_on_first_sight():
 
 
 def test_knn_grows_names_only():
-    memory = KNNMemory(2, ["x"], k=1, categories=["a"], scoped=True, grow=True)
+    memory = KNNMemory(factors=2, actions=["x"], k=1, categories=["a"], scoped=True, grow=True)
     memory.learn_one([0.1, 0.2], "y", "b")
     assert memory.action_names == ("x", "y") and memory.category_names == ("a", "b")
     assert memory.score_one([0.1, 0.2], "b") == ("y", 1.0)
     assert memory.score_one([0.1, 0.2], "a") == (None, 0.0)
-    unscoped = KNNMemory(2, ["x"], k=1)
+    unscoped = KNNMemory(factors=2, actions=["x"], k=1)
     with pytest.raises(ValueError, match="ignores categories"):
         unscoped.add_categories_(["b"])
 
 
 def test_a_buffer_moved_into_shared_memory_alone_is_seen_before_the_next_decision():
     stream = clustered_stream(14, 300)
-    for make in (lambda: make_judgment(drift_mode="adaptive"), lambda: KNNMemory(FACTORS, ACTIONS, categories=4)):
+    for make in (lambda: make_judgment(drift_mode="adaptive"),
+                 lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, categories=4)):
         memory, reference = make(), make()
         for i in range(150):
             memory.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]))
@@ -442,13 +443,13 @@ def test_a_rejected_learn_one_adds_no_name():
         memory.learn_one([0.1, 0.2], "third", 99)
     assert memory.action_names == ("first", "second") and memory.category_names == ("general",)
     assert memory.version == version
-    knn = KNNMemory(2, ["x"], k=1, categories=["a"], scoped=True, grow=True)
+    knn = KNNMemory(factors=2, actions=["x"], k=1, categories=["a"], scoped=True, grow=True)
     assert knn.score_one([0.1, 0.2], "unseen") == (None, 0.0)  # as a judgment memory: nothing learned there
 
 
 def test_a_knn_that_ignores_categories_stores_an_int_category_as_the_checked_path_does():
     stream = clustered_stream(17, 100)
-    fast, slow = KNNMemory(FACTORS, ACTIONS), KNNMemory(FACTORS, ACTIONS)
+    fast, slow = KNNMemory(factors=FACTORS, actions=ACTIONS), KNNMemory(factors=FACTORS, actions=ACTIONS)
     for i in range(100):
         fast.learn_one(stream.x[i].numpy(), int(stream.action[i]), int(stream.category[i]) + 5)
     slow.prequential_(stream.x, stream.category + 5, stream.action)

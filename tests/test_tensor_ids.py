@@ -114,7 +114,7 @@ def test_store_retrieve_takes_tensor_and_array_scopes(tmp_path, form):
 @pytest.mark.parametrize("form", list(FORMS))
 def test_retrieval_memory_delete_takes_tensor_and_array_ids(form):
     def run(convert):
-        memory = RetrievalMemory(2, 2, k=1, capacity=10)
+        memory = RetrievalMemory(factors=2, actions=2, k=1, capacity=10)
         gen = torch.Generator().manual_seed(1)
         memory.learn_(torch.rand(5, 2, generator=gen), torch.zeros(5, dtype=torch.long), torch.tensor([0, 1, 0, 1, 1]))
         removed = memory.delete(convert([0, 3]))
@@ -267,7 +267,7 @@ def test_policy_refuses_bad_tensor_scopes(allowed, error, words):
     (np.array([-1]), ValueError, ["ids", "-1"]),
 ])
 def test_retrieval_memory_delete_refuses_bad_tensor_ids(ids, error, words):
-    memory = RetrievalMemory(2, 2, k=1, capacity=10)
+    memory = RetrievalMemory(factors=2, actions=2, k=1, capacity=10)
     memory.learn_(torch.rand(3, 2, generator=torch.Generator().manual_seed(2)), torch.zeros(3, dtype=torch.long),
                   torch.tensor([0, 1, 0]))
     before, labels = snapshot(memory.store), dict(memory.labels)

@@ -236,11 +236,13 @@ def check_suffix(memory: Any, factory: Callable[[], Any], programs: list[Program
 
 
 FACTORIES: dict[str, Callable[[int], Any]] = {
-    "knn": lambda capacity: KNNMemory(K, ACTIONS, k=3, capacity=capacity, categories=CATEGORIES),
-    "knn_scoped": lambda capacity: KNNMemory(K, ACTIONS, k=3, capacity=capacity, categories=CATEGORIES, scoped=True),
-    "retrieval": lambda capacity: RetrievalMemory(K, ACTIONS, k=3, capacity=capacity, categories=CATEGORIES),
-    "retrieval_scoped": lambda capacity: RetrievalMemory(K, ACTIONS, k=3, capacity=capacity, categories=CATEGORIES,
-                                                         scoped=True),
+    "knn": lambda capacity: KNNMemory(factors=K, actions=ACTIONS, k=3, capacity=capacity, categories=CATEGORIES),
+    "knn_scoped": lambda capacity: KNNMemory(factors=K, actions=ACTIONS, k=3, capacity=capacity, categories=CATEGORIES,
+                                             scoped=True),
+    "retrieval": lambda capacity: RetrievalMemory(factors=K, actions=ACTIONS, k=3, capacity=capacity,
+                                                  categories=CATEGORIES),
+    "retrieval_scoped": lambda capacity: RetrievalMemory(factors=K, actions=ACTIONS, k=3, capacity=capacity,
+                                                         categories=CATEGORIES, scoped=True),
 }
 
 

@@ -35,10 +35,10 @@ FACTORIES = {
     "judgment": lambda s: JudgmentMemory(s.category_names, s.action_names, s.factor_names),
     "judgment_adaptive_prototypes": lambda s: JudgmentMemory(s.category_names, s.action_names, s.factor_names,
                                                              drift_mode="adaptive", prototypes=3),
-    "knn": lambda s: KNNMemory(s.factor_names, s.action_names, categories=s.category_names, k=3, capacity=60,
-                               scoped=True),
-    "retrieval": lambda s: RetrievalMemory(s.factor_names, s.action_names, categories=s.category_names, k=3,
-                                           capacity=60, scoped=True),
+    "knn": lambda s: KNNMemory(factors=s.factor_names, actions=s.action_names, categories=s.category_names, k=3,
+                               capacity=60, scoped=True),
+    "retrieval": lambda s: RetrievalMemory(factors=s.factor_names, actions=s.action_names,
+                                           categories=s.category_names, k=3, capacity=60, scoped=True),
 }
 
 
@@ -209,7 +209,7 @@ def test_replay_starts_from_a_later_checkpoint(tmp_path):
 def test_unrelated_checkpoint_and_bad_files_are_refused(run, tmp_path):
     _, path, _, _ = run
     other = tmp_path / "other.pt"
-    save_checkpoint(KNNMemory(2, 2), other)
+    save_checkpoint(KNNMemory(factors=2, actions=2), other)
     with pytest.raises(ValueError, match="no run of the trace"):
         replay(path, other)
     truncated = tmp_path / "truncated.pt"
@@ -384,7 +384,7 @@ def test_a_judgment_trace_checkpoint_of_format_1_is_refused_by_name(tmp_path):
     torch.save({**saved, "format": 1}, tmp_path / "old.pt")
     with pytest.raises(ValueError, match="before the judgment memory's state layout 2"):
         load_checkpoint(tmp_path / "old.pt")
-    knn = KNNMemory(2, 2)  # the k-NN memory's layout did not change: its format-1 checkpoints still load
+    knn = KNNMemory(factors=2, actions=2)  # the k-NN's layout did not change: its format-1 checkpoints still load
     save_checkpoint(knn, tmp_path / "knn.pt")
     saved = torch.load(tmp_path / "knn.pt", weights_only=True)
     torch.save({**saved, "format": 1}, tmp_path / "knn_old.pt")

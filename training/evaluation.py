@@ -209,12 +209,12 @@ def build(contestant: Contestant, stream: BaseDecisionStream) -> JudgmentMemory 
     if contestant.kind == "judgment":
         return JudgmentMemory(*names, JudgmentConfig.from_dict(contestant.options))
     if contestant.kind == "retrieval":
-        return RetrievalMemory(names[2], names[1], categories=names[0], **contestant.options)
+        return RetrievalMemory(factors=names[2], actions=names[1], categories=names[0], **contestant.options)
     if contestant.kind == "knn_adwin":
         from training.knn_adwin import ADWINKNNMemory  # needs river, an optional dependency
 
-        return ADWINKNNMemory(names[2], names[1], categories=names[0], **contestant.options)
-    return KNNMemory(names[2], names[1], categories=names[0], **contestant.options)
+        return ADWINKNNMemory(factors=names[2], actions=names[1], categories=names[0], **contestant.options)
+    return KNNMemory(factors=names[2], actions=names[1], categories=names[0], **contestant.options)
 
 
 def learn_batch(memory: Any, x: torch.Tensor, category: torch.Tensor, action: torch.Tensor,

@@ -15,7 +15,7 @@ import torch
 
 from gae import KNNMemory
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
-from gae.validation import Names
+from gae.validation import Names, names_by_keyword
 
 _CHUNK = 256  # decisions scored ahead of the detector per engine call (a cut re-runs the chunk's prefix)
 
@@ -66,7 +66,7 @@ class ADWINKNNMemory(KNNMemory):
     stored.
 
     Args:
-        factors: number of factors, or their names.
+        factors: number of factors, or their names; a keyword, as ``actions`` (see :class:`~gae.KNNMemory`).
         actions: number of actions, or their names.
         k: neighbours that vote. Default: 5.
         capacity: the most traces kept (KNN-ADWIN's maximum window). Default: 1000.
@@ -93,7 +93,7 @@ class ADWINKNNMemory(KNNMemory):
 
     Examples::
 
-        >>> memory = ADWINKNNMemory(1, ["low", "high"], k=1, capacity=100)
+        >>> memory = ADWINKNNMemory(factors=1, actions=["low", "high"], k=1, capacity=100)
         >>> x = torch.tensor([[0.1], [0.9]]).repeat(300, 1)
         >>> action = torch.tensor([0, 1]).repeat(300)
         >>> action[300:] = 1 - action[300:]  # the mapping flips half-way
@@ -108,12 +108,13 @@ class ADWINKNNMemory(KNNMemory):
     detector: Any  # river.drift.ADWIN
     cuts: list[int]
 
-    def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 1000,
+    @names_by_keyword
+    def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 1000,
                  categories: Names | None = None, scoped: bool = False, delta: float = 0.002,
                  respect_skip: bool = False) -> None:
         if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta < 1.0:
             raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-        super().__init__(factors, actions, k=k, capacity=capacity, categories=categories, scoped=scoped,
+        super().__init__(factors=factors, actions=actions, k=k, capacity=capacity, categories=categories, scoped=scoped,
                          respect_skip=respect_skip)
         self.delta = float(delta)
         self.detector = _adwin(self.delta)

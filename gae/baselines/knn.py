@@ -46,7 +46,9 @@ class KNNMemory(DecisionMemory):
     or moving the memory (``to``) while other threads call it.
 
     Args:
-        factors: number of factors, or their names.
+        factors: number of factors, or their names. A keyword, as ``actions``:
+            ``KNNMemory(factors=8, actions=["approve", "reject"])``; a positional call raises a
+            TypeError, since :class:`~gae.JudgmentMemory` takes ``(categories, actions, factors)``.
         actions: number of actions, or their names.
         k: neighbours that vote. Default: 5.
         capacity: traces kept. Default: 200 (the original's ``cap``).
@@ -63,7 +65,7 @@ class KNNMemory(DecisionMemory):
 
     Examples::
 
-        >>> memory = KNNMemory(2, ["approve", "reject"], k=1)
+        >>> memory = KNNMemory(factors=2, actions=["approve", "reject"], k=1)
         >>> memory.score_one([0.9, 0.1])
         (None, 0.0)
         >>> _ = memory.learn_one([0.9, 0.1], "approve")
@@ -79,7 +81,8 @@ class KNNMemory(DecisionMemory):
     ring: Tensor
     num_decisions: Tensor
 
-    def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 200,
+    @check.names_by_keyword
+    def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 200,
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
                  grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
                  store: Any = None, ledger: str = "knn", snapshot_every: int = durable.SNAPSHOT_EVERY,
@@ -114,8 +117,8 @@ class KNNMemory(DecisionMemory):
         return past.neighbours(torch.as_tensor(row).unsqueeze(0), torch.tensor([past._category_index(category)]))
 
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> KNNMemory:
-        return KNNMemory(self.factor_names, actions, k=self.k, capacity=self.capacity, categories=categories,
-                         scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,
+        return KNNMemory(factors=self.factor_names, actions=actions, k=self.k, capacity=self.capacity,
+                         categories=categories, scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,
                          max_pending=self.max_pending, pending_ttl=self.pending_ttl)
 
     def __len__(self) -> int:

@@ -51,7 +51,8 @@ class RetrievalMemory(DecisionMemory):
     moving the memory (``to``) while other threads call it.
 
     Args:
-        factors, actions: counts or names.
+        factors, actions: counts or names, keywords only (``RetrievalMemory(factors=8, actions=4)``):
+            a positional call raises a TypeError, as :class:`~gae.KNNMemory`'s.
         k: memories that vote. Default: 5.
         capacity: memories kept (eviction: the lowest score against the decision being stored,
             the original rule). Default: 400.
@@ -65,7 +66,7 @@ class RetrievalMemory(DecisionMemory):
 
     Examples::
 
-        >>> memory = RetrievalMemory(2, ["approve", "reject"], k=1)
+        >>> memory = RetrievalMemory(factors=2, actions=["approve", "reject"], k=1)
         >>> _ = memory.learn_one([0.9, 0.1], "approve")
         >>> memory.score_one([0.8, 0.2])[0]
         'approve'
@@ -73,7 +74,8 @@ class RetrievalMemory(DecisionMemory):
 
     num_decisions: Tensor
 
-    def __init__(self, factors: Names, actions: Names, *, k: int = 5, capacity: int = 400,
+    @check.names_by_keyword
+    def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 400,
                  categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
                  seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True,
                  grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:

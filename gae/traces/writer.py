@@ -126,8 +126,8 @@ def build_memory(config: dict[str, Any]) -> Memory:
         return JudgmentMemory(categories, actions, factors, JudgmentConfig.from_dict(options))
     if kind == "retrieval":
         options["scorer"] = RetrievalScorer(**options["scorer"])
-        return RetrievalMemory(factors, actions, categories=categories, **options)
-    return KNNMemory(factors, actions, categories=categories, **options)
+        return RetrievalMemory(factors=factors, actions=actions, categories=categories, **options)
+    return KNNMemory(factors=factors, actions=actions, categories=categories, **options)
 
 
 def save_checkpoint(memory: Memory, path: str | Path) -> str:
@@ -180,7 +180,7 @@ class TraceWriter:
 
         >>> import io, torch
         >>> from gae import KNNMemory
-        >>> memory = KNNMemory(2, ["approve", "reject"], k=1)
+        >>> memory = KNNMemory(factors=2, actions=["approve", "reject"], k=1)
         >>> buffer = io.BytesIO()
         >>> with TraceWriter(buffer, memory, run="demo") as writer:
         ...     _ = writer.prequential_(torch.tensor([[0.9, 0.1], [0.8, 0.2]]), torch.zeros(2, dtype=torch.long),
