@@ -16,7 +16,6 @@ revision's numba kernels compile in a temporary folder on every run (a minute or
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import re
@@ -34,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from bench_single import REFERENCES, contestants, decisions, time_pair  # noqa: E402
+
+from training import cli  # noqa: E402
 
 IMPORT = re.compile(r"\b(from|import) gae(\.|\b)")
 
@@ -54,7 +55,7 @@ def package_at(rev: str, into: Path) -> object:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rev", required=True, help="the git revision to compare against")
     parser.add_argument("--memories", default=None, help="a JSON list of memory names (default: all)")
     parser.add_argument("--decisions", type=int, default=6000)

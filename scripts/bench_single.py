@@ -24,7 +24,6 @@ prequential harness, against river's k-NN. Used by ``scripts/bench.py``; run alo
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from training import cli
 
 C, A, K = 4, 4, 8
 CATEGORIES = tuple(f"category {i}" for i in range(C))
@@ -167,9 +167,9 @@ def contestants(package: Any = None) -> dict[str, Callable[[], object]]:
         f"gae judgment, {mode}": (lambda options=options: judgment(CATEGORIES, ACTIONS, K, **options))
         for mode, options in JUDGMENT_MODES.items()}
     made["numpy judgment, seed rule"] = NumpyJudgment
-    made["gae k-NN"] = lambda: knn(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["gae k-NN"] = lambda: knn(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY)
     made["numpy ring-buffer k-NN"] = NumpyRing
-    made["gae retrieval"] = lambda: retrieval(K, ACTIONS, k=5, capacity=CAPACITY)
+    made["gae retrieval"] = lambda: retrieval(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY)
     made["numpy retrieval score"] = NumpyRetrieval
     return made
 
@@ -209,8 +209,8 @@ def time_pair(memory, reference, stream: list, score_only: bool = False) -> tupl
 def agree(stream: list) -> dict[str, bool]:
     """The transcriptions answer what gae answers on the same stream (speed means nothing otherwise)."""
     pairs = {"judgment": (JudgmentMemory(CATEGORIES, ACTIONS, K), NumpyJudgment()),
-             "knn": (KNNMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRing()),
-             "retrieval": (RetrievalMemory(K, ACTIONS, k=5, capacity=CAPACITY), NumpyRetrieval())}
+             "knn": (KNNMemory(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY), NumpyRing()),
+             "retrieval": (RetrievalMemory(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY), NumpyRetrieval())}
     result = {}
     for name, (mine, theirs) in pairs.items():
         same = True
@@ -285,9 +285,10 @@ def measure_river(repeats: int, progress: Callable[[str], None] = print) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--decisions", type=int, default=6000, help="decisions per memory and repeat")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (median)")
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--decisions", type=cli.int_at_least(20), default=6000,
+                        help="decisions per memory and repeat (at least 20)")
+    parser.add_argument("--repeats", type=cli.int_at_least(1), default=3, help="timed repeats (median)")
     args = parser.parse_args()
     record = measure_decisions(args.decisions, args.repeats)
     for name, values in record["latency_us"].items():

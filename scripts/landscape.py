@@ -18,7 +18,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from jsonargparse import auto_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
@@ -26,6 +25,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from gae import EpisodicMemory  # noqa: E402
 from gae.viz import landscape_figure  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 
 TOPICS = 4  # clusters of embeddings
 TOPIC_SPREAD = 0.25  # noise around a topic's direction, before normalising

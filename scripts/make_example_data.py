@@ -13,7 +13,6 @@ with ``skip`` is ``uncertain``. Both files hold the same values and read back al
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
+from training import cli  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
 
 FACTORS = ["amount", "vendor_age", "mismatch", "urgency", "history", "region", "weekday", "channel"]
@@ -63,6 +63,6 @@ def write(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "data", help="folder to write the two files to")
     write(parser.parse_args().out)

@@ -87,6 +87,7 @@ from gae import JudgmentMemory  # noqa: E402
 from gae import validation as check  # noqa: E402
 from gae.judgment import kernels  # noqa: E402
 from gae.types import MemoryOutput  # noqa: E402
+from training import cli  # noqa: E402
 from training.readme import publish_section  # noqa: E402
 
 C, A, K = 4, 4, 8
@@ -447,7 +448,7 @@ def revision() -> str:
 
 def main() -> None:
     """Parse the flags, run every measurement, print the table, write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="B up to 100,000, 3 rounds, a memory trained on 10,000 decisions: a smoke test")
     parser.add_argument("--repeats", type=int, default=None, help="rounds per batch size (default 15, --quick 3)")

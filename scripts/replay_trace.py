@@ -15,14 +15,13 @@ import json
 import sys
 from pathlib import Path
 
-from jsonargparse import auto_cli
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
 from gae.traces.replay import ReplayReport, replay  # noqa: E402
 from gae.traces.writer import load_checkpoint  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 
 SHOWN = 20  # rows of each listing printed (the JSON report has them all)
 

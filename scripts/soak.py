@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from jsonargparse import auto_cli
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +45,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from gae.judgment.decision_log import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
 from training.batch import DecisionBatch  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.evaluation import STREAM, learn_batch  # noqa: E402
 from training.readme import markers, publish, with_figure  # noqa: E402
 from training.streams import DecisionStream  # noqa: E402
@@ -100,7 +100,7 @@ def build(name: str) -> Any:
     if spec["kind"] == "episodic":
         return EpisodicMemory(K, **spec["options"])
     cls = KNNMemory if spec["kind"] == "knn" else RetrievalMemory
-    return cls(K, A, categories=C, **spec["options"])
+    return cls(factors=K, actions=A, categories=C, **spec["options"])
 
 
 def feed_episodic(memory: EpisodicMemory, batch: DecisionBatch) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jsonargparse import auto_cli
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +24,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from training import evaluation as E  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 
 KNN = "knn_scoped"
 # the sweep's k-NN reference, pinned: the scoped k-NN at capacity 400 its committed table measured

@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import auto_cli
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
 from training import lvq_tuning as T  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.parallel import run_all  # noqa: E402
 from training.readme import as_saved, markers, publish, with_figure  # noqa: E402
 
