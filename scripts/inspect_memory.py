@@ -2,18 +2,20 @@
 
     python scripts/inspect_memory.py memory.pt                         # a JudgmentMemory state_dict
     python scripts/inspect_memory.py lightning_logs/default/version_0/checkpoints/last.ckpt
+    python scripts/inspect_memory.py last.ckpt --memory recommended
     python scripts/inspect_memory.py last.ckpt --category invoice --explain '0.9,0.1,0.5,0.2,0.3,0.4,0.5,0.6'
     python scripts/inspect_memory.py last.ckpt --trace 'invoice,approve'
 
 Reads the file with ``torch.load(weights_only=True)`` (nothing in it is executed). A Lightning
-checkpoint's memory is the one under ``memory.``; its hyperparameters rebuild it. A bare
+checkpoint holds a judgment memory per name (``memories.<name>.``; ``--memory`` picks one, the
+first by default; a checkpoint written before that has one, under ``memory.``); the config each
+memory records rebuilds it. A bare
 state_dict is rebuilt from the names, drift mode and prototype count it carries (its other
 hyperparameters, such as tau, take the defaults unless given with ``--tau``).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,26 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import JudgmentMemory  # noqa: E402
+from training import cli  # noqa: E402
 from training.module import saved_config  # noqa: E402
 
 
-def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:
-    """The JudgmentMemory saved in ``path`` (a state_dict or a Lightning checkpoint)."""
+def lightning_memories(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The judgment memories' states in a Lightning checkpoint's ``state``, by name (``memories.<name>.``;
+    an earlier checkpoint's one memory, under ``memory.``, as ``jm``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for key, value in state.items():
+        if key.startswith("memories."):
+            name, _, rest = key[len("memories."):].partition(".")
+            found.setdefault(name, {})[rest] = value
+        elif key.startswith("memory."):
+            found.setdefault("jm", {})[key[len("memory."):]] = value
+    return found
+
+
+def load_memory(path: Path, tau: float | None = None, name: str | None = None) -> JudgmentMemory:
+    """The JudgmentMemory saved in ``path`` (a state_dict, or a Lightning checkpoint's memory ``name``,
+    its first by default)."""
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated, tampered or foreign file: say what it is, never execute it
@@ -37,8 +54,12 @@ def load_memory(path: Path, tau: float | None = None) -> JudgmentMemory:
     hparams: dict[str, Any] = {}
     if isinstance(saved, dict) and "state_dict" in saved:  # Lightning
         hparams = saved.get("hyper_parameters", {})
-        saved = {key[len("memory."):]: value for key, value in saved["state_dict"].items()
-                 if key.startswith("memory.")}
+        memories = lightning_memories(saved["state_dict"])
+        if name is not None and name not in memories:
+            raise SystemExit(f"{path}: no judgment memory named {name!r}; it holds {sorted(memories) or 'none'}")
+        saved = memories[name] if name is not None else next(iter(memories.values()), {})
+    elif name is not None:
+        raise SystemExit(f"--memory {name}: {path} is a bare state_dict of one memory, not a Lightning checkpoint")
     extra = saved.get("_extra_state") if isinstance(saved, dict) else None
     if not isinstance(extra, dict) or "category_names" not in extra:
         raise SystemExit(f"{path}: no JudgmentMemory state in it (expected its state_dict or a Lightning checkpoint)")
@@ -101,25 +122,23 @@ def event_table(records: list[dict]) -> list[str]:
             for row in [columns, *cells]]
 
 
-def _count(text: str) -> int:
-    """An int >= 0 for ``--events`` (argparse names the option and the value otherwise)."""
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a JudgmentMemory state_dict or a Lightning checkpoint")
+    parser.add_argument("--memory", help="the judgment memory of a Lightning checkpoint to show (its name, e.g. "
+                        "recommended; default: the first)")
     parser.add_argument("--category", help="show this category only (and explain in it)")
     parser.add_argument("--explain", help="comma-separated factors of one decision to explain")
     parser.add_argument("--trace", help="'category,action': the decisions that shaped that prototype")
-    parser.add_argument("--events", type=_count, default=20,
+    parser.add_argument("--events", type=cli.int_at_least(0), default=20,
                         help="learning events to list, newest last (an int >= 0, default 20; 0 lists none)")
-    parser.add_argument("--tau", type=float, help="the memory's tau, for a bare state_dict")
+    parser.add_argument("--tau", type=cli.number_in(0, low_open=True),
+                        help="the memory's tau (> 0), for a bare state_dict")
     args = parser.parse_args(argv)
-    memory = load_memory(args.checkpoint, args.tau)
+    memory = load_memory(args.checkpoint, args.tau, args.memory)
+    if args.category is not None and args.category not in memory.category_names:
+        parser.error(f"--category {args.category}: not a category of this memory; its categories are "
+                     f"{', '.join(memory.category_names)}")
     text = report(memory, args.category, args.explain, args.trace, args.events)
     print(text)
     return text

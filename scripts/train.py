@@ -11,6 +11,12 @@ Lightning). Every config in configs/ but default.yaml is an overlay: its first l
 ``# extends: configs/default.yaml`` names the config it goes on top of, and it is refused
 without it. At the end the script prints where the logs and checkpoints are and the command
 that opens TensorBoard.
+
+A bad option or value is answered in a few lines and exit status 2 (training/cli.py): a typo,
+nested anywhere (``--model.judgment.drift_mod``, ``--trainer.max_epoch``), with its close match
+and the accepted keys; a value refused when the model, the data module or the trainer is built
+from it (``--data.batch_size 0``) in one line naming the option. An error of the run itself keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -21,14 +27,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.cli import LightningCLI
+import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
+from training.cli import JsonArgumentParser, fail, refusals  # noqa: E402
 from training.data import DecisionStreamDataModule  # noqa: E402
-from training.module import DecisionMemoryModule  # noqa: E402
+from training.module import DecisionMemoryModule, migrated_hparams  # noqa: E402
 
 EXTENDS = re.compile(r"^#\s*extends:\s*(\S+)")
 
@@ -64,9 +73,20 @@ def check_overlays(paths: list[str]) -> None:
         seen.append(path)
 
 
+class DecisionMemoryParser(JsonArgumentParser, LightningArgumentParser):
+    """LightningCLI's parser with the errors of :class:`training.cli.JsonArgumentParser`: a bad
+    option or value in a few lines, exit status 2."""
+
+
 class DecisionMemoryCLI(LightningCLI):
     """LightningCLI with the stream's names linked into the model, the logger's folder under
-    ``--trainer.default_root_dir``, and overlay configs refused without their base."""
+    ``--trainer.default_root_dir``, overlay configs refused without their base, and a bad option
+    or value answered in a few lines (:class:`DecisionMemoryParser`, :meth:`instantiate_classes`)."""
+
+    def __init__(self, *args: Any, parser_class: type[LightningArgumentParser] = DecisionMemoryParser,
+                 **kwargs: Any) -> None:
+        self.given: list[str] = []  # the command line, for naming the option of a refused value
+        super().__init__(*args, parser_class=parser_class, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         for field, argument in (("category_names", "categories"), ("action_names", "actions"),
@@ -76,12 +96,47 @@ class DecisionMemoryCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         if args is None or isinstance(args, (list, tuple)):  # (a dict of arguments names no files)
-            given = list(sys.argv[1:] if args is None else args)
+            given = self.given = list(sys.argv[1:] if args is None else args)
             if any(arg.split("=", 1)[0] == "--trainer.logger.init_args.save_dir" for arg in given):
                 raise SystemExit("--trainer.logger.init_args.save_dir is set from --trainer.default_root_dir "
                                  "(<dir>/lightning_logs): give --trainer.default_root_dir instead")
             check_overlays(config_paths(given))
         super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's: a ``--ckpt_path``'s hyperparameters update the config (the run resumes with
+        the memories it saved), here first brought to today's form (:func:`migrated_hparams`: an
+        earlier checkpoint's one judgment memory as ``judgments={'jm': ...}``)."""
+        subcommand = self.config.get("subcommand")
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not path or not Path(path).is_file():
+            return
+        saved = torch.load(path, weights_only=True, map_location="cpu")
+        hparams = dict(saved.get("hyper_parameters", {}))
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        extra = saved.get("state_dict", {}).get("memory._extra_state")
+        hparams = migrated_hparams(hparams, extra if isinstance(extra, dict) else None)
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+    def before_instantiate_classes(self) -> None:
+        """Refuse a ``--ckpt_path`` that names no file before anything is built (Lightning's own
+        FileNotFoundError comes once the run has started, with a traceback); Lightning's keywords
+        (``last``, ``best``, ``hpc``, ``registry...``) and URLs are left to Lightning."""
+        path = self._get(self.config, "ckpt_path")
+        if (isinstance(path, str) and path not in ("last", "best", "hpc") and not path.startswith("registry")
+                and "://" not in path and not Path(path).is_file()):
+            fail(self._parser(self.subcommand).prog, [f"--ckpt_path: no checkpoint file at {path}"])
+
+    def instantiate_classes(self) -> None:
+        """Build the model, the data module and the trainer; a value one of them refuses (a
+        ValueError, TypeError or Lightning's MisconfigurationException raised while it is built:
+        ``--data.batch_size 0``, ``--model.judgment.tau -1``) is answered in one line naming the
+        option, exit status 2. The run itself is outside: its errors keep their traceback."""
+        with refusals(self._parser(self.subcommand), self.given,
+                      errors=(ValueError, TypeError, MisconfigurationException)):
+            super().instantiate_classes()
 
 
 def main(args: list[str] | None = None) -> DecisionMemoryCLI:

@@ -41,8 +41,9 @@ MEMORIES = {
     "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, drift_mode="adaptive",
                                                 promotion_threshold=2.0),
     "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, prototypes=3, spawn_threshold=0.3),
-    "knn": lambda: KNNMemory(FACTORS, ACTIONS, k=5, capacity=50, categories=CATEGORIES),
-    "retrieval": lambda: RetrievalMemory(FACTORS, ACTIONS, k=5, capacity=50, categories=CATEGORIES, scoped=True),
+    "knn": lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=50, categories=CATEGORIES),
+    "retrieval": lambda: RetrievalMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=50, categories=CATEGORIES,
+                                         scoped=True),
 }
 
 
@@ -186,7 +187,8 @@ def test_a_batch_out_of_stream_order_is_refused():
 # -- the Lightning loop: 2 DDP processes -----------------------------------------------------------
 
 DDP_RUN = ["--data.stream.init_args.n_decisions=3030", "--data.stream.init_args.drift_at=1500",
-           "--model.judgment.drift_mode=adaptive", "--model.judgment.prototypes=2", "--model.figure_every_n_steps=1000",
+           "--model.judgments.seed.drift_mode=adaptive", "--model.judgments.seed.prototypes=2",
+           "--model.figure_every_n_steps=1000",
            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
@@ -231,7 +233,9 @@ def test_lightning_ddp_ranks_end_identical_and_equal_to_one_process(tmp_path):
         assert saved["metrics"] == cli.model.metric_values()
     assert_identical(ranks[0]["synced"], ranks[1]["synced"], "synced metrics")
     # only rank 0 writes TensorBoard; what it writes is the one-process run's, at the same decisions
-    logged = [scalars(next(root.rglob("events.out.tfevents.*")).parent) for root in (ddp, single)]
-    assert len(list(ddp.rglob("events.out.tfevents.*"))) == 1
-    assert logged[0] == logged[1] and len(logged[0]["acc/rolling_jm"]) == 31
+    versions = [root / "lightning_logs" / "default" / "version_0" for root in (ddp, single)]
+    assert len(list(ddp.rglob("events.out.tfevents.*"))) == 4  # the root run and one per memory, all rank 0's
+    for run in ("seed", "recommended", "knn"):
+        logged = [scalars(version / run) for version in versions]
+        assert logged[0] == logged[1] and len(logged[0]["acc/rolling"]) == 31, run
     assert (ddp / "lightning_logs" / "default" / "version_0" / "checkpoints" / "last.ckpt").exists()

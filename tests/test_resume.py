@@ -123,7 +123,8 @@ def test_a_run_killed_with_sigkill_resumes_to_the_end_of_an_uninterrupted_one(tm
         saved = torch.load(path, weights_only=True)
         step = saved["global_step"]
         assert int(saved["state_dict"]["stream_position"]) == step * BATCH
-        assert int(saved["state_dict"]["memory.num_decisions"]) == step * BATCH
+        for memory in ("seed", "recommended"):
+            assert int(saved["state_dict"][f"memories.{memory}.num_decisions"]) == step * BATCH
         loader = saved["loops"]["fit_loop"]["state_dict"]["combined_loader"]
         assert loader == [{"next_batch": step, "batch_size": BATCH}]
         assert_identical(comparable(saved), comparable(torch.load(reference[name], weights_only=True)), name)
@@ -139,7 +140,9 @@ def test_a_run_killed_with_sigkill_resumes_to_the_end_of_an_uninterrupted_one(tm
     assert_identical(optimizer, expected, "optimizer")
 
 
-@pytest.mark.parametrize("mode", [["--model.judgment.drift_mode=adaptive"], ["--model.judgment.prototypes=3"]])
+# default.yaml's recommended memory (lvq, up to 32 prototypes) runs beside the seed memory in each mode
+@pytest.mark.parametrize("mode", [["--model.judgments.seed.drift_mode=adaptive"],
+                                  ["--model.judgments.seed.prototypes=3"]])
 def test_resume_in_every_learning_mode_ends_where_an_uninterrupted_run_ends(tmp_path, mode):
     short = [f"--data.stream.init_args.n_decisions={N // 3}", "--data.stream.init_args.drift_at=500", *mode]
     whole = fit(tmp_path / "whole", *short)

@@ -23,7 +23,9 @@ from training.module import DecisionMemoryModule
 from training.tensorboard_layout import drift_points
 
 CONFIG_TAG = "custom_scalars__config__"  # where TensorBoard's Custom Scalars plugin reads a run's layout
-MARKER = "drift/marker"
+MARKER = tensorboard_layout.DRIFT_MARKER
+RUNS = ("seed", "recommended", "knn")
+COMPARED = ["abstain/rate", "acc/cumulative", "acc/rolling", "calibration/ece", "curve/rolling"]
 N, DRIFT, BATCH, CURVE_POINTS = 200, 100, 20, 4
 
 
@@ -40,9 +42,9 @@ def fit(root: Path, stream: DecisionStream, *, knn: bool = True, max_steps: int 
     return trainer
 
 
-def read(log_dir: str) -> tuple[list[layout_pb2.Layout], dict[str, list[tuple[int, float]]]]:
-    """Every layout written to the run, and every scalar as (step, value) pairs."""
-    events = EventAccumulator(log_dir, size_guidance={"scalars": 0, "tensors": 0})
+def read(log_dir: str | Path) -> tuple[list[layout_pb2.Layout], dict[str, list[tuple[int, float]]]]:
+    """Every layout written to the run (one folder), and every scalar as (step, value) pairs."""
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     tags = events.Tags()
     layouts = [layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
@@ -75,18 +77,27 @@ def drift_run(tmp_path_factory) -> str:
     return str(trainer.logger.log_dir)
 
 
-def test_every_compared_metric_has_one_chart_with_every_memory_and_the_drift(drift_run):
+def test_each_memory_logs_into_its_own_run_under_the_same_tags(drift_run):
+    runs = {name: read(Path(drift_run) / name)[1] for name in RUNS}
+    for name, scalars in runs.items():
+        assert set(COMPARED) <= set(scalars), name
+        assert not any(tag.startswith(("final/", "stream/")) for tag in scalars), name  # those are the root run's
+    assert {"gate/rate", "drift/shift"} <= set(runs["seed"]) & set(runs["recommended"])
+    assert not {"gate/rate", "drift/shift"} & set(runs["knn"])  # the k-NN has no gate and no prototypes
+    assert [step for step, _ in runs["knn"]["curve/rolling"]] == [step for step, _ in runs["seed"]["curve/rolling"]]
+
+
+def test_every_compared_metric_has_one_chart_and_the_drift_its_own(drift_run):
     layouts, scalars = read(drift_run)
-    assert len(layouts) == 1  # written once, at the first logged step
-    (category, by_title), = charts(layouts[0]).items()
-    assert category == "jm vs knn"
-    curves = [tag for tag in scalars if not tag.startswith("final/")]  # final/: one value each, for the HParams tab
-    per_memory = {name: {tag[:-len(name) - 1] for tag in curves if tag.endswith(f"_{name}")} for name in ("jm", "knn")}
-    assert per_memory["jm"] == per_memory["knn"] == set(by_title)  # every metric both log, and nothing else
-    assert {"acc/rolling", "acc/cumulative", "calibration/ece", "abstain/rate", "curve/rolling"} <= set(by_title)
-    for title, regexes in by_title.items():
-        assert matched(regexes, scalars) == [f"{title}_jm", f"{title}_knn", MARKER], title
-    assert by_title["acc/rolling"] == ["acc/rolling_jm$", "acc/rolling_knn$", "drift/marker$"]
+    assert len(layouts) == 1  # written once, at the first logged step, to the root run
+    by_category = charts(layouts[0])
+    assert list(by_category) == ["memories", "stream"]
+    assert sorted(by_category["memories"]) == COMPARED  # every metric all three log, and nothing else
+    for title, regexes in by_category["memories"].items():
+        for name in RUNS:  # the chart's regex selects that tag in every memory's run
+            assert matched(regexes, read(Path(drift_run) / name)[1]) == [title], (title, name)
+    assert by_category["stream"] == {MARKER: ["stream/drift$"]}
+    assert matched(by_category["stream"][MARKER], scalars) == [MARKER]  # the marker on no rate's axis
 
 
 def test_the_drift_marker_steps_up_at_the_drift_wherever_the_curves_are_logged(drift_run):
@@ -95,12 +106,12 @@ def test_the_drift_marker_steps_up_at_the_drift_wherever_the_curves_are_logged(d
     assert len(marker) == len(scalars[MARKER])  # one point per step
     assert marker == {step: float(step > DRIFT) for step in marker}  # step s has seen decisions 0 .. s - 1
     assert {DRIFT, DRIFT + 1} <= set(marker)  # both sides of the edge, so it is drawn vertical
-    for tag in ("curve/rolling_jm", "acc/rolling_knn"):
-        assert {step for step, _ in scalars[tag]} <= set(marker), tag
+    for name, tag in (("seed", "curve/rolling"), ("knn", "acc/rolling")):
+        assert {step for step, _ in read(Path(drift_run) / name)[1][tag]} <= set(marker), tag
     assert min(marker) == BATCH // CURVE_POINTS and max(marker) == N
 
 
-def test_the_custom_scalars_tab_serves_every_chart_with_its_series(drift_run):
+def test_the_custom_scalars_tab_serves_every_chart_with_a_series_per_run(drift_run):
     from tensorboard import context
     from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
     from tensorboard.plugins import base_plugin
@@ -117,36 +128,33 @@ def test_the_custom_scalars_tab_serves_every_chart_with_its_series(drift_run):
     plugins["scalars"] = ScalarsPlugin(tb)
     custom = CustomScalarsPlugin(tb)
     request = context.RequestContext()
-    (category,) = json.loads(custom.layout_impl(request, ""))["category"]
-    (run,) = multiplexer.Runs()
-    for chart in category["chart"]:
-        series = {}
-        for regex in chart["multiline"]["tag"]:
-            served = custom.scalars_impl(request, run, regex, "")
-            assert served["regex_valid"], regex
-            series.update(served["tag_to_events"])
-        title = chart["title"]
-        assert list(series) == [f"{title}_jm", f"{title}_knn", MARKER] and all(series.values()), title
-        marker = series[MARKER]  # [wall time, step, value]
-        assert [value for _, step, value in marker if step in (DRIFT, DRIFT + 1)] == [0.0, 1.0]
+    memories, stream = json.loads(custom.layout_impl(request, ""))["category"]
+    version = Path(drift_run).name
+    assert sorted(multiplexer.Runs()) == sorted([version, *(f"{version}/{name}" for name in RUNS)])
+    for chart in memories["chart"]:
+        (regex,) = chart["multiline"]["tag"]
+        served = {run: custom.scalars_impl(request, run, regex, "") for run in multiplexer.Runs()}
+        assert all(answer["regex_valid"] for answer in served.values()), regex
+        lines = {run for run, answer in served.items() if any(answer["tag_to_events"].values())}
+        assert lines == {f"{version}/{name}" for name in RUNS}, chart["title"]  # one line (colour) per memory
+    (chart,) = stream["chart"]
+    marker = custom.scalars_impl(request, version, chart["multiline"]["tag"][0], "")["tag_to_events"][MARKER]
+    assert [value for _, step, value in marker if step in (DRIFT, DRIFT + 1)] == [0.0, 1.0]
 
 
 def test_a_stream_without_drift_has_no_marker(tmp_path):
     trainer = fit(tmp_path, DecisionStream(60, seed=1))
     (layout,), scalars = read(trainer.logger.log_dir)
     assert MARKER not in scalars
-    (by_title,) = charts(layout).values()
-    assert by_title and all(matched(regexes, scalars) == [f"{title}_jm", f"{title}_knn"]
-                            for title, regexes in by_title.items())
+    assert list(charts(layout)) == ["memories"] and sorted(charts(layout)["memories"]) == COMPARED
 
 
-def test_without_the_knn_each_chart_holds_the_judgment_memory_and_a_staircase_of_drifts(tmp_path):
+def test_without_the_knn_the_charts_hold_the_judgment_memories_and_a_staircase_of_drifts(tmp_path):
     trainer = fit(tmp_path, DecisionStream(N, drift_at=[60, 140], seed=2), knn=False)
     (layout,), scalars = read(trainer.logger.log_dir)
-    assert not any(tag.endswith("_knn") for tag in scalars)
-    (category, by_title), = charts(layout).items()
-    assert category == "jm" and {"acc/rolling", "curve/rolling"} <= set(by_title)
-    assert all(matched(regexes, scalars) == [f"{title}_jm", MARKER] for title, regexes in by_title.items())
+    assert not (Path(trainer.logger.log_dir) / "knn").exists()
+    by_category = charts(layout)
+    assert {"acc/rolling", "curve/rolling", "gate/rate"} <= set(by_category["memories"])  # both judgments log the gate
     marker = dict(scalars[MARKER])
     assert marker == {step: (step > 60) / 2 + (step > 140) / 2 for step in marker}
     assert {60, 61, 140, 141} <= set(marker)
@@ -163,6 +171,8 @@ def test_a_resumed_fit_writes_the_layout_to_its_own_run_and_marks_the_drift_on(t
     assert charts(after) == charts(before)
     marker = dict(scalars[MARKER])
     assert min(marker) > 3 * BATCH and marker == {step: float(step > DRIFT) for step in marker}
+    curve = read(Path(resumed.logger.log_dir) / "recommended")[1]["curve/rolling"]
+    assert min(step for step, _ in curve) > 3 * BATCH  # the resumed runs go on from the checkpoint
 
 
 @pytest.mark.parametrize(("stream", "points"), [

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -62,38 +63,120 @@ def test_print_config_lists_every_judgment_option(capsys):
     with pytest.raises(SystemExit):
         main(["fit", f"--config={CONFIGS / 'default.yaml'}", "--print_config"])
     printed = capsys.readouterr().out
-    judgment = printed[printed.index("  judgment:"):printed.index("  learn_attention:")]
-    assert [line.split(":")[0].strip() for line in judgment.splitlines()[1:]] == list(JudgmentConfig.options())
+    judgments = printed[printed.index("  judgments:"):printed.index("  judgment:")].splitlines()[1:]
+    names = [line.strip().rstrip(":") for line in judgments
+             if line.startswith("    ") and not line.startswith("      ")]
+    assert names == ["seed", "recommended"]
+    options = [line.split(":")[0].strip() for line in judgments if line.startswith("      ")]
+    assert options == list(JudgmentConfig.options()) * 2
 
 
-def test_a_checkpoint_keeps_the_config_as_plain_values(tmp_path):
-    cli = fit(tmp_path, "--model.judgment.drift_mode=adaptive", "--model.judgment.tau=0.2",
+def test_the_default_config_runs_the_seed_rule_the_recommended_config_and_the_knn():
+    config = yaml.safe_load((CONFIGS / "default.yaml").read_text())["model"]
+    judgments = config["judgments"]
+    assert list(judgments) == ["seed", "recommended"] and config["knn"] is True
+    for name, expected in (("seed", JudgmentConfig.seed()), ("recommended", JudgmentConfig.recommended())):
+        assert list(judgments[name]) == list(JudgmentConfig.options())  # every option listed
+        assert JudgmentConfig.from_dict(judgments[name]) == expected
+    for overlay, expected in (("seed.yaml", JudgmentConfig.seed()), ("recommended.yaml", JudgmentConfig.recommended())):
+        given = yaml.safe_load((CONFIGS / overlay).read_text())["model"]["judgments"]
+        assert list(given) == [overlay[:-5]] and JudgmentConfig.from_dict(given[overlay[:-5]]) == expected
+
+
+def test_a_run_prints_each_memorys_accuracy_and_the_recommended_judgment_leads(tmp_path, capsys):
+    cli = fit(tmp_path, "--data.stream.init_args.n_decisions=1000", "--data.stream.init_args.drift_at=500",
+              "--trainer.enable_progress_bar=false")
+    printed = capsys.readouterr().out
+    values = cli.model.metric_values()
+    assert "1,000 decisions, the stream changes at decision 500" in printed
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
+            if line.split() and line.split()[0] in ("seed", "recommended", "knn")}
+    assert list(rows) == ["seed", "recommended", "knn"]
+    for name, (cumulative, after, rolling) in rows.items():
+        assert cumulative == f"{values[name]['acc/cumulative']:.1%}" and rolling == f"{values[name]['acc/rolling']:.1%}"
+        expected = cli.model.after_drift[name]
+        assert int(expected.total) == 500 and after == f"{float(expected.compute()):.1%}"
+    assert values["recommended"]["acc/cumulative"] >= values["knn"]["acc/cumulative"]
+
+
+def test_an_overlay_runs_its_one_judgment_memory(tmp_path):
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false",
+              "--model.judgments.recommended.tau=0.2", config="recommended.yaml")
+    assert list(cli.model.memories) == ["recommended"] and cli.model.run_names == ["recommended", "knn"]
+    assert cli.model.memory.config == JudgmentConfig.recommended().replace(tau=0.2)
+
+
+def test_bad_judgment_names_are_refused_by_name():
+    with pytest.raises(ValueError, match="'knn'"):
+        DecisionMemoryModule(judgments={"knn": JudgmentConfig()})
+    with pytest.raises(ValueError, match="'a/b'"):
+        DecisionMemoryModule(judgments={"a/b": JudgmentConfig()})
+    with pytest.raises(ValueError, match="non-empty"):
+        DecisionMemoryModule(judgments={})
+    with pytest.raises(ValueError, match="not both"):
+        DecisionMemoryModule(judgments={"a": JudgmentConfig()}, judgment=JudgmentConfig())
+    with pytest.raises(TypeError, match=r"judgments\['a'\]"):
+        DecisionMemoryModule(judgments={"a": 3})
+    assert list(DecisionMemoryModule(judgments={"knn": {}}, knn=False).memories) == ["knn"]  # free without the k-NN
+
+
+def test_a_checkpoint_keeps_the_configs_as_plain_values(tmp_path):
+    cli = fit(tmp_path, "--model.judgments.seed.drift_mode=adaptive", "--model.judgments.seed.tau=0.2",
               "--data.stream.init_args.n_decisions=100", "--data.stream.init_args.drift_at=50",
               "--trainer.enable_progress_bar=false")
-    assert cli.model.memory.config == JudgmentConfig(drift_mode="adaptive", tau=0.2)
+    assert cli.model.memories["seed"].config == JudgmentConfig(drift_mode="adaptive", tau=0.2)
     path = next(Path(cli.trainer.logger.log_dir).glob("checkpoints/*.ckpt"))
     saved = torch.load(path, weights_only=True)
-    assert saved["hyper_parameters"]["judgment"] == cli.model.memory.config.to_dict()
+    assert saved["hyper_parameters"]["judgments"] == {name: memory.config.to_dict()
+                                                      for name, memory in cli.model.memories.items()}
     again = DecisionMemoryModule.load_from_checkpoint(path, weights_only=True)
-    assert again.memory.config == cli.model.memory.config
-    assert torch.equal(again.memory.centroids, cli.model.memory.centroids)
+    for name, memory in cli.model.memories.items():
+        assert again.memories[name].config == memory.config
+        assert torch.equal(again.memories[name].centroids, memory.centroids)
 
 
-def test_a_checkpoint_of_the_flat_options_loads_with_its_config(tmp_path):
-    cli = fit(tmp_path, "--model.judgment.tau=0.2", "--model.judgment.eta_confirmed=0.1",
-              "--data.stream.init_args.n_decisions=100", "--data.stream.init_args.drift_at=50",
-              "--trainer.enable_progress_bar=false")
+def legacy(saved: dict, *, flat: bool) -> dict:
+    """``saved`` (a checkpoint of configs/seed.yaml) as gae wrote it with one judgment memory, before
+    ``judgments``: its state under ``memory.``, ``jm_metrics.`` ..., its config as ``judgment`` or, with
+    ``flat``, as flat options from before JudgmentConfig."""
+    old = {"memories.seed.": "memory.", "metrics.seed.": "jm_metrics.", "metrics.knn.": "knn_metrics.",
+           "gate_rates.seed.": "gate_rate.", "drifts.seed.": "drift."}
+    state = {}
+    for key, value in saved["state_dict"].items():
+        if key.startswith("after_drift."):
+            continue  # counted since the module held several memories
+        prefix = next((p for p in old if key.startswith(p)), None)
+        state[key if prefix is None else old[prefix] + key[len(prefix):]] = value
+    saved["state_dict"] = state
+    options = saved["hyper_parameters"].pop("judgments")["seed"]
+    if flat:  # as gae wrote it before JudgmentConfig: flat options
+        saved["hyper_parameters"].update({key: options[key] for key in ("tau", "eta_confirmed", "drift_threshold")})
+        extra = state["memory._extra_state"]
+        del extra["config"]
+        extra.update(drift_mode="seed", prototypes=1)
+    else:
+        saved["hyper_parameters"]["judgment"] = options
+    return saved
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["judgment", "flat-options"])
+def test_a_checkpoint_of_one_judgment_memory_loads_as_jm_with_its_config(tmp_path, flat):
+    stream = ["--data.stream.init_args.n_decisions=200", "--data.stream.init_args.drift_at=50",
+              "--trainer.enable_progress_bar=false"]
+    cli = fit(tmp_path, "--model.judgments.seed.tau=0.2", "--model.judgments.seed.eta_confirmed=0.1", *stream,
+              "--trainer.max_steps=2", "--trainer.callbacks=[]", "--trainer.callbacks+=ModelCheckpoint",
+              "--trainer.callbacks.every_n_train_steps=2", config="seed.yaml")
+    assert int(cli.model.stream_position) == 100
     path = next(Path(cli.trainer.logger.log_dir).glob("checkpoints/*.ckpt"))
-    saved = torch.load(path, weights_only=True)
-    options = saved["hyper_parameters"].pop("judgment")  # as gae wrote it before JudgmentConfig: flat options
-    saved["hyper_parameters"].update({key: options[key] for key in ("tau", "eta_confirmed", "drift_threshold")})
-    extra = saved["state_dict"]["memory._extra_state"]
-    del extra["config"]
-    extra.update(drift_mode="seed", prototypes=1)
-    torch.save(saved, tmp_path / "old.ckpt")
+    torch.save(legacy(torch.load(path, weights_only=True), flat=flat), tmp_path / "old.ckpt")
     again = DecisionMemoryModule.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
-    assert again.memory.config == JudgmentConfig(tau=0.2, eta_confirmed=0.1)
+    assert list(again.memories) == ["jm"] and again.memory.config == JudgmentConfig(tau=0.2, eta_confirmed=0.1)
     assert torch.equal(again.memory.centroids, cli.model.memory.centroids)
+    values, before = again.metric_values(), cli.model.metric_values()
+    assert values["jm"] == before["seed"] and values["knn"] == before["knn"]
+    # resumed by the CLI with today's default.yaml: the checkpoint's one memory learns on, not the config's two
+    resumed = fit(tmp_path / "resumed", *stream, f"--ckpt_path={tmp_path / 'old.ckpt'}")
+    assert list(resumed.model.memories) == ["jm"] and int(resumed.model.memory.num_decisions) == 200
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -108,42 +191,58 @@ def test_names_are_linked_from_the_data(tmp_path):
     assert cli.model.memory.factor_names[0] == "amount"
 
 
+def read_run(folder: Path) -> EventAccumulator:
+    """The events of one run (one folder, not its subfolders), every event kept."""
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0, "histograms": 0, "tensors": 0})
+    events.Reload()
+    return events
+
+
 def test_tensorboard_event_files_hold_every_tag(tmp_path):
     cli = fit(tmp_path, *SMALL)
     log_dir = Path(cli.trainer.logger.log_dir)
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 0, "histograms": 0,
-                                                            "tensors": 0})
-    events.Reload()
+    root = read_run(log_dir)
+    # the root run: the stream's drift alone on its chart, and each memory's final metrics beside the hparams
+    assert [tag for tag in root.Tags()["scalars"] if not tag.startswith("final/")] == ["stream/drift"]
+    assert {"final/seed/acc/cumulative", "final/recommended/acc/cumulative", "final/knn/acc/cumulative"} <= set(
+        root.Tags()["scalars"])
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(root.PluginTagToContent("hparams"))
+    common = ("acc/rolling", "acc/cumulative", "calibration/ece", "abstain/rate", "curve/rolling")
+    knn = read_run(log_dir / "knn")
+    assert set(knn.Tags()["scalars"]) == set(common)
+    assert [event.step for event in knn.Scalars("curve/rolling")] == list(range(1, 401))
+    for name in ("seed", "recommended"):
+        tags = read_run(log_dir / name).Tags()
+        assert {*common, "gate/rate", "gate/events", "drift/shift", "drift/from_start",
+                "attention/invoice/amount"} <= set(tags["scalars"]), name
+        assert {f"attention_chart/{category}" for category in cli.model.memory.category_names} <= set(tags["images"])
+    assert ("relevance_chart/invoice" in read_run(log_dir / "recommended").Tags()["images"]) is True
+    events = read_run(log_dir / "seed")
     tags = events.Tags()
-    for tag in ("acc/rolling_jm", "acc/rolling_knn", "acc/cumulative_jm", "acc/cumulative_knn",
-                "calibration/ece_jm", "abstain/rate_jm", "gate/rate", "gate/events", "drift/shift",
-                "drift/from_start", "curve/rolling_jm", "curve/rolling_knn", "attention/invoice/amount",
-                "final/acc/cumulative_jm"):
-        assert tag in tags["scalars"], tag
-    assert "attention/heatmap" in tags["images"]
+    seed = cli.model.memories["seed"]
     explained = events.Tensors("explain/decision/text_summary")
     assert explained and "recommends" in tensor_util.make_ndarray(explained[0].tensor_proto).item().decode()
     assert "prototypes/invoice" in tags["histograms"]
-    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(events.PluginTagToContent("hparams"))
-    rolling = events.Scalars("acc/rolling_jm")
+    rolling = events.Scalars("acc/rolling")
     assert [event.step for event in rolling] == list(range(50, 401, 50))  # against the decision index
     assert all(0.0 <= event.value <= 1.0 for event in rolling)
-    assert [event.step for event in events.Scalars("curve/rolling_jm")] == list(range(1, 401))  # every decision
+    assert [event.step for event in events.Scalars("curve/rolling")] == list(range(1, 401))  # every decision
+    assert rolling[-1].value == pytest.approx(cli.model.metric_values()["seed"]["acc/rolling"])
     gate_events = [event.value for event in events.Scalars("gate/events")]
-    assert gate_events == sorted(gate_events) and gate_events[-1] == len(cli.model.memory.gate_log.step)
-    attention = sum(events.Scalars(f"attention/invoice/{name}")[-1].value for name in cli.model.memory.factor_names)
+    assert gate_events == sorted(gate_events) and gate_events[-1] == len(seed.gate_log.step)
+    attention = sum(events.Scalars(f"attention/invoice/{name}")[-1].value for name in seed.factor_names)
     assert attention == pytest.approx(8.0, rel=1e-5)  # the weights of a category sum to K
     text = tensor_util.make_ndarray(events.Tensors("gate/log/text_summary")[-1].tensor_proto).item().decode()
-    assert f"{len(cli.model.memory.gate_log.step)} gate events, 0 promotions and 0 recycled prototypes in 400 " \
+    assert f"{len(seed.gate_log.step)} gate events, 0 promotions and 0 recycled prototypes in 400 " \
            "decisions" in text
 
 
 def test_promotions_reach_tensorboard(tmp_path):
     cli = fit(tmp_path, *SMALL, config="adaptive.yaml")
     promotions = cli.model.memory.promotion_log
-    assert cli.model.memory.config.drift_mode == "adaptive" and promotions.step.numel() > 0
-    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
+    assert list(cli.model.memories) == ["adaptive"] and cli.model.memory.config.drift_mode == "adaptive"
+    assert promotions.step.numel() > 0
+    events = read_run(Path(cli.trainer.logger.log_dir) / "adaptive")
     assert events.Scalars("gate/promotions")[-1].value == promotions.step.numel()
     tracking = events.Scalars("gate/tracking_categories")
     assert tracking[-1].value == float((cli.model.memory.tracking_lead > 0).sum())
@@ -166,8 +265,7 @@ def test_recycled_prototypes_reach_tensorboard(tmp_path):
     memory = cli.model.memory
     recycled = memory.recycle_log
     assert memory.config.prototypes == 4 and cli.datamodule.stream.modes == 3 and recycled.step.numel() > 0
-    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
+    events = read_run(Path(cli.trainer.logger.log_dir) / "prototypes")
     assert events.Scalars("gate/recycles")[-1].value == recycled.step.numel()
     texts = events.Tensors("gate/recycle/text_summary")
     assert [event.step for event in texts] == (recycled.step + 1).tolist()
@@ -195,8 +293,9 @@ def test_resume_mid_stream_ends_where_an_uninterrupted_run_ends(tmp_path):
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0, msg=key)
     assert resumed.model.metric_values() == whole.model.metric_values()
-    for a, b in zip(resumed.model.memory.gate_log, whole.model.memory.gate_log, strict=True):
-        assert torch.equal(a, b)
+    for name, memory in whole.model.memories.items():
+        for a, b in zip(resumed.model.memories[name].gate_log, memory.gate_log, strict=True):
+            assert torch.equal(a, b)
 
 
 def test_the_loop_writes_a_trace_that_replays_across_a_resume(tmp_path):
@@ -210,7 +309,7 @@ def test_the_loop_writes_a_trace_that_replays_across_a_resume(tmp_path):
     fit(tmp_path / "resumed", *SMALL, f"--model.trace={trace}", f"--ckpt_path={last}")
     learned = int(cut.model.stream_position)  # the cut run learned 4 batches of 50; its last checkpoint, 3
     assert (learned, position) == (200, 150)
-    for run in ("jm", "knn"):
+    for run in ("seed", "recommended", "knn"):
         first = replay(trace, f"{trace}.{run}-0.pt")  # the cut run's lines, the superseded last batch too
         assert first.ok and first.runs == [run] and first.checked == learned
         # from the resumed state: the cut run's lines after it, then the resumed run's, all exact
@@ -224,7 +323,8 @@ def test_a_replayed_batch_is_not_learned_twice():
     batches = list(data.train_dataloader())
     for batch in (batches[0], batches[1], batches[0], batches[1]):
         model.training_step(batch, 0)
-    assert int(model.memory.num_decisions) == 200 and int(model.stream_position) == 200
+    assert all(int(memory.num_decisions) == 200 for memory in model.memories.values())
+    assert int(model.stream_position) == 200
 
 
 def test_frozen_attention_is_the_seed_rule():
@@ -233,7 +333,8 @@ def test_frozen_attention_is_the_seed_rule():
     assert model.configure_optimizers() is None
     for batch in data.train_dataloader():
         assert model.training_step(batch, 0) is None
-    assert torch.equal(model.memory.criterion_logits, torch.zeros(4, 8))
+    for memory in model.memories.values():
+        assert torch.equal(memory.criterion_logits, torch.zeros(4, 8))
 
 
 
@@ -252,12 +353,10 @@ def test_a_module_load_is_all_or_nothing_across_its_memories():
 
 
 def test_an_lvq_memory_logs_its_learned_relevances(tmp_path):
-    cli = fit(tmp_path, *SMALL, "--model.judgment.learning=lvq", "--model.judgment.prototypes=4",
-              "--model.judgment.relevance_rate=0.05")
-    events = EventAccumulator(str(Path(cli.trainer.logger.log_dir)), size_guidance={"scalars": 0, "images": 0})
-    events.Reload()
+    cli = fit(tmp_path, *SMALL, "--model.judgments.recommended.prototypes=4", config="recommended.yaml")
+    events = read_run(Path(cli.trainer.logger.log_dir) / "recommended")
     tags = events.Tags()
-    assert "relevance/heatmap" in tags["images"]
+    assert "relevance_chart/invoice" in tags["images"]
     names = cli.model.memory.factor_names
     logged = [events.Scalars(f"relevance/invoice/{name}")[-1].value for name in names]
     assert sum(logged) == pytest.approx(8.0, rel=1e-5)  # K x relevance: 1 is neutral, a category's sum to K

@@ -425,10 +425,11 @@ class StreamMetrics(MetricCollection):
 
     ``compute()`` returns ``{'acc/rolling_{suffix}', 'acc/cumulative_{suffix}',
     'calibration/ece_{suffix}', 'abstain/rate_{suffix}'}``; hold one per memory
-    (``StreamMetrics('jm')``, ``StreamMetrics('knn')``).
+    (``StreamMetrics('jm')``, ``StreamMetrics('knn')``), or one per TensorBoard run without a
+    suffix (``StreamMetrics()``: ``'acc/rolling'``, ...), as the training module does.
 
     Args:
-        suffix: the memory's short name in the keys.
+        suffix: the memory's short name in the keys, or None for the bare keys. Default: None.
         window: of :class:`RollingAccuracy`. Default: 50.
         n_bins: of :class:`ExpectedCalibrationError`. Default: 15.
         kwargs: passed to every metric (e.g. ``sync_on_compute=False``).
@@ -443,14 +444,14 @@ class StreamMetrics(MetricCollection):
         tensor([1.0000, 1.0000, 0.5000])
     """
 
-    def __init__(self, suffix: str, window: int = 50, n_bins: int = 15, **kwargs: Any) -> None:
-        if not isinstance(suffix, str) or not suffix or "." in suffix:
-            raise ValueError(f"suffix must be a non-empty string without '.', got {suffix!r}")
+    def __init__(self, suffix: str | None = None, window: int = 50, n_bins: int = 15, **kwargs: Any) -> None:
+        if suffix is not None and (not isinstance(suffix, str) or not suffix or "." in suffix):
+            raise ValueError(f"suffix must be None or a non-empty string without '.', got {suffix!r}")
         super().__init__({"acc/rolling": RollingAccuracy(window, **kwargs),
                           "acc/cumulative": CumulativeAccuracy(**kwargs),
                           "calibration/ece": ExpectedCalibrationError(n_bins, **kwargs),
                           "abstain/rate": AbstentionRate(**kwargs)},
-                         postfix=f"_{suffix}", compute_groups=False)
+                         postfix=None if suffix is None else f"_{suffix}", compute_groups=False)
 
     def update(self, pred: Tensor, target: Tensor, confidence: Tensor) -> None:  # type: ignore[override]
         """Pre-learning ``pred`` (B,), the ``target`` (B,) that counts as right, ``confidence`` (B,)."""

@@ -8,14 +8,17 @@ from typing import Any
 from torch import Tensor
 
 
-def attention_heatmap(attention: Tensor, category_names: Sequence[str], factor_names: Sequence[str],
-                      title: str = "criterion attention") -> Any:
-    """A (categories x criteria) heatmap of attention weights, each cell annotated.
+def criterion_weights(weights: Tensor, factor_names: Sequence[str], title: str) -> Any:
+    """One category's weight of each criterion as horizontal bars around the neutral 1, each labelled.
+
+    Sized to read at TensorBoard's default image size (a card about 400 pixels wide): one image
+    per category, criteria down the side, the value at each bar's end.
 
     Args:
-        attention: (C, K) weights (``JudgmentMemory.criterion_attention()``; 1 = neutral).
-        category_names: C row labels.
-        factor_names: K column labels.
+        weights: (K,) weights (a row of ``JudgmentMemory.criterion_attention()``, or K x a row of
+            ``relevances()``; 1 = neutral).
+        factor_names: K criterion labels.
+        title: the figure's title (the category and what the weights are).
 
     Returns:
         a ``matplotlib.figure.Figure`` (the caller closes it, or hands it to
@@ -26,20 +29,25 @@ def attention_heatmap(attention: Tensor, category_names: Sequence[str], factor_n
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    values = attention.detach().cpu().float().numpy()
-    n_categories, n_factors = values.shape
-    figure = Figure(figsize=(1.0 + 0.9 * n_factors, 1.0 + 0.6 * n_categories), layout="constrained")
+    values = weights.detach().cpu().float().numpy()
+    if values.ndim != 1 or values.shape[0] != len(factor_names):
+        raise ValueError(f"weights must be (K,) with K = {len(factor_names)} factor names, got {tuple(values.shape)}")
+    rows = range(len(values))
+    figure = Figure(figsize=(4.8, 1.2 + 0.36 * len(values)), dpi=100, layout="constrained")
     axes = figure.add_subplot()
-    # centred on 1 (the neutral weight) so up- and down-weighted criteria read at a glance
-    spread = max(float(abs(values - 1.0).max()), 1e-3)
-    image = axes.imshow(values, cmap="RdBu_r", vmin=1.0 - spread, vmax=1.0 + spread, aspect="auto")
-    axes.set_xticks(range(n_factors), list(factor_names), rotation=45, ha="right")
-    axes.set_yticks(range(n_categories), list(category_names))
-    for row in range(n_categories):
-        for col in range(n_factors):
-            strong = abs(values[row, col] - 1.0) > 0.6 * spread  # dark cell: white text
-            axes.text(col, row, f"{values[row, col]:.2f}", ha="center", va="center", fontsize=8,
-                      color="white" if strong else "black")
-    axes.set_title(title)
-    figure.colorbar(image, ax=axes, label="weight (1 = neutral)")
+    # bars from the neutral 1, red above it (weighted up), blue below (weighted down)
+    colours = ["#c0392b" if value >= 1.0 else "#2e6da4" for value in values]
+    axes.barh(rows, values - 1.0, left=1.0, color=colours, height=0.7)
+    axes.axvline(1.0, color="black", linewidth=1)
+    axes.set_yticks(list(rows), list(factor_names), fontsize=12)
+    axes.invert_yaxis()  # the first criterion on top
+    top = max(float(abs(values - 1.0).max()), 0.05)
+    low = 1.0 - 1.35 * top
+    axes.set_xlim(max(low, 0.0) if bool((values >= 0).all()) else low, 1.0 + 1.35 * top)  # weights are >= 0
+    for row, value in zip(rows, values, strict=True):
+        axes.text(value, row, f" {value:.2f} " if value >= 1.0 else f" {value:.2f} ", fontsize=11, va="center",
+                  ha="left" if value >= 1.0 else "right")
+    axes.tick_params(axis="x", labelsize=10)
+    axes.set_title(title, fontsize=13)
+    axes.set_xlabel("weight (1 = neutral)", fontsize=11)
     return figure

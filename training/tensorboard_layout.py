@@ -1,36 +1,36 @@
-r"""One TensorBoard chart per compared metric, with every memory on it and the stream's drift marked.
+r"""One TensorBoard run per memory, one chart per metric with every run on it, the drift on its own chart.
 
-Each memory logs its metrics under its own tags (``acc/rolling_jm``, ``acc/rolling_knn``), which
-TensorBoard's Scalars tab draws on separate cards with separate y-ranges. The training module
-therefore also writes a Custom Scalars layout (``SummaryWriter.add_custom_scalars``): one
-category (``jm vs knn``) with one multiline chart per metric that every memory logs, titled by the
-metric (``acc/rolling``) and holding each memory's tag. The charts are derived from the tags
-actually logged, by their ``_<memory>`` suffix (:func:`compared_charts`); the metrics compared are
-those of :class:`~training.metrics.StreamMetrics` and the rolling curve, and nothing here lists them.
+The training module writes each memory into its own run, a subfolder of the logger's version
+(``version_0/seed``, ``version_0/recommended``, ``version_0/knn``), under the same tag names
+(``acc/rolling``, ``acc/cumulative``, ...). TensorBoard's Time Series and Scalars tabs draw one
+tag of every run on one card, one colour per run, so the memories compare on one chart with no
+layout at all. The module also writes a Custom Scalars layout (``SummaryWriter.add_custom_scalars``)
+to the version's own run: one category, ``memories``, with one multiline chart per metric that
+every memory logs (:func:`compared_charts`; the Custom Scalars tab matches a chart's tag regex
+in every run, so each chart holds every memory), and a category ``stream`` with the drift chart.
 
-When the stream drifts, a ``drift/marker`` scalar is logged too and drawn on every chart: at the
-decision step :math:`s` (decisions ``0 .. s - 1`` seen) it is
+When the stream drifts, the version's own run logs :data:`DRIFT_MARKER` on its own chart (never
+on a rate's axis): at the decision step :math:`s` (decisions ``0 .. s - 1`` seen) it is
 
 .. math::
     \text{marker}(s) = \frac{|\{d \in D : d < s\}|}{|D|}
 
 for the stream's drift points :math:`D` (0-based indices of the first decision of each new
 world): 0 before the drift and 1 from the first step that holds a decision after it, a staircase
-of equal steps when the stream drifts several times. TensorBoard's multiline chart joins points
-with straight lines, so the marker is also logged at both sides of each edge (steps ``d`` and
-``d + 1``), which keeps the edge vertical however thinly the curves are logged.
+of equal steps when the stream drifts several times. TensorBoard joins points with straight
+lines, so the marker is also logged at both sides of each edge (steps ``d`` and ``d + 1``), which
+keeps the edge vertical however thinly the curves are logged.
 
 The tags in a layout are regular expressions that TensorBoard matches at the start of each tag
 name; each is escaped and anchored at the end, so that it names one tag.
 
 Examples::
 
-    >>> charts = compared_charts(["acc/rolling_jm", "gate/rate", "acc/rolling_knn", "curve/rolling_jm"],
-    ...                          ("jm", "knn"))
-    >>> charts
-    {'acc/rolling': ['acc/rolling_jm', 'acc/rolling_knn'], 'curve/rolling': ['curve/rolling_jm']}
-    >>> custom_scalars_layout(charts, ("jm", "knn"), marker=True)["jm vs knn"]["acc/rolling"]
-    ['Multiline', ['acc/rolling_jm$', 'acc/rolling_knn$', 'drift/marker$']]
+    >>> compared_charts({"seed": ["acc/rolling", "gate/rate"], "knn": ["acc/rolling", "curve/rolling"]})
+    ['acc/rolling']
+    >>> layout = custom_scalars_layout(["acc/rolling"], marker=True)
+    >>> layout["memories"]["acc/rolling"], layout["stream"][DRIFT_MARKER]
+    (['Multiline', ['acc/rolling$']], ['Multiline', ['stream/drift$']])
     >>> [drift_marker((100, 300), step) for step in (100, 101, 300, 301)]
     [0.0, 0.5, 0.5, 1.0]
     >>> marker_steps((100,), first=91, last=120, steps=[100, 110, 120])
@@ -47,28 +47,28 @@ from typing import Any
 __all__ = ["DRIFT_MARKER", "compared_charts", "custom_scalars_layout", "drift_marker",
            "drift_points", "marker_steps"]
 
-DRIFT_MARKER = "drift/marker"
+DRIFT_MARKER = "stream/drift"
 
 
-def compared_charts(tags: Iterable[str], memories: Sequence[str]) -> dict[str, list[str]]:
-    """The per-memory tags (``<metric>_<memory>``) grouped by metric, in the order the metrics first
-    appear, each metric's tags in the order of ``memories``. Tags of no memory are left out."""
-    charts: dict[str, dict[str, str]] = {}
-    for tag in tags:
-        memory = next((name for name in memories if tag.endswith(f"_{name}")), None)
-        if memory is not None:
-            charts.setdefault(tag[:-len(memory) - 1], {})[memory] = tag
-    return {metric: [by_memory[name] for name in memories if name in by_memory]
-            for metric, by_memory in charts.items()}
+def compared_charts(run_tags: Mapping[str, Iterable[str]]) -> list[str]:
+    """The tags every run of ``run_tags`` (run name -> the scalar tags it logged) logged, in the order
+    of the first run's tags: the metrics on which all the memories compare."""
+    runs = [list(tags) for tags in run_tags.values()]
+    if not runs:
+        return []
+    common = set(runs[0]).intersection(*runs[1:])
+    return list(dict.fromkeys(tag for tag in runs[0] if tag in common))
 
 
-def custom_scalars_layout(charts: Mapping[str, Sequence[str]], memories: Sequence[str], *,
-                          marker: bool) -> dict[str, dict[str, list[Any]]]:
-    """The layout for ``SummaryWriter.add_custom_scalars``: one category, ``'<memory> vs <memory>'``,
-    with one multiline chart per metric of ``charts``, plus :data:`DRIFT_MARKER` on each if ``marker``."""
-    extra = [DRIFT_MARKER] if marker else []
-    return {" vs ".join(memories): {metric: ["Multiline", [re.escape(tag) + "$" for tag in (*tags, *extra)]]
-                                    for metric, tags in charts.items()}}
+def custom_scalars_layout(charts: Sequence[str], *, marker: bool) -> dict[str, dict[str, list[Any]]]:
+    """The layout for ``SummaryWriter.add_custom_scalars``: category ``memories`` with one multiline
+    chart per tag of ``charts`` (every run's series of that tag), and, if ``marker``, category
+    ``stream`` with :data:`DRIFT_MARKER` on its own chart."""
+    layout: dict[str, dict[str, list[Any]]] = {"memories": {tag: ["Multiline", [re.escape(tag) + "$"]]
+                                                            for tag in charts}}
+    if marker:
+        layout["stream"] = {DRIFT_MARKER: ["Multiline", [re.escape(DRIFT_MARKER) + "$"]]}
+    return layout
 
 
 def drift_points(stream: object) -> tuple[int, ...]:
