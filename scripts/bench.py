@@ -17,8 +17,8 @@ over repeats (after an untimed warm-up, so JIT compilation is excluded):
    ``learn_one`` of every memory against plain numpy transcriptions with the same API, and the
    memories as river estimators under river's own prequential harness against river's k-NN.
 
-Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the README
-has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them (and
+Prints a Markdown table, writes every raw number to ``--out`` as JSON and, when the page ``--readme``
+(docs/speed.md) has ``<!-- bench:start -->`` / ``<!-- bench:end -->`` markers, puts the table between them (and
 the single-decision table between the ``bench-decisions`` markers) and commits the record they
 are rendered from to docs/results/bench.json.
 
@@ -33,7 +33,6 @@ import os
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["NUMBA_NUM_THREADS"] = "1"
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -51,6 +50,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae import JudgmentMemory, KNNMemory  # noqa: E402
 from gae.judgment import engine  # noqa: E402
 from scripts.bench_single import CAPACITY, measure_decisions, measure_river  # noqa: E402
+from training import cli  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
 
 C, A, K = 4, 4, 8
@@ -247,7 +247,7 @@ def measure_knn(results: dict, stream, n: int, repeats: int) -> None:
     progress(f"k-NN baseline: KNNMemory prequential_ on {n:,} decisions (capacity 400)")
     x, category, action = (t[:n] for t in stream)
     results["online_knn"] = rate(n, seconds(lambda knn: knn.prequential_(x, category, action), repeats,
-                                            lambda: KNNMemory(K, A, k=5, capacity=400, categories=C)))
+                                            lambda: KNNMemory(factors=K, actions=A, k=5, capacity=400, categories=C)))
 
 
 def measure_forget(results: dict, stream, n: int, repeats: int) -> None:
@@ -389,13 +389,13 @@ def machine() -> str:
 
 
 def section(record: dict) -> str:
-    """The README's speed section, rendered from a ``bench.json`` record."""
+    """docs/speed.md's speed section, rendered from a ``bench.json`` record."""
     table = markdown(table_rows(record["results"], record["sizes"]))
     return f"{table}\n\nMeasured on {record['machine']}; regenerate with `make bench`."
 
 
 def decisions_section(record: dict) -> str:
-    """The README's "One decision at a time" table, rendered from a ``bench.json`` record."""
+    """docs/speed.md's "One decision at a time" table, rendered from a ``bench.json`` record."""
     decided = record["results"]["decisions"]
     lines = ["| memory | `score_one` + `learn_one` p50 | p99 | p50 against its numpy transcription |",
              "|---|---:|---:|---:|"]
@@ -418,22 +418,22 @@ def decisions_section(record: dict) -> str:
 
 def update_readme(path: Path, record: dict) -> None:
     """Replace the text between the bench markers (and the bench-decisions markers), if the
-    README has them, and commit the record to docs/results/bench.json."""
+    page has them, and commit the record to docs/results/bench.json."""
     if publish_section(path, "bench", record, section):
         replace_section(path, *markers("bench-decisions"), decisions_section(as_saved(record)))
         progress(f"updated the tables in {path} and {record_path(path, 'bench')}")
     else:
-        progress(f"{path} has no {START} ... {END} markers; README left alone")
+        progress(f"{path} has no {START} ... {END} markers; the page left alone")
 
 
 def main() -> None:
-    """Parse the flags, run every measurement, print the table, write the JSON and README."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="sizes / 10, for smoke tests; never writes the README")
+    """Parse the flags, run every measurement, print the table, write the JSON and the page."""
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes / 10, for smoke tests; never writes the page")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
     parser.add_argument("--out", type=Path, default=Path("results/bench/bench.json"), help="JSON output")
-    parser.add_argument("--readme", type=Path, default=Path("README.md"), help="README with bench markers")
-    parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    parser.add_argument("--readme", type=Path, default=Path("docs/speed.md"), help="the page with bench markers")
+    parser.add_argument("--no-readme", action="store_true", help="leave the page alone")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -466,7 +466,7 @@ def main() -> None:
     args.out.write_text(json.dumps(record, indent=2))
     progress(f"wrote {args.out}")
     if args.quick:
-        progress("--quick numbers are for smoke tests only; README left alone")
+        progress("--quick numbers are for smoke tests only; the page left alone")
     elif not args.no_readme:
         update_readme(args.readme, record)
 

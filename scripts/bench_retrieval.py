@@ -30,7 +30,7 @@ and commits the record they are rendered from to docs/results/bench-retrieval.js
 
     python scripts/bench_retrieval.py                       # full run, about 3 minutes on 2 cores
     python scripts/bench_retrieval.py --quick true          # N in {10k, 100k}, fewer repeats
-    python scripts/bench_retrieval.py --readme README.md    # also refresh the README's table
+    python scripts/bench_retrieval.py --readme docs/retrieval.md   # also refresh the page's table
 
 On a machine shared with other busy processes, libgomp's idle threads spin (the default
 ``OMP_WAIT_POLICY``) and steal the cores the next small op needs; ``OMP_WAIT_POLICY=PASSIVE``
@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as nnf
-from jsonargparse import auto_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
@@ -65,6 +64,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 from gae.episodic import EpisodicMemory  # noqa: E402
 from gae.episodic import scorer as gae_retrieval  # noqa: E402
 from gae.episodic.scorer import RetrievalScorer  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.readme import as_saved, markers, publish_section, record_path  # noqa: E402
 
 try:
@@ -428,7 +428,7 @@ def git_state() -> dict[str, Any]:
 
 
 def tables(record: dict[str, Any]) -> str:
-    """The README's retrieval-speed section, rendered from a ``retrieval.json`` record."""
+    """docs/retrieval.md's retrieval-speed section, rendered from a ``retrieval.json`` record."""
     retrieval, shape = record["retrieval"], record["shape"]
     retrieval_table = markdown(["measurement", "N", "gae ms", "floor ms", "numpy ms", "faiss ms", "gae/floor",
                                 "verdict"], retrieval_rows(retrieval))
@@ -459,12 +459,12 @@ def tables(record: dict[str, Any]) -> str:
 
 
 def update_readme(path: Path, record: dict[str, Any]) -> None:
-    """Replace the text between the bench-retrieval markers, if the README has them, and commit
+    """Replace the text between the bench-retrieval markers, if the page has them, and commit
     the record to docs/results/bench-retrieval.json."""
     if publish_section(path, "bench-retrieval", record, tables):
         progress(f"updated the tables in {path} and {record_path(path, 'bench-retrieval')}")
     else:
-        progress(f"{path} has no {START} ... {END} markers; README left alone")
+        progress(f"{path} has no {START} ... {END} markers; the page left alone")
 
 
 def main(quick: bool = False, repeats: int = 5, repeats_1m: int = 3, add_repeats: int = 2, queries: int = 64,
@@ -484,7 +484,7 @@ def main(quick: bool = False, repeats: int = 5, repeats_1m: int = 3, add_repeats
         threads: pin torch, numpy's OpenBLAS and faiss to this many threads. Default: each
             library's own default (the thread counts are recorded either way).
         out: JSON output.
-        readme: a README with bench-retrieval markers to refresh.
+        readme: the page with bench-retrieval markers to refresh (docs/retrieval.md).
     """
     if min(repeats, repeats_1m, add_repeats, queries, dim, k, threads or 1) < 1:
         raise ValueError("repeats, repeats_1m, add_repeats, queries, dim, k and threads must all be >= 1")

@@ -22,7 +22,7 @@ opening reads anyway, and ``store.check()`` on both stores.
 
     python scripts/bench_store.py                        # N=100,000, D=384 (several minutes on 2 cores)
     python scripts/bench_store.py --quick true           # N=3,000, D=32: a smoke run
-    python scripts/bench_store.py --readme README.md     # also refresh the README's table
+    python scripts/bench_store.py --readme docs/store.md   # also refresh the page's table
     python scripts/bench_store.py --integrity true --readme docs/store.md   # the integrity costs (a minute or two)
 
 Writes every number to ``--out`` (JSON) and, with ``--readme``, puts the tables between
@@ -46,7 +46,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from jsonargparse import auto_cli
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +56,7 @@ from gae import EpisodicMemory, RetrievalScorer  # noqa: E402
 from gae.episodic.store import SQLiteStore  # noqa: E402
 from gae.episodic.store.base import dumps_ids, split_scope  # noqa: E402
 from gae.episodic.store.integrity import row_checksum  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.readme import markers, publish_section, record_path  # noqa: E402
 
 START, END = markers("bench-store")
@@ -140,8 +140,8 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
         ef_search: the HNSW ``ef_search`` values of the recall curve. Default: 10 .. 400.
         out: JSON file for every number. Default: results/bench/bench_store.json
             (bench_store_integrity.json with ``integrity``).
-        readme: a README with bench-store markers to refresh (with ``integrity``: a page with
-            bench-store-integrity markers, docs/store.md).
+        readme: the page with bench-store markers to refresh, docs/store.md (with ``integrity``: a
+            page with bench-store-integrity markers, docs/store.md too).
         integrity: measure the integrity checks' costs instead (see the module docstring).
         sizes, postgres_sizes: with ``integrity``, the SQLite and Postgres store sizes. Default:
             1,000, 10,000 and 100,000; 1,000 and 10,000 (Postgres adds are HNSW-bound).
@@ -233,7 +233,7 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
 
 
 def tables(results: dict[str, Any]) -> str:
-    """The README's store section, rendered from a ``bench_store.json`` record."""
+    """docs/store.md's store-speed section, rendered from a ``bench_store.json`` record."""
     n, dim = results["n"], results["dim"]
     lines = [f"N = {n:,} memories, D = {dim}, k = {results['k']}, adds in batches of {results['batch']:,} "
              "(one transaction each):", "",
@@ -255,7 +255,7 @@ def tables(results: dict[str, Any]) -> str:
               f"| {row['similarity_recall_at_5']:.3f} | {row['similarity_q64_ms']:.1f} ms |"
               for row in results["recall_curve"]]
     lines += ["", f"Measured on {results['machine']}; regenerate with `python scripts/bench_store.py --readme "
-              "README.md`."]
+              "docs/store.md`."]
     return "\n".join(lines)
 
 

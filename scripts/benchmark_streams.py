@@ -12,12 +12,13 @@ every choice are in ``docs/benchmarks.md``.
     python scripts/benchmark_streams.py --out results/benchmark-streams      # the suite (minutes on 2 CPUs)
     python scripts/benchmark_streams.py --quick true                         # 500 samples, one seed
     python scripts/benchmark_streams.py --n_samples 300 --streams '[phishing,stagger]' --models '[jm_seed,gnb]'
-    python scripts/benchmark_streams.py --readme README.md                   # also the README section
+    python scripts/benchmark_streams.py --readme docs/benchmarks.md          # also the page's section
 
 Writes ``benchmark-streams.json`` (the record) and ``benchmark-streams.png`` to ``--out`` and
 prints the tables; with ``--readme``, the section between ``<!-- benchmark-streams:start -->`` and
 ``<!-- benchmark-streams:end -->`` is rendered from the record, which is committed to
-docs/results/benchmark-streams.json, and the figure is copied to docs/figures/.
+docs/results/benchmark-streams.json, the figure is copied to docs/figures/, and the README's
+headline is rendered again (``training/headline.py``).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jsonargparse import auto_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
+from training.cli import argument_check, auto_cli  # noqa: E402
+from training.headline import publish_headline  # noqa: E402
 from training.parallel import run_all  # noqa: E402
 from training.readme import as_saved, markers, publish, with_figure  # noqa: E402
 
@@ -54,7 +56,8 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
 
     Args:
         out: folder for benchmark-streams.json and benchmark-streams.png.
-        readme: a README with benchmark-streams markers to refresh (the figure goes to docs/figures/).
+        readme: the page with benchmark-streams markers to refresh, docs/benchmarks.md (the figure goes
+            to docs/figures/, and the README's headline is rendered again from the new record).
         n_samples: samples per stream, a shorter real data set whole. Default: 5,000 (``--quick``: 500).
         streams: among ``training.river_suite.STREAMS``. Default: all.
         models: among ``training.river_suite.MODELS``. Default: all.
@@ -115,12 +118,15 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
         "workers": workers, "seconds": time.perf_counter() - began}
     record["verdicts"] = verdicts(record["results"], record["means"])
     publish(record, figure(as_saved(record)), section, out, NAME, readme)
+    if readme is not None:
+        publish_headline(readme)
     saved = as_saved(record)
     for key, title in (("us_per_decision", "Time per decision (us), per stream"), ("state_bytes", "State, per stream")):
         print(f"\n{title}:\n\n{per_stream_table(saved, key)}")
     return record
 
 
+@argument_check
 def _check(given: list[str], known: list[str], argument: str) -> None:
     unknown = [name for name in given if name not in known]
     if unknown or not given or len(set(given)) != len(given):
@@ -243,7 +249,7 @@ def verdict_table(record: dict[str, Any]) -> str:
 
 
 def section(record: dict[str, Any]) -> str:
-    """The README's benchmark-streams section, rendered from a ``benchmark-streams.json`` record."""
+    """docs/benchmarks.md's results section, rendered from a ``benchmark-streams.json`` record."""
     protocol = record["protocol"]
     intro = (f"Accuracy (%) under `progressive_val_score`, {protocol['n_samples']:,} samples per stream (a shorter "
              f"data set whole), each generator and gae setting the mean over seeds "
@@ -255,8 +261,8 @@ def section(record: dict[str, Any]) -> str:
         "is set):", means_table(record),
         "The targets, judged from this record:", verdict_table(record),
         f"Measured on {record['machine']} ({record['workers']} worker processes), {record['seconds']:.0f} s in all; "
-        "the protocol is in [docs/benchmarks.md](docs/benchmarks.md). Regenerate with "
-        "`python scripts/benchmark_streams.py --readme README.md`."]), NAME, "docs/figures")
+        "the protocol is in the sections above. Regenerate with "
+        "`python scripts/benchmark_streams.py --readme docs/benchmarks.md`."]), NAME, "figures")
 
 
 def figure(record: dict[str, Any]) -> Any:

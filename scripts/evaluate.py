@@ -1,7 +1,7 @@
 """The head-to-head report: judgment memory vs the strongest k-NN, drift recovery, ablations with CIs.
 
     python scripts/evaluate.py                       # the protocol of docs/protocol.md
-    python scripts/evaluate.py --readme README.md    # ... and refresh the README's and docs' sections (make report)
+    python scripts/evaluate.py --readme docs/head_to_head.md   # ... and refresh the docs' sections (make report)
     python scripts/evaluate.py --seeds 5 --tuning-seeds 3 --settings '[permute,moons_permute]'   # in short
     python scripts/evaluate.py --seeds 40 --seed-offset 200   # other report seeds, still none a tuning seed
 
@@ -10,10 +10,11 @@ tuning seeds and ``knn_best`` / ``knn_adwin`` take each setting's best point
 (training/tuning.py); then every contestant runs on the report seeds. Writes report.md,
 report.json, rolling_accuracy.png (and one per further setting), ablations.png, sensitivity.png
 and the TensorBoard logs of one seed (tensorboard/) to ``--out``; with ``--readme``, also the
-README's ``report`` section, the ``report-drift``, ``report-prototypes`` and ``report-tuning``
-sections of docs/drift.md, docs/prototypes.md and docs/protocol.md, and the record they are
-rendered from, docs/results/report.json (``tests/test_generated_docs.py`` renders them from it
-again). Options may be spelled with dashes or underscores (``--tuning-seeds``, ``--tuning_seeds``).
+``report`` section of that page (docs/head_to_head.md), the ``report-drift``, ``report-prototypes``,
+``report-tuning`` and ``report-lvq`` sections of docs/drift.md, docs/prototypes.md, docs/protocol.md
+and docs/lvq.md, the README's headline, and the record they are rendered from,
+docs/results/report.json (``tests/test_generated_docs.py`` renders them from it again). Options
+may be spelled with dashes or underscores (``--tuning-seeds``, ``--tuning_seeds``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jsonargparse import auto_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
@@ -38,8 +38,10 @@ from training import bars as B  # noqa: E402
 from training import evaluation as E  # noqa: E402
 from training import report as R  # noqa: E402
 from training import tuning as T  # noqa: E402
+from training.cli import argument_check, auto_cli  # noqa: E402
+from training.headline import publish_headline  # noqa: E402
 from training.parallel import run_all  # noqa: E402
-from training.readme import as_saved, markers, publish_section, record_path, replace_section  # noqa: E402
+from training.readme import as_saved, docs_of, markers, publish_section, record_path, replace_section  # noqa: E402
 from training.report_plots import ablations_figure, rolling_accuracy_figure, sensitivity_figure  # noqa: E402
 from training.report_sections import DOC_SECTIONS, readme_section  # noqa: E402
 from training.stats import Interval  # noqa: E402
@@ -70,9 +72,9 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
             (it is 200x slower).
         resamples: bootstrap resamples over seeds.
         out: folder for the report files.
-        readme: a README with report markers to refresh (table and figures under docs/figures/, the
-            record under docs/results/, and the sections of docs/drift.md, docs/prototypes.md and
-            docs/protocol.md).
+        readme: the page with report markers to refresh, docs/head_to_head.md (table and figures
+            under docs/figures/, the record under docs/results/, the sections of docs/drift.md,
+            docs/prototypes.md, docs/protocol.md and docs/lvq.md, and the README's headline).
         tensorboard: also write the Lightning loop's TensorBoard logs of the first report seed.
         workers: processes running streams in parallel (results do not depend on it; latencies
             are measured under that much load). Default: the CPU count, at most 8.
@@ -169,6 +171,7 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     return report
 
 
+@argument_check
 def check_arguments(settings: list[str] | None, contestants: list[str] | None, seeds: int, n_decisions: int,
                     resamples: int, workers: int | None, trace_seeds: int, tuning_seeds: int,
                     seed_offset: int) -> tuple[list[str], list[str]]:
@@ -310,20 +313,22 @@ def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path, knn
 
 
 def update_readme(path: Path, report: dict[str, Any], figures: list[Path]) -> None:
-    """Put the headline tables between the README's report markers, commit the record they come
-    from to docs/results/report.json, refresh the sections of docs/drift.md, docs/prototypes.md and
-    docs/protocol.md drawn from it, and copy the figures to docs/figures/."""
+    """Put the report's tables between the report markers of ``path`` (docs/head_to_head.md),
+    commit the record they come from to docs/results/report.json, refresh the sections of
+    docs/drift.md, docs/prototypes.md, docs/protocol.md and docs/lvq.md drawn from it and the
+    README's headline, and copy the figures to docs/figures/."""
     if not publish_section(path, "report", report, readme_section):
-        print(f"{path} has no {START} ... {END} markers; README left alone")
+        print(f"{path} has no {START} ... {END} markers; the page left alone")
         return
-    docs, saved = path.parent / "docs", as_saved(report)
+    docs, saved = docs_of(path), as_saved(report)
     for name, (page, render) in DOC_SECTIONS.items():
         replace_section(docs / page, *markers(name), render(saved))
+    publish_headline(path)
     target = docs / "figures"
     target.mkdir(parents=True, exist_ok=True)
     for figure in figures:
         shutil.copyfile(figure, target / figure.name)
-    print(f"updated {path}, {record_path(path, 'report')}, its doc sections and {target}")
+    print(f"updated {path}, {record_path(path, 'report')}, its doc sections, the README's headline and {target}")
 
 
 def cli_arguments(argv: list[str]) -> list[str]:

@@ -11,10 +11,10 @@ processes are started once and reused for every cell, with a shared start time p
 
     python scripts/load_ledger.py --out results/load-ledger              # both stores, a few minutes
     python scripts/load_ledger.py --stores '[sqlite]' --grid '[1,2]' --seconds 1
-    python scripts/load_ledger.py --readme README.md                     # also README and docs/ledger.md
+    python scripts/load_ledger.py --readme docs/ledger.md                # also the section of docs/ledger.md
 
-Writes ``load-ledger.json`` and ``load-ledger.png`` to ``--out``; with ``--readme``, the
-``load-ledger`` sections of the README and of docs/ledger.md are rendered from the record, which
+Writes ``load-ledger.json`` and ``load-ledger.png`` to ``--out``; with ``--readme docs/ledger.md``, the
+page's ``load-ledger`` section is rendered from the record, which
 is committed to docs/results/load-ledger.json, with the issue's targets marked pass or fail.
 Postgres runs on pgserver (pip install pgserver), in a temporary folder; without it, only SQLite
 runs and the record says so.
@@ -32,13 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import auto_cli
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
 from training import load_ledger as L  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.readme import as_saved, markers, publish, publish_section  # noqa: E402
 
 NAME = "load-ledger"
@@ -64,7 +63,7 @@ def load_ledger(out: Path = Path("results/load-ledger"), readme: Path | None = N
 
     Args:
         out: folder for load-ledger.json and load-ledger.png.
-        readme: a README with load-ledger markers to refresh (docs/ledger.md's section too).
+        readme: the page with load-ledger markers to refresh (docs/ledger.md).
         stores: among ``sqlite``, ``sqlite-normal`` (``synchronous="NORMAL"``), ``postgres``. Default: all
             (Postgres only with pgserver installed).
         grid: the numbers of processes. Default: 1, 2, 4.
@@ -222,12 +221,13 @@ def _intro(record: dict[str, Any]) -> str:
             "SQLiteStore's default, synchronous=FULL: each commit is flushed to the disk, and survives a power cut; "
             "sqlite-normal is synchronous=NORMAL: a commit survives a killed process (SIGKILL loses no acknowledged "
             "call), while a power cut may take the last ones." + notes +
-            f" {record['seconds']:.0f} s in all; regenerate with `python scripts/load_ledger.py --readme README.md`.")
+            f" {record['seconds']:.0f} s in all; regenerate with "
+            "`python scripts/load_ledger.py --readme docs/ledger.md`.")
 
 
 def section(record: dict[str, Any]) -> str:
-    """The section of the README and of docs/ledger.md, rendered from a record (the figure,
-    docs/figures/load-ledger.png, is linked by each page outside the section)."""
+    """The section of docs/ledger.md, rendered from a record (the figure, docs/figures/load-ledger.png,
+    is linked by the page outside the section)."""
     return f"{_intro(record)}\n\n{_table(record)}\n\n{_targets(record)}"
 
 

@@ -9,10 +9,10 @@ are started once and reused for every cell of the grid, with a shared start time
 
     python scripts/load_store.py --out results/load-store               # both stores, a few minutes
     python scripts/load_store.py --stores '[sqlite]' --grid '[1,2]' --seconds 1
-    python scripts/load_store.py --readme README.md                     # also README and docs/store.md
+    python scripts/load_store.py --readme docs/store.md                 # also the section of docs/store.md
 
-Writes ``load-store.json`` and ``load-store.png`` to ``--out``; with ``--readme``, the
-``load-store`` sections of the README and of docs/store.md are rendered from the record, which is
+Writes ``load-store.json`` and ``load-store.png`` to ``--out``; with ``--readme docs/store.md``, the
+page's ``load-store`` section is rendered from the record, which is
 committed to docs/results/load-store.json. Postgres runs on pgserver (pip install pgserver), in a
 temporary folder; without it, only SQLite runs and the record says so.
 """
@@ -28,13 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import auto_cli
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
 from training import load_store as L  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.readme import as_saved, markers, publish, publish_section  # noqa: E402
 
 NAME = "load-store"
@@ -48,7 +47,7 @@ def load_store(out: Path = Path("results/load-store"), readme: Path | None = Non
 
     Args:
         out: folder for load-store.json and load-store.png.
-        readme: a README with load-store markers to refresh (docs/store.md's section too).
+        readme: the page with load-store markers to refresh (docs/store.md).
         stores: among ``sqlite``, ``postgres``. Default: both (Postgres only with pgserver installed).
         grid: the numbers of writers and of readers. Default: 1, 2, 4, 8.
         seconds: how long each cell runs.
@@ -136,12 +135,13 @@ def _intro(record: dict[str, Any]) -> str:
             f"{protocol['writer']}; readers: {protocol['reader']}), on {record['cpus']} CPUs; then the store is "
             "reopened and checked (every acknowledged add present once, nothing deleted retrievable, one audit "
             "record per acknowledged mutation, gap-free versions, readers inside their scope)." + notes +
-            f" {record['seconds']:.0f} s in all; regenerate with `python scripts/load_store.py --readme README.md`.")
+            f" {record['seconds']:.0f} s in all; regenerate with "
+            "`python scripts/load_store.py --readme docs/store.md`.")
 
 
 def section(record: dict[str, Any]) -> str:
-    """The section of the README and of docs/store.md, rendered from a record (the figure,
-    docs/figures/load-store.png, is linked by each page outside the section)."""
+    """The section of docs/store.md, rendered from a record (the figure, docs/figures/load-store.png,
+    is linked by the page outside the section)."""
     return f"{_intro(record)}\n\n{_table(record)}"
 
 

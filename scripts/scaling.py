@@ -13,8 +13,8 @@ bytes of its parameters and buffers, and its median scoring latency per decision
 
 Writes ``scaling.png`` (three panels against log n) and ``scaling.json`` (keys ``grid``,
 ``memories``, ``settings``, ``results``) to ``--out`` (default ``results/scaling/``); with
-``--readme``, the summary table goes between ``<!-- scaling:start -->`` and ``<!-- scaling:end -->``,
-the figure to docs/figures/ and the record to docs/results/scaling.json.
+``--readme docs/memory_scaling.md``, the summary table goes between ``<!-- scaling:start -->`` and
+``<!-- scaling:end -->``, the figure to docs/figures/ and the record to docs/results/scaling.json.
 
 RetrievalMemory costs about 1 ms a decision to learn, so it learns at most ``--retrieval_max``
 (3,000) decisions; larger n are not reported for it.
@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from jsonargparse import auto_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
 from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
+from training.cli import auto_cli  # noqa: E402
 from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
 from training.parallel import run_all  # noqa: E402
@@ -68,7 +68,7 @@ def build(name: str, stream: DecisionStream) -> Any:
     if spec["kind"] == "judgment":
         return JudgmentMemory(*names, max_log_events=BATCH, **spec["options"])  # no audit trail needed here
     cls = KNNMemory if spec["kind"] == "knn" else RetrievalMemory
-    return cls(names[2], names[1], categories=names[0], k=5, scoped=True, **spec["options"])
+    return cls(factors=names[2], actions=names[1], categories=names[0], k=5, scoped=True, **spec["options"])
 
 
 def held_out(memory: Any, x: torch.Tensor, category: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
@@ -129,7 +129,8 @@ def scaling(grid: list[int] | None = None, seeds: int = 10, memories: list[str] 
         resamples: bootstrap resamples over seeds.
         retrieval_max: the most decisions RetrievalMemory learns (it costs ~1 ms each).
         workers: processes (default: the CPU count, at most 8).
-        readme: a README with scaling markers to refresh (the figure goes to docs/figures/).
+        readme: the page with scaling markers to refresh, docs/memory_scaling.md (the figure goes to
+            docs/figures/).
     """
     grid = sorted(grid or GRID)
     names = memories or list(MEMORIES)
@@ -194,8 +195,8 @@ def summary(record: dict[str, Any]) -> str:
 
 
 def section(record: dict[str, Any]) -> str:
-    """The README's scaling section, rendered from a ``scaling.json`` record."""
-    return with_figure(summary(record), "scaling", "docs/figures")
+    """docs/memory_scaling.md's section, rendered from a ``scaling.json`` record."""
+    return with_figure(summary(record), "scaling", "figures")
 
 
 def figure(record: dict[str, Any]) -> Any:

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from training.cli import JsonArgumentParser, fail, refusals  # noqa: E402
+from training.cli import JsonArgumentParser, arguments_checked, check_only, fail, refusals  # noqa: E402
 from training.data import DecisionStreamDataModule  # noqa: E402
 from training.module import DecisionMemoryModule, migrated_hparams  # noqa: E402
 
@@ -123,7 +123,10 @@ class DecisionMemoryCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Refuse a ``--ckpt_path`` that names no file before anything is built (Lightning's own
         FileNotFoundError comes once the run has started, with a traceback); Lightning's keywords
-        (``last``, ``best``, ``hpc``, ``registry...``) and URLs are left to Lightning."""
+        (``last``, ``best``, ``hpc``, ``registry...``) and URLs are left to Lightning. With
+        ``GAE_CHECK_ARGS=1`` the command line is only checked: nothing is built or run."""
+        if check_only():
+            arguments_checked(self._parser(self.subcommand).prog)
         path = self._get(self.config, "ckpt_path")
         if (isinstance(path, str) and path not in ("last", "best", "hpc") and not path.startswith("registry")
                 and "://" not in path and not Path(path).is_file()):

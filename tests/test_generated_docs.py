@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from training import headline
 from training.readme import RESULTS, sections
 from training.report_sections import DOC_SECTIONS
 
@@ -67,6 +68,9 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "load-ledger": ("load-ledger.json", script("scripts.load_ledger", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
+    "train-summary": ("train-summary.txt", output("text")),  # scripts/tensorboard_screenshots.py: make train's
+    # the README's headline, from report.json and benchmark-streams.json beside it
+    "headline": ("report.json", lambda path: headline.render(path.parent)),
 }
 # Sections written before their script committed its record: checked once the record exists
 # (the script's next run with --readme writes it). Remove a name when its record is committed.

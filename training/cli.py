@@ -317,6 +317,20 @@ def number_in(low: float = -math.inf, high: float = math.inf, *, low_open: bool 
     return parse
 
 
+CHECK_ARGS = "GAE_CHECK_ARGS"  # 1: a script parses its command line, says so, exits 0 (tests/test_doc_blocks.py)
+
+
+def check_only() -> bool:
+    """Whether this run only checks its command line (:data:`CHECK_ARGS` set): the docs' long
+    commands are tested that way, so a renamed or removed option fails without a run of minutes."""
+    return os.environ.get(CHECK_ARGS, "") not in ("", "0")
+
+
+def arguments_checked(prog: str) -> NoReturn:
+    print(f"{prog}: arguments accepted ({CHECK_ARGS} is set: nothing run)")
+    raise SystemExit(0)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors take a few lines: an unknown option with its close
     match (and the accepted options when they are few), any other error as argparse words it,
@@ -329,6 +343,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, unrecognized(message, long_options(self)) or [message])
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        parsed = super().parse_args(*args, **kwargs)
+        if check_only():
+            arguments_checked(self.prog)
+        return parsed
 
 
 class JsonArgumentParser(jsonargparse.ArgumentParser):
@@ -381,6 +401,10 @@ def auto_cli(component: Callable[..., Any], args: list[str] | None = None, **kwa
     an argument, answered in one line with the option named. An error raised deeper, while the
     function works, keeps its traceback."""
     kwargs.setdefault("parser_class", JsonArgumentParser)
+    if check_only():
+        parser = jsonargparse.auto_parser(component, **kwargs)
+        parser.parse_args(args)
+        arguments_checked(os.path.basename(sys.argv[0]))
     try:
         return jsonargparse.auto_cli(component, args, **kwargs)
     except (ValueError, TypeError) as error:

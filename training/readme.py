@@ -43,11 +43,26 @@ def replace_section(path: Path, start: str, end: str, body: str) -> bool:
     return True
 
 
+def root_of(doc: Path) -> Path:
+    """The checkout ``doc`` belongs to: ``doc`` is the README at its root or a page in ``docs/``."""
+    return doc.parent.parent if doc.parent.name == "docs" else doc.parent
+
+
+def docs_of(doc: Path) -> Path:
+    """The ``docs/`` folder of the checkout ``doc`` belongs to (:func:`root_of`)."""
+    return root_of(doc) / "docs"
+
+
+def figures_link(doc: Path) -> str:
+    """The folder of the docs' figures as a link from ``doc``: ``docs/figures`` from the README,
+    ``figures`` from a page in ``docs/``."""
+    return "figures" if doc.parent.name == "docs" else "docs/figures"
+
+
 def record_path(doc: Path, name: str) -> Path:
     """Where the record behind ``doc``'s section ``name`` is committed: ``docs/results/<name>.json``
-    of the checkout ``doc`` belongs to (``doc`` is the README at its root or a page in ``docs/``)."""
-    root = doc.parent.parent if doc.parent.name == "docs" else doc.parent
-    return root / RESULTS / f"{name}.json"
+    of the checkout ``doc`` belongs to (:func:`root_of`)."""
+    return root_of(doc) / RESULTS / f"{name}.json"
 
 
 def as_saved(record: dict[str, Any]) -> dict[str, Any]:
@@ -77,17 +92,18 @@ def with_figure(text: str, stem: str, figures: str) -> str:
 
 
 def publish(record: dict[str, Any], figure: Any, section: Callable[[dict[str, Any]], str], out: Path, stem: str,
-            doc: Path | None = None, figures: str = "docs/figures") -> None:
+            doc: Path | None = None, figures: str | None = None) -> None:
     """Write a measurement's ``<stem>.json`` and ``<stem>.png`` (a matplotlib figure) to ``out``,
     print its section, and, given ``doc``, put the section (``section(record)``, which links the
     figure as ``figures/<stem>.png``) in ``doc``'s section ``stem``: the figure copied to ``doc``'s
-    folder / ``figures``, the record to ``docs/results/<stem>.json``."""
+    folder / ``figures`` (default: :func:`figures_link`, the docs' figures), the record to
+    ``docs/results/<stem>.json``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     figure.savefig(out / f"{stem}.png", dpi=100)
     print(section(as_saved(record)))
     print(f"\nwrote {out / f'{stem}.json'} and {out / f'{stem}.png'} in {record['seconds']:.0f} s")
     if doc is not None and publish_section(doc, stem, record, section):
-        target = doc.parent / figures
+        target = doc.parent / (figures_link(doc) if figures is None else figures)
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / f"{stem}.png", target / f"{stem}.png")

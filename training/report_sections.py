@@ -1,6 +1,6 @@
-"""The sections of README.md and docs/ that the head-to-head writes, each rendered from its record.
+"""The sections of docs/ that the head-to-head writes, each rendered from its record.
 
-``scripts/evaluate.py --readme README.md`` writes them from the report it measured, and
+``scripts/evaluate.py --readme docs/head_to_head.md`` writes them from the report it measured, and
 ``tests/test_generated_docs.py`` renders them again from the committed record,
 ``docs/results/report.json``; each is a pure function of that record.
 """
@@ -16,7 +16,7 @@ from training import tuning as T
 
 
 def _verdict_bars(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The bars with a verdict (the README shows these; the docs pages show the reported ones too)."""
+    """The bars with a verdict (docs/head_to_head.md shows these; the topical pages show the reported ones too)."""
     return [bar for bar in report["drift_bars"] + report["prototype_bars"] + report.get("recommended_bars", [])
             if bar["met"] is not None]
 
@@ -36,7 +36,7 @@ def _seeds(report: dict[str, Any]) -> str:
 
 
 def readme_section(report: dict[str, Any]) -> str:
-    """The README's head-to-head section, rendered from a ``report.json`` record."""
+    """docs/head_to_head.md's section, rendered from a ``report.json`` record."""
     summary, setting = R.summary_of(report), report["protocol"]["settings"][0]
     protocol = report["protocol"]
     took = (f"The whole run took {protocol['seconds'] / 60:.0f} minutes"
@@ -47,19 +47,20 @@ def readme_section(report: dict[str, Any]) -> str:
         parts += ["Where the judgment memory stands against `knn_best` (cumulative accuracy, paired by seed):",
                   B.standing_table(report["standing"])]
     if report["drift_bars"] or report["prototype_bars"]:
-        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, docs/drift.md), several prototypes per "
-                  f"action (`prototypes=4`, docs/prototypes.md) and the recommended configuration "
-                  f"(`learning='lvq'`, docs/lvq.md) against their bars. {_count(report)} The comparisons without "
-                  "a verdict are in docs/drift.md, docs/prototypes.md and docs/lvq.md.",
+        parts += [f"The drift-aware mode (`drift_mode='adaptive'`, [drift.md](drift.md)), several prototypes per "
+                  f"action (`prototypes=4`, [prototypes.md](prototypes.md)) and the recommended configuration "
+                  f"(`learning='lvq'`, [lvq.md](lvq.md)) against their bars. {_count(report)} The comparisons "
+                  "without a verdict are in [drift.md](drift.md#what-it-achieves), "
+                  "[prototypes.md](prototypes.md#results) and [lvq.md](lvq.md#results).",
                   B.bars_table(_verdict_bars(report))]
     if "multimodal" in summary["metrics"]:
         parts += ["Cost in the multi-modal setting, from the same run:", R.cost_table(summary, "multimodal")]
     parts += [f"{setting} drift, mean [95% CI] over seeds:", R.headline_table(summary, setting),
-              R.ablation_table(summary, setting), "![rolling accuracy](docs/figures/rolling_accuracy.png)",
-              "![ablations](docs/figures/ablations.png)"]
+              R.ablation_table(summary, setting), "![rolling accuracy](figures/rolling_accuracy.png)",
+              "![ablations](figures/ablations.png)"]
     if report["sensitivity"]:
         parts += ["k-NN's accuracy over capacity and k on the tuning seeds (the choices and every table: "
-                  "docs/protocol.md):", "![k-NN sensitivity](docs/figures/sensitivity.png)"]
+                  "[protocol.md](protocol.md#the-k-nns-sensitivity)):", "![k-NN sensitivity](figures/sensitivity.png)"]
     return "\n\n".join([*parts, f"Regenerate with `{REGENERATE}`."])
 
 
@@ -142,6 +143,6 @@ def tuning_section(report: dict[str, Any]) -> str:
 
 DOC_SECTIONS = {"report-drift": ("drift.md", drift_section), "report-prototypes": ("prototypes.md", prototypes_section),
                 "report-tuning": ("protocol.md", tuning_section), "report-lvq": ("lvq.md", lvq_section)}
-REGENERATE = "python scripts/evaluate.py --readme README.md"
+REGENERATE = "python scripts/evaluate.py --readme docs/head_to_head.md"
 
 

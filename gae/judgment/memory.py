@@ -95,9 +95,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         counts: buffer (C, A, P) int64, updates applied to each prototype since its slot was filled.
         wins: buffer (C, A, P) float32, each prototype's recent wins (empty when P = 1).
         num_decisions: buffer () int64, decisions seen (the sequence number of the next one).
-        shadow_centroids, promotion_statistic, promotion_evidence, following, follow_weight,
-            run_centroids, run_counts, tracking_centroids, tracking_lead: the state of
-            ``drift_mode='adaptive'`` (empty otherwise); :mod:`gae.judgment.state` has the layout.
+        adaptive state: ``shadow_centroids``, ``promotion_statistic``, ``promotion_evidence``, ``following``,
+            ``follow_weight``, ``run_centroids``, ``run_counts``, ``tracking_centroids``, ``tracking_lead``:
+            the buffers of ``drift_mode='adaptive'`` (empty otherwise); :mod:`gae.judgment.state` has the layout.
 
     Examples::
 
