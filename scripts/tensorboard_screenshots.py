@@ -57,7 +57,9 @@ def train_default(folder: Path) -> tuple[Path, str]:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "fit", "--config",
                            str(ROOT / "configs" / "default.yaml"), f"--trainer.default_root_dir={folder}",
                            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"],
-                          check=True, capture_output=True, text=True)
+                          capture_output=True, text=True)
+    if done.returncode != 0:  # say why, not only that it failed
+        raise SystemExit(f"training configs/default.yaml failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     lines = done.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if SUMMARY_START.match(line))
     summary = "\n".join(lines[first:]).replace(f"{folder}{os.sep}", "")  # as a run in the checkout prints it
@@ -119,7 +121,7 @@ def screenshots(url: str, out: Path, chromium: str, category: str) -> list[Path]
             page.screenshot(path=str(written[-1]))
 
         time_series("^acc/|^stream/", "tensorboard-accuracy.png", 600)
-        time_series(f"^(attention|relevance)_chart/{category}$", "tensorboard-attention.png", 520)
+        time_series(f"^(attention|relevance)_chart/{re.escape(category)}$", "tensorboard-attention.png", 520)
         page.set_viewport_size(VIEWPORT)
         page.goto(f"{url}/#custom_scalars")
         page.wait_for_timeout(3000)

@@ -104,29 +104,33 @@ class DecisionMemoryCLI(LightningCLI):
         super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning's: a ``--ckpt_path``'s hyperparameters update the config (the run resumes with
-        the memories it saved), here first brought to today's form (:func:`migrated_hparams`: an
-        earlier checkpoint's one judgment memory as ``judgments={'jm': ...}``)."""
+        """Lightning's merges every hyperparameter of a ``--ckpt_path`` over the config, silently
+        dropping options given on the command line. Here the checkpoint gives only its judgment
+        memories (``judgments``, an earlier checkpoint's one memory as ``jm``: :func:`migrated_hparams`),
+        so the run resumes the memories it saved, and only when the command line names none."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
             return
-        saved = torch.load(path, weights_only=True, map_location="cpu")
-        hparams = dict(saved.get("hyper_parameters", {}))
-        hparams.pop("_instantiator", None)
-        if not hparams:
+        prog = self._parser(subcommand).prog
+        try:
+            saved = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as error:  # not a checkpoint (or a tampered one): never unpickled
+            fail(prog, [f"--ckpt_path {path}: not a loadable checkpoint ({type(error).__name__}: "
+                        f"{str(error).splitlines()[0] if str(error) else ''})"])
+        hparams = saved.get("hyper_parameters", {}) if isinstance(saved, dict) else {}
+        if not hparams or any(arg.startswith("--model.judgment") for arg in self.given):
             return
         extra = saved.get("state_dict", {}).get("memory._extra_state")
-        hparams = migrated_hparams(hparams, extra if isinstance(extra, dict) else None)
-        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        judgments = migrated_hparams(hparams, extra if isinstance(extra, dict) else None)["judgments"]
+        self.config = self.parser.parse_object({subcommand: {"model": {"judgments": judgments}}}, self.config)
 
     def before_instantiate_classes(self) -> None:
         """Refuse a ``--ckpt_path`` that names no file before anything is built (Lightning's own
         FileNotFoundError comes once the run has started, with a traceback); Lightning's keywords
         (``last``, ``best``, ``hpc``, ``registry...``) and URLs are left to Lightning. With
-        ``GAE_CHECK_ARGS=1`` the command line is only checked: nothing is built or run."""
-        if check_only():
-            arguments_checked(self._parser(self.subcommand).prog)
+        ``GAE_CHECK_ARGS=1`` the command line is only checked: the objects are built (so a value
+        they refuse fails), nothing is run."""
         path = self._get(self.config, "ckpt_path")
         if (isinstance(path, str) and path not in ("last", "best", "hpc") and not path.startswith("registry")
                 and "://" not in path and not Path(path).is_file()):
@@ -140,6 +144,8 @@ class DecisionMemoryCLI(LightningCLI):
         with refusals(self._parser(self.subcommand), self.given,
                       errors=(ValueError, TypeError, MisconfigurationException)):
             super().instantiate_classes()
+        if check_only():
+            arguments_checked(self._parser(self.subcommand).prog.replace(" [options]", ""))
 
 
 def main(args: list[str] | None = None) -> DecisionMemoryCLI:

@@ -258,3 +258,30 @@ def test_auto_cli_answers_the_functions_own_refusals_and_keeps_other_tracebacks(
         cli.auto_cli(fails_deeper, ["--count", "0"])
     with pytest.raises(ValueError, match="count must be >= 1"):  # a call from Python raises as before
         checks_first(0)
+
+
+def calls_wrongly(count: int = 1) -> int:
+    """A script body with a bug: a call with the wrong arguments, and a built-in failing."""
+    if count == 0:
+        return divmod(count)  # type: ignore[call-arg]  # TypeError raised here, by no raise statement
+    return int("x" * count)  # ValueError from a built-in
+
+
+def test_auto_cli_keeps_the_traceback_of_a_bad_call_or_a_builtin_in_the_body():
+    with pytest.raises(TypeError, match="divmod"):
+        cli.auto_cli(calls_wrongly, ["--count", "0"])
+    with pytest.raises(ValueError, match="invalid literal"):
+        cli.auto_cli(calls_wrongly, ["--count", "2"])
+
+
+def test_close_matches_ignore_the_dashes_every_option_shares():
+    assert cli.close_match("--quiet", ["--out", "--seeds"]) is None  # 'out' is no match for 'quiet'
+    assert cli.close_match("--seedz", ["--out", "--seeds"]) == "--seeds"
+
+
+def test_check_only_builds_the_objects_so_a_refused_value_fails():
+    script = [sys.executable, "scripts/train.py", "fit", "--config", "configs/default.yaml"]
+    environment = {**__import__("os").environ, "GAE_CHECK_ARGS": "1"}
+    bad = subprocess.run([*script, "--data.batch_size", "0"], cwd=ROOT, env=environment, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--data.batch_size must be >= 1, got 0" in bad.stderr

@@ -362,3 +362,42 @@ def test_an_lvq_memory_logs_its_learned_relevances(tmp_path):
     assert sum(logged) == pytest.approx(8.0, rel=1e-5)  # K x relevance: 1 is neutral, a category's sum to K
     learned = cli.model.memory.relevances()[cli.model.memory.category_names.index("invoice")] * len(names)
     assert logged == pytest.approx(learned.tolist(), rel=1e-5) and max(logged) > 1.0  # it learned something
+
+
+def test_the_module_refuses_bad_settings_by_name(tmp_path):
+    for options, named in (({"knn_k": 0}, "knn_k"), ({"rolling_window": 0}, "rolling_window"),
+                           ({"figure_every_n_steps": 0}, "figure_every_n_steps"), ({"lr": -1.0}, "lr"),
+                           ({"trace": str(tmp_path / "missing" / "t.jsonl")}, "trace"),
+                           ({"judgments": {"fast": {"tau": -1}}}, r"judgments\['fast'\]: tau")):
+        with pytest.raises((ValueError, TypeError), match=named):
+            DecisionMemoryModule(**options)
+
+
+def test_a_fit_that_raises_closes_its_traces_and_a_resumed_fit_opens_its_own(tmp_path):
+    from lightning import Callback, Trainer
+
+    class Stop(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 3:
+                raise RuntimeError("stopped")
+
+    data = DecisionStreamDataModule(DecisionStream(300, seed=4), batch_size=50)
+    trace = tmp_path / "trace.jsonl"
+    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, trace=str(trace))
+    trainer = Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Stop()])
+    with pytest.raises(RuntimeError, match="stopped"):
+        trainer.fit(model, data)
+    assert model._tracers is None and int(model.stream_position) == 150
+    Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False).fit(model, data)
+    assert (tmp_path / "trace.jsonl.seed-150.pt").exists()  # the second fit's writer starts where it resumed
+
+
+def test_a_resume_keeps_the_options_given_on_its_command_line(tmp_path):
+    cut = fit(tmp_path / "cut", *SMALL, "--trainer.max_steps=2", "--trainer.callbacks=[]",
+              "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=2")
+    last = next((tmp_path / "cut").rglob("*.ckpt"))
+    assert int(cut.model.stream_position) == 100
+    resumed = fit(tmp_path / "resumed", *SMALL, f"--ckpt_path={last}", "--model.figure_every_n_steps=7")
+    assert resumed.model.hparams["figure_every_n_steps"] == 7 and int(resumed.model.stream_position) == 400

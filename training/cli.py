@@ -28,6 +28,7 @@ import ast
 import difflib
 import importlib
 import inspect
+import linecache
 import math
 import os
 import re
@@ -65,10 +66,11 @@ def close_match(word: str, choices: Sequence[str]) -> str | None:
     finds ``--data.batch_size`` before ``--model.batch_size`` could be considered."""
     group = word.rpartition(".")[0]
     siblings = [choice for choice in choices if group and choice.rpartition(".")[0] == group]
-    for pool in (siblings, list(choices)):
-        found = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
+    for pool in (siblings, list(choices)):  # compared without the leading dashes every option shares
+        bare = {choice.lstrip("-"): choice for choice in pool}
+        found = difflib.get_close_matches(word.lstrip("-"), list(bare), n=1, cutoff=0.6)
         if found:
-            return found[0]
+            return bare[found[0]]
     return None
 
 
@@ -381,11 +383,18 @@ def argument_check(function: _Function) -> _Function:
 def _refused_by(error: BaseException, component: Callable[..., Any]) -> bool:
     """Whether ``error`` was raised by ``component``'s own code or by a check it called."""
     code = getattr(inspect.unwrap(component), "__code__", None)
-    frames = [frame.f_code for frame, _ in _walk(error.__traceback__)]
+    walked = list(_walk(error.__traceback__))
+    frames = [frame.f_code for frame, _ in walked]
     if code not in frames:
         return False
-    below = frames[frames.index(code) + 1:]
-    return not below or below[0] in _CHECKS
+    at = frames.index(code)
+    below = frames[at + 1:]
+    if below:
+        return below[0] in _CHECKS
+    # raised in the component's own body: a refusal only by its own raise statement, not a bad call or a
+    # built-in failing there (a bug of the run keeps its traceback)
+    frame, line = walked[at]
+    return linecache.getline(frame.f_code.co_filename, line).lstrip().startswith("raise ")
 
 
 def _walk(tb: types.TracebackType | None) -> Iterator[tuple[types.FrameType, int]]:

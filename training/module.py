@@ -36,6 +36,7 @@ docs/tensorboard.md how to read it.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, cast
@@ -47,6 +48,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory
+from gae import validation as check
 from gae.traces.writer import TraceWriter
 from gae.types import StreamStep
 from gae.validation import Names
@@ -114,7 +116,10 @@ def judgment_configs(judgments: Mapping[str, Any] | None, judgment: Any = None, 
             config = config.as_dict()  # parses a checkpoint's hparams in place before on_load_checkpoint reads them
             config = config.get("init_args", config)
         if isinstance(config, Mapping):  # YAML and the hparams of a checkpoint give plain dicts
-            config = JudgmentConfig.from_dict(config)
+            try:
+                config = JudgmentConfig.from_dict(config)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"judgments[{name!r}]: {error}") from None
         if not isinstance(config, JudgmentConfig):
             raise TypeError(f"judgments[{name!r}] must be a JudgmentConfig or a dict of its options, got {config!r}")
         configs[name] = config
@@ -163,6 +168,13 @@ class DecisionMemoryModule(L.LightningModule):
                  rolling_window: int = 50, curve_points_per_batch: int = 10, figure_every_n_steps: int = 20,
                  trace: str | None = None) -> None:
         super().__init__()
+        for option, value in (("knn_k", knn_k), ("knn_capacity", knn_capacity), ("rolling_window", rolling_window),
+                              ("curve_points_per_batch", curve_points_per_batch),
+                              ("figure_every_n_steps", figure_every_n_steps)):
+            check.check_int(option, value, low=1)
+        check.check_real("lr", lr, low=0.0, low_open=True)
+        if trace is not None and not os.path.isdir(os.path.dirname(os.path.abspath(trace))):
+            raise ValueError(f"trace must be a file in an existing folder, got {trace!r}")
         configs = judgment_configs(judgments, judgment, knn=knn)
         # plain values only, so that a checkpoint loads with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["judgments", "judgment"])
@@ -263,7 +275,7 @@ class DecisionMemoryModule(L.LightningModule):
         """Read the stream's drift points for the marker; under DDP, share rank 0's attention gradient
         instead of averaging identical ones."""
         self._drift_points = board.drift_points(getattr(getattr(self.trainer, "datamodule", None), "stream", None))
-        self._close_writers()  # a resumed fit may log to a new version: it opens its own runs
+        self.teardown("fit")  # what an earlier fit left open: this one opens its own traces and runs
         model = self.trainer.strategy.model
         if not isinstance(model, DistributedDataParallel):
             return
@@ -332,8 +344,16 @@ class DecisionMemoryModule(L.LightningModule):
         if self.global_rank == 0 and int(self.stream_position) > 0:
             print(f"\n{self.summary()}")
 
-    def on_exception(self, exception: BaseException) -> None:
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [_CloseOnException()]  # Lightning tells callbacks, not the module, of an exception
+
+    def teardown(self, stage: str) -> None:
+        """After a fit, also one that raised: close every writer, so that a fit resumed on this
+        module opens its own traces and runs."""
         self._close_writers()
+        for tracer in (self._tracers or {}).values():
+            tracer.close()
+        self._tracers = None
 
     def _unseen(self, batch: DecisionBatch) -> DecisionBatch | None:
         """The part of the batch the memory has not learned yet (all of it, except on a replay)."""
@@ -471,6 +491,13 @@ class DecisionMemoryModule(L.LightningModule):
             after = f"{float(self._after_drift(name).compute()):.1%}" if seen else "-"
             lines.append(f"{name:<14}{scalars['acc/cumulative']:>12.1%}{after:>13}{scalars['acc/rolling']:>9.1%}")
         return "\n".join(lines)
+
+
+class _CloseOnException(L.Callback):
+    """Closes the module's trace and TensorBoard writers when its fit raises."""
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        pl_module.teardown("fit")
 
 
 def _confirmed(confirmed: Tensor) -> Tensor | None:
