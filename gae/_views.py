@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+VIEWS = ("_host", "_judge_host")  # the attributes that hold single-decision views
+
 
 class ViewsMixin(nn.Module):
     """Mixed into :class:`~gae.DecisionMemory` before ``nn.Module``, which gives it ``_lock`` (a
@@ -31,9 +33,9 @@ class ViewsMixin(nn.Module):
         (views of this instance's tensors: a copy builds its own)."""
         state = dict(super().__getstate__())
         state.pop("_lock", None)
-        host = state.get("_host")
-        if host is not None:
-            state["_host"] = type(host)()
+        for name in VIEWS:
+            if state.get(name) is not None:
+                state[name] = _fresh(state[name])
         return state
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -65,9 +67,10 @@ class ViewsMixin(nn.Module):
         return result
 
     def _drop_views(self) -> None:
-        host = self.__dict__.get("_host")
-        if host is not None:
-            self.__dict__["_host"] = type(host)()
+        for name in VIEWS:
+            views = self.__dict__.get(name)
+            if views is not None:
+                self.__dict__[name] = _fresh(views)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -86,3 +89,8 @@ class ViewsMixin(nn.Module):
         super().register_parameter(name, param)
         self._drop_views()
 
+
+
+def _fresh(views: Any) -> Any:
+    """An empty holder of the same views: its ``fresh()`` where it needs arguments, else a new one."""
+    return views.fresh() if hasattr(views, "fresh") else type(views)()

@@ -128,6 +128,11 @@ class StreamStep(NamedTuple):
             applied); ``None`` for memories without prototypes.
         retrieved: the :class:`Retrieved` traces behind each answer, for the memories that
             vote with stored traces; ``None`` for :class:`~gae.JudgmentMemory`.
+        votes: (B, J, A) float, each judge's probabilities before learning (judge 0: the
+            prototypes), for a :class:`~gae.JudgmentMemory` with judges (``output`` is then
+            their mixture); ``None`` otherwise.
+        own: the prototypes' own pre-learning :class:`MemoryOutput` where ``output`` is the
+            judges' mixture (what ``sq_diff`` and ``attention_loss`` belong to); ``None`` otherwise.
     """
 
     output: MemoryOutput
@@ -136,6 +141,13 @@ class StreamStep(NamedTuple):
     nearest: Tensor | None = None
     before: Tensor | None = None
     retrieved: Retrieved | None = None
+    votes: Tensor | None = None
+    own: MemoryOutput | None = None
+
+    @property
+    def prototypes_output(self) -> MemoryOutput:
+        """The prototypes' own output: ``own`` where the memory has judges, else ``output``."""
+        return self.output if self.own is None else self.own
 
     def to(self, device: torch.device | str) -> StreamStep:
         """The same step with every tensor on ``device``."""
@@ -145,7 +157,9 @@ class StreamStep(NamedTuple):
         return StreamStep(MemoryOutput(*(t.to(device) for t in self.output)),
                           LearnEvents(*(t.to(device) for t in self.events)), move(self.sq_diff),
                           nearest=move(self.nearest), before=move(self.before),
-                          retrieved=None if self.retrieved is None else self.retrieved.to(device))
+                          retrieved=None if self.retrieved is None else self.retrieved.to(device),
+                          votes=move(self.votes),
+                          own=None if self.own is None else MemoryOutput(*(t.to(device) for t in self.own)))
 
 
 class GateLog(NamedTuple):

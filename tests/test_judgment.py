@@ -150,12 +150,17 @@ def test_parameter_inventory_counts_every_number():
     lvq = ("input_counts", "input_means", "input_variances", "relevance_logits")
     # the buffers of the options that are off (wins with one prototype, the adaptive and lvq state) are empty
     assert inventory == {"criterion_logits": 32, "centroids": 128, "initialized": 16, "counts": 16, "wins": 0,
-                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), **dict.fromkeys(lvq, 0), "total": 193}
+                         "num_decisions": 1, **dict.fromkeys(adaptive, 0), **dict.fromkeys(lvq, 0), "trust_weights": 0,
+                         "total": 193}
     # learning='lvq' adds each category's running mean and variance, its count and its relevance logits
     inventory = JudgmentMemory(4, 4, 8, learning="lvq", prototypes=3).parameter_inventory()
     assert inventory == {"criterion_logits": 32, "centroids": 384, "initialized": 48, "counts": 48, "wins": 48,
                          "num_decisions": 1, **dict.fromkeys(adaptive, 0), "input_counts": 4, "input_means": 32,
-                         "input_variances": 32, "relevance_logits": 32, "total": 661}
+                         "input_variances": 32, "relevance_logits": 32, "trust_weights": 0, "total": 661}
+    # judges add their own buffers and the trust, one weight per category and judge
+    inventory = JudgmentMemory(4, 4, 8, learning="lvq", judges={"gauss": {}}).parameter_inventory()
+    assert inventory["trust_weights"] == 8 and inventory["judge_gauss_means"] == 4 * 4 * 8
+    assert inventory["judge_gauss_weights"] == 16 and inventory["judge_gauss_total"] == 4
 
 
 def test_extra_repr_names_the_hyperparameters():

@@ -25,7 +25,8 @@ OPTIONS = {"tau": 0.2, "eta_confirmed": 0.1, "eta_override": 0.02, "drift_thresh
            "promotion_threshold": 3.5, "tracking_eta": 0.3, "evidence_clip": 2.0, "evidence_allowance": 0.5,
            "lead_rate": 0.2, "prototypes": 2, "spawn_threshold": 0.7, "spawn_support": 2.0, "win_decay": 0.1,
            "learning": "lvq", "units": "criterion", "rate_floor": 0.05, "relevance_rate": 0.02, "miss_penalty": 0.2,
-           "max_log_events": 100}
+           "max_log_events": 100, "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}},
+           "trust_rate": 0.7, "trust_share": 0.05, "trust_floor": 0.1}
 
 
 def stream(seed: int = 0, n: int = 240) -> list[tuple[dict, int]]:
@@ -252,7 +253,7 @@ def test_the_signature_is_the_config_with_the_recommended_defaults_and_a_bounded
     parameters = inspect.signature(JudgmentClassifier).parameters
     assert list(parameters) == ["category", "missing", *JudgmentConfig.options()]
     defaults = JudgmentConfig.recommended().replace(max_log_events=10_000)
-    assert all(parameters[name].default == getattr(defaults, name) for name in JudgmentConfig.options())
+    assert all(parameters[name].default == defaults.parameter(name) for name in JudgmentConfig.options())
     model = JudgmentClassifier()
     model.learn_one({"a": 1.0}, "x")
     assert model.memory.config == defaults and model.memory.config.learning == "lvq"

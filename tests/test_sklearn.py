@@ -171,7 +171,8 @@ def test_partial_fit_refuses_parameters_changed_since_the_memory_was_built():
 def other_value(name: str, default):
     """A valid value of each option other than its recommended default."""
     special = {"clip": (-3.0, 3.0), "max_log_events": 50, "drift_mode": "adaptive", "learning": "gated",
-               "units": "criterion"}
+               "units": "criterion", "judges": {"lda": {"kind": "lda", "shrinkage": 0.5, "rate_floor": 0.0,
+                                                         "refresh": 4}}}
     if name in special:
         return special[name]
     if isinstance(default, int):
@@ -185,7 +186,7 @@ def test_parameters_are_the_config_options_with_recommended_defaults_and_a_bound
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in signature.parameters.values())
     defaults = JudgmentConfig.recommended().replace(max_log_events=10_000)
     assert JudgmentClassifier().get_params() == {"category": None,
-                                                 **{name: getattr(defaults, name) for name in OPTIONS}}
+                                                 **{name: defaults.parameter(name) for name in OPTIONS}}
     assert JudgmentClassifier().get_params()["learning"] == "lvq"
     assert repr(JudgmentClassifier()) == "JudgmentClassifier()"
     assert repr(JudgmentClassifier(tau=0.5, category=1)) == "JudgmentClassifier(category=1, tau=0.5)"

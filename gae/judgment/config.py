@@ -71,6 +71,11 @@ class JudgmentConfig:
     miss_penalty: float = 0.0  # lvq, P > 1: other actions' prototypes nearer than the right one lose this share of wins
     # -- the decision log (trace, undo_, forget_)
     max_log_events: int | None = None  # decisions the log keeps (older ones folded into its base); 0: none
+    # -- judges beside the prototypes, each trusted as far as it has judged well (docs/judges.md)
+    judges: Mapping[str, Mapping[str, Any]] | tuple | None = ()  # {name: {"kind": kind, option: value}}; None: ()
+    trust_rate: float = 0.5  # learning rate of the trust weights on the judges' log-loss (judgment/trust.py)
+    trust_share: float = 0.02  # fixed share: every judge keeps at least this share over J of the trust
+    trust_floor: float = 0.05  # one decision costs a judge at most -log(trust_floor) nats of log-loss
 
     def __post_init__(self) -> None:
         real = check.check_real
@@ -102,10 +107,15 @@ class JudgmentConfig:
         if self.max_log_events is not None:
             check.check_int("max_log_events", self.max_log_events, low=0)
         set_(self, "clip", _checked_clip(self.clip))
+        from gae.judgment import judges  # the judges' modules build on the primitives, which import this one
+        set_(self, "judges", judges.parse(self.judges))
+        set_(self, "trust_rate", real("trust_rate", self.trust_rate, low=0.0))
+        set_(self, "trust_share", real("trust_share", self.trust_share, low=0.0, high=1.0))
+        set_(self, "trust_floor", real("trust_floor", self.trust_floor, low=0.0, high=1.0, low_open=True))
 
     def __repr__(self) -> str:
         """The options that differ from the seed rule's; ``JudgmentConfig()`` is the seed rule."""
-        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+        changed = [f"{f.name}={self.parameter(f.name)!r}" for f in dataclasses.fields(self)
                    if getattr(self, f.name) != f.default]
         return f"JudgmentConfig({', '.join(changed)})"
 
@@ -132,7 +142,7 @@ class JudgmentConfig:
         lists (``get_params``, ``clone``, ``repr``) read the signature."""
         defaults = cls.recommended() if defaults is None else defaults
         hints = typing.get_type_hints(cls)
-        return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name),
+        return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults.parameter(name),
                                   annotation=hints[name]) for name in cls.options()]
 
     @classmethod
@@ -145,7 +155,15 @@ class JudgmentConfig:
         if unknown:
             raise TypeError(f"{owner} got unknown option(s) {unknown}; the options are {list(cls.options())}")
         defaults = cls.recommended() if defaults is None else defaults
-        return {name: options[name] if name in options else getattr(defaults, name) for name in cls.options()}
+        return {name: options[name] if name in options else defaults.parameter(name) for name in cls.options()}
+
+    def parameter(self, name: str) -> Any:
+        """Option ``name`` as an estimator's parameter: its value, but the judges as the mapping
+        :meth:`to_dict` writes (river's ``clone`` reads a tuple parameter as a class and its
+        arguments, scikit-learn a default that is a dict)."""
+        if name == "judges":  # None for none: scikit-learn refuses a dict default, river's clone a tuple one
+            return self.to_dict()["judges"] or None
+        return getattr(self, name)
 
     def replace(self, **changes: Any) -> JudgmentConfig:
         """A copy with ``changes`` applied (and validated); TypeError names an unknown option."""
@@ -163,6 +181,7 @@ class JudgmentConfig:
         """Every option as plain JSON-able values (``clip`` as a list)."""
         values = {name: getattr(self, name) for name in self.options()}
         values["clip"] = None if self.clip is None else list(self.clip)
+        values["judges"] = {judge.name: judge.to_dict() for judge in self.judged()}
         return values
 
     @classmethod
@@ -177,6 +196,10 @@ class JudgmentConfig:
     def adaptive(self) -> bool:
         """``drift_mode == 'adaptive'``."""
         return self.drift_mode == "adaptive"
+
+    def judged(self) -> tuple[Any, ...]:
+        """The judges beside the prototypes, as :class:`~gae.judgment.judges.Judge` records."""
+        return typing.cast(tuple, self.judges)
 
     @property
     def lvq(self) -> bool:

@@ -13,8 +13,9 @@ from torch import Tensor, nn
 from gae import durable
 from gae import validation as check
 from gae._base import DecisionMemory
-from gae.judgment import engine, kernels, online, rule
+from gae.judgment import engine, judged, judges, kernels, online, online_judges, rule
 from gae.judgment import state as layout
+from gae.judgment import trust as trust_rule
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
@@ -135,6 +136,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
     input_means: Tensor
     input_variances: Tensor
     relevance_logits: Tensor
+    trust_weights: Tensor
 
     def __init__(self, categories: Names, actions: Names, factors: Names, config: JudgmentConfig | None = None,
                  *, grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
@@ -160,6 +162,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         self.history = History(self._config.max_log_events, buffer_state(self))
         self._updates = 0  # the version counter: see ``version``
         self._host = online.HostState()  # the views score_one and learn_one work on (gae/judgment/online.py)
+        self._judge_host = online_judges.JudgeHost(self._config)  # and those of the judges
         if opened is not None:
             self._attach(opened, snapshot_every, durable_decisions, given)
 
@@ -223,10 +226,14 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
         if out is not None:
             self._check_out(out, x, needs_grad)
-        if (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
-                and not torch.compiler.is_compiling()):
+        compiled = (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
+                    and not torch.compiler.is_compiling())
+        if self._config.judges:
+            result = self._score_judged(x, category, alpha, compiled)[0]
+        elif compiled:
             return self._score_compiled(x, category, alpha, out)
-        result = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0]
+        else:
+            result = rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0]
         if out is None:
             return result
         for target, value in zip(out, result, strict=True):
@@ -267,6 +274,28 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
                       self.scoring_centroids().contiguous().numpy(), self.initialized.numpy(), self.wins.numpy(),
                       alpha.detach().float().contiguous().numpy(), self._options, tuple(t.numpy() for t in out))
         return out
+
+    def _score_judged(self, x: Tensor, category: Tensor, alpha: Tensor, compiled: bool) -> tuple[MemoryOutput, Tensor]:
+        """The judges' mixture (:mod:`gae.judgment.judged`) and the (B, J, A) votes, the prototypes'
+        own probabilities the first judge's."""
+        own = (self._score_compiled(x, category, alpha) if compiled else
+               rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0])
+        buffers = cast(dict, self._buffers)
+        if compiled:
+            result, vote = judged.score(buffers, self._config, x.detach().cpu(), category.cpu(), own.probs, True)
+            return MemoryOutput(*(t.to(x.device) for t in result)), vote.to(x.device)
+        return judged.score(buffers, self._config, x, category, own.probs, False)
+
+    def judge_names(self) -> tuple[str, ...]:
+        """The names of the memory's judges, in vote order: ``'prototypes'``, then ``config.judges``."""
+        return (judges.PROTOTYPES, *(judge.name for judge in self._config.judged()))
+
+    def trust(self) -> Tensor:
+        """(C, J) each category's trust in each judge (:meth:`judge_names` order), rows summing
+        to 1; a memory without judges trusts its prototypes alone (all ones, J = 1)."""
+        if not self._config.judges:
+            return self.centroids.new_ones(len(self.category_names), 1)
+        return trust_rule.weights_of(self.trust_weights).clone()
 
     def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
         """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
@@ -332,7 +361,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         category = check.check_index(category, "category", len(self.category_names), step.sq_diff.shape[0],
                                      step.sq_diff.device, self.category_names)
         distance = rule.weighted(step.sq_diff, self.criterion_attention()[category])
-        return rule.slot_logits(distance, torch.isfinite(step.output.logits), self._config.tau)
+        return rule.slot_logits(distance, torch.isfinite(step.prototypes_output.logits), self._config.tau)
 
     def attention_loss(self, step: StreamStep, category: Tensor, action: Tensor,
                        skip: Tensor | None = None) -> Tensor | None:
@@ -363,7 +392,8 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
                      skip: Tensor, source_ids: Tensor | None = None, given: Tensor | None = None,
                      alpha: Tensor | None = None) -> StreamStep:
         self._check_learnable()
-        if x.shape[0] == 1 and source_ids is None and given is None and alpha is None and x.device.type == "cpu":
+        if (x.shape[0] == 1 and source_ids is None and given is None and alpha is None and x.device.type == "cpu"
+                and not self._config.judges):
             step = self._prequential_one(x, category, action, confirmed, skip)  # the single-decision path
             if step is not None:
                 return step
@@ -378,12 +408,21 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             given = torch.ones_like(confirmed) if given is None else given.to("cpu")
         step, promotions = engine.prequential(learned, self._config, alpha.to(torch.float32), x, category, action,
                                               confirmed, skip, given=given, backend=self.backend)
+        own_action = step.output.action
+        if self._config.judges:  # the judges learn the same decisions; the memory answers with their mixture
+            judge_buffers = judged.private_copy(cast(dict, self._buffers), self._config)
+            mixed, vote = judged.prequential(judge_buffers, self._config, x, category, action, skip, step.output.probs,
+                                             self.backend)
+            step = step._replace(output=mixed, votes=vote, own=step.output)
         engine.write_back(self.state(), learned)  # the whole batch lands at once
+        if self._config.judges:
+            for name, tensor in judge_buffers.items():
+                cast(Tensor, self._buffers[name]).copy_(tensor)
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         if not self.history.replaying:  # a replay is one mutation, counted by undo_ / forget_
             self._updates += x.shape[0]
-        derived = step.output.action == action  # the memory's own recommendation was the verified action
+        derived = own_action == action  # the prototypes' own recommendation was the verified action
         if confirmed is None or given is None:
             used, given = derived, torch.zeros_like(derived)
         else:
@@ -443,6 +482,11 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             if value != mine:
                 raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "
                                  f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
+        value = {name: spec.get("kind", name) for name, spec in (saved.get("judges") or {}).items()}
+        mine = {judge.name: judge.kind for judge in self._config.judged()}
+        if value != mine:
+            raise ValueError(f"state_dict was saved with the judges {value!r} but this memory has {mine!r}; "
+                             f"build the memory with the config it was saved with to load it")
 
     def _upgrade_state(self, state_dict: dict[str, Any], prefix: str, version: int | None) -> None:
         """In place: a state an earlier gae saved (``version`` < 2, or unrecorded and of an older

@@ -268,6 +268,7 @@ class SingleDecisionMixin:
     (``super()``), which anything unusual takes."""
 
     _host: HostState
+    _judge_host: Any
     _lock: Any
     history: Any
     backend: str
@@ -307,6 +308,11 @@ class SingleDecisionMixin:
             row = self._fast_row(factors)
             if row is None:
                 return cast(Any, super()).score_one(factors, category)  # the checks, with the full error message
+            if self._config.judges:
+                decided = self._judged_one(host, row, index)
+                if decided is None:
+                    return cast(Any, super()).score_one(factors, category)
+                return None if decided[0] < 0 else self._action_names[decided[0]], decided[1]
             score = host.score  # bound on the first score: then called here, a Python call less
             action, confidence = (host.score_row(row, index, self._options) if score is None
                                   else score(row, index, *host.score_bound))
@@ -326,6 +332,11 @@ class SingleDecisionMixin:
                  else self._category_position(category))
         if host is None or index is None or not isinstance(row, np.ndarray):
             return cast(Any, super())._scores_one(row, category)
+        if self._config.judges:
+            decided = self._judged_one(host, row, index)
+            if decided is None:
+                return cast(Any, super())._scores_one(row, category)
+            return decided[0], decided[1], decided[2].tolist()
         action, confidence = host.score_row(row, index, self._options)
         if action == kernels.NOT_FINITE:
             return cast(Any, super())._scores_one(row, category)
@@ -366,7 +377,9 @@ class SingleDecisionMixin:
                 if host is not None and c is not None and a is not None:
                     row = self._fast_row(factors)
                     if row is not None:
-                        learned = self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
+                        learned = (self._stage(host, row, c, a, confirmed, outcome == INCORRECT, flush_full=True)
+                                   if not self._config.judges else
+                                   self._stage_judged(host, row, c, a, confirmed, outcome == INCORRECT))
                         if learned is not None:
                             _, skipped, gated, eta, disp, initialized = learned
                             return {"skipped": True} if skipped else {"skipped": False, "gated": gated, "eta": eta,
@@ -403,6 +416,37 @@ class SingleDecisionMixin:
         self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
         if flush_full and staged.n == staged.capacity:
             history.flush(self, self._relearn)
+        return learned
+
+    def _judged_one(self, host: HostState, row: np.ndarray, c: int) -> tuple[int, float, np.ndarray] | None:
+        """The judges' mixture for one decision (:mod:`gae.judgment.online_judges`), after the
+        prototypes scored it: ``(action, confidence, probs)``, or None for the checked path."""
+        judge_host = self._judge_host.get(self._buffers)
+        if judge_host is None:
+            return None
+        action, _ = host.score_row(row, c, self._options)
+        if action == kernels.NOT_FINITE:
+            return None
+        assert host.score_table is not None  # bound by the score just taken
+        # score_one_at's scratch: this row's logits, the prototypes' vote's
+        action, confidence = judge_host.decide(row, c, host.score_table.arrays[8], True)
+        return action, confidence, judge_host.probs.copy()
+
+    def _stage_judged(self, host: HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
+                      skip: bool) -> tuple | None:
+        """:meth:`_stage` for a memory with judges: the prototypes learn the staged row, then the
+        judges and the trust learn the decision from the prototypes' vote on that row."""
+        judge_host = self._judge_host.get(self._buffers)
+        if judge_host is None:
+            return None
+        learned = self._stage(host, row, c, a, confirmed, skip)
+        if learned is None:
+            return None
+        staged = self.history.staged
+        if not learned[1]:  # not skipped
+            judge_host.decide(row, c, staged.arrays[5][1, staged.n - 1], False, a)  # the row's probs
+        if staged.n == staged.capacity:
+            self.history.flush(self, self._relearn)
         return learned
 
     def _prequential_one(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,

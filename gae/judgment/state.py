@@ -29,7 +29,16 @@ buffer                      dtype      shape           when the feature is off
 ``input_means``             float32    (C, K)          (0, 0)
 ``input_variances``         float32    (C, K)          (0, 0)
 ``relevance_logits``        float32    (C, K)          (0, 0)
+``trust_weights``           float32    (C, J)          (0, 0) without judges
+``judge_<name>_<buffer>``   (judge's)  (judge's)       not registered: only the config's judges
 ==========================  =========  ==============  ======================================
+
+The judges (``JudgmentConfig.judges``, :mod:`gae.judgment.judges`) are the one exception to a
+fixed set: each judge of the config registers its kind's buffers under its own name, and the J
+columns of ``trust_weights`` are the prototypes then each judge. A state saved with other judges
+is refused by name (``JudgmentMemory`` checks the config it was saved with).
+
+Version 3 had no judges and no ``trust_weights``; its states gain it empty.
 
 Version 2 had no ``learning='lvq'`` and none of its four buffers; its states gain them empty.
 
@@ -47,7 +56,7 @@ from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
 
-VERSION = 3
+VERSION = 4
 
 
 class JudgmentState(NamedTuple):
@@ -75,7 +84,8 @@ class JudgmentState(NamedTuple):
 
 _ADAPTIVE = JudgmentState._fields[4:13]
 _LVQ = JudgmentState._fields[13:]
-BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE, *_LVQ)  # the order they are registered in
+BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE, *_LVQ, "trust_weights")  # registration order
+# (then each judge's buffers: gae.judgment.judges.layout)
 
 
 def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentConfig) -> dict[str, tuple]:
@@ -106,7 +116,13 @@ def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentCo
         "input_means": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
         "input_variances": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
         "relevance_logits": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
+        **_judges().layout(config.judged(), n_categories, n_actions, n_factors),  # trust_weights, then each judge's
     }
+
+
+def _judges() -> Any:
+    from gae.judgment import judges  # the judges' modules build on the primitives, which import this one
+    return judges
 
 
 def register(module: torch.nn.Module, n_categories: int, n_actions: int, n_factors: int,
@@ -158,6 +174,8 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
     """
     out = dict(buffers)
     centroids = out.get("centroids")
+    if isinstance(centroids, Tensor) and "trust_weights" not in out:
+        out["trust_weights"] = torch.zeros(0, 0)  # version 3 and before had no judges
     if not isinstance(centroids, Tensor) or centroids.dim() not in (3, 4) or is_current(out):
         return out
     for name in _RETIRED:

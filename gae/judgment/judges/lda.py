@@ -1,0 +1,122 @@
+r"""The ``lda`` judge in plain torch: class means under one covariance shared by the actions of a
+category, shrunk toward its diagonal (streaming linear discriminant analysis). Its compiled mirror
+is :mod:`gae.judgment.kernels.judges.lda`, function for function.
+
+Per category :math:`c` it keeps each action's weight :math:`n_{c,a}` and mean :math:`m_{c,a}`,
+the category's weight :math:`N_c`, the pooled within-action covariance :math:`S_c` and the
+precision :math:`P_c` scoring uses. Learning a verified decision ``x`` of action ``a``::
+
+    decay                 every weight of c (and N_c) is multiplied by 1 - rate_floor
+    N_c += 1,  n_{c,a} += 1
+    d = x - m_{c,a}       (before the update: 0 on the action's first decision)
+    S_c += (d d^T - S_c) / N_c,     m_{c,a} += d / n_{c,a}
+    refresh               every ``refresh`` decisions of c (and its first ``refresh``):
+                          Sigma = (1 - shrinkage) S_c + shrinkage diag(S_c) + (RIDGE mean(diag S_c) + VARIANCE_FLOOR) I
+                          P_c = Sigma^-1        (Cholesky, in float64)
+
+Scoring (the log-likelihood under the shared covariance, less what all actions share, plus the
+log prior)::
+
+    score_a = log(n_{c,a} / N_c) - (x - m_{c,a})^T P_c (x - m_{c,a}) / 2
+
+The precision is a cache of ``S_c``, refreshed on a fixed schedule: between refreshes the means
+move and the covariance is the one of the last refresh, which costs O(K^3) per ``refresh``
+decisions rather than per decision. An action never taught in the category scores ``-inf``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gae import validation as check
+from gae.judgment.judges.weights import count
+from gae.judgment.primitives import VARIANCE_FLOOR
+
+BUFFERS = ("weights", "means", "total", "decisions", "covariance", "precision")
+RIDGE = 1e-3  # of the mean variance, added to the diagonal: a criterion that never varied stays invertible
+
+
+@dataclass(frozen=True)
+class Options:
+    """The ``lda`` judge's options."""
+
+    shrinkage: float = 0.2  # weight of the diagonal in the covariance (0: the pooled covariance, 1: its diagonal)
+    rate_floor: float = 0.0  # 0: every decision counts alike; r: the statistics of about the last 1 / r decisions
+    refresh: int = 8  # decisions of a category between two computations of its precision
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shrinkage", check.check_real("shrinkage", self.shrinkage, low=0.0, high=1.0))
+        object.__setattr__(self, "rate_floor", check.check_real("rate_floor", self.rate_floor, low=0.0, high=1.0,
+                                                                high_open=True))
+        object.__setattr__(self, "refresh", check.check_int("refresh", self.refresh, low=1))
+
+    def params(self) -> tuple[float, ...]:
+        """The options as the kernel reads them."""
+        return (self.shrinkage, self.rate_floor, float(self.refresh))
+
+
+def buffers(n_categories: int, n_actions: int, n_factors: int, options: Options) -> dict[str, tuple]:
+    """``name -> (shape, dtype)`` of the judge's state."""
+    f32 = torch.float32
+    return {"weights": ((n_categories, n_actions), f32), "means": ((n_categories, n_actions, n_factors), f32),
+            "total": ((n_categories,), f32), "decisions": ((n_categories,), torch.int64),
+            "covariance": ((n_categories, n_factors, n_factors), f32),
+            "precision": ((n_categories, n_factors, n_factors), f32)}
+
+
+def log_scores(x: Tensor, category: Tensor, state: dict[str, Tensor], options: Options) -> Tensor:
+    """(B, A) each action's score for (B, K) ``x`` in (B,) ``category`` (the module docstring's
+    formula), ``-inf`` where the action was never taught; differentiable in ``x``."""
+    weights, total = state["weights"][category], state["total"][category]  # (B, A), (B,)
+    diff = x.to(torch.float32)[:, None, :] - state["means"][category]  # (B, A, K)
+    quadratic = ((diff @ state["precision"][category]) * diff).sum(-1)  # (B, A)
+    taught = weights > 0
+    log_prior = torch.log(torch.where(taught, weights, 1.0)) - torch.log(total.clamp(min=1e-30))[:, None]
+    return torch.where(taught, log_prior - 0.5 * quadratic, float("-inf"))
+
+
+def precision(covariance: Tensor, options: Options) -> Tensor:
+    """(K, K) the precision of one category's (K, K) pooled covariance (the module docstring's
+    refresh), in float64, rounded to float32."""
+    s = covariance.to(torch.float64)
+    diagonal = torch.diagonal(s)
+    sigma = (1.0 - options.shrinkage) * s + options.shrinkage * torch.diag(diagonal)
+    sigma = sigma + (RIDGE * float(diagonal.mean()) + VARIANCE_FLOOR) * torch.eye(s.shape[0], dtype=torch.float64)
+    return cholesky_inverse(sigma).to(torch.float32)
+
+
+def cholesky_inverse(sigma: Tensor) -> Tensor:
+    r"""The inverse of a symmetric positive definite (K, K) float64 matrix through its Cholesky
+    factor :math:`\Sigma = L L^T`: :math:`\Sigma^{-1} = L^{-T} L^{-1}`, written out in the order
+    the kernel computes it."""
+    n = sigma.shape[0]
+    lower = torch.zeros_like(sigma)
+    for i in range(n):
+        for j in range(i + 1):
+            total = sigma[i, j] - (lower[i, :j] * lower[j, :j]).sum()
+            lower[i, j] = torch.sqrt(total) if i == j else total / lower[j, j]
+    inverse_lower = torch.zeros_like(sigma)  # L^-1, lower triangular
+    for i in range(n):
+        inverse_lower[i, i] = 1.0 / lower[i, i]
+        for j in range(i):
+            inverse_lower[i, j] = -(lower[i, j:i] * inverse_lower[j:i, j]).sum() / lower[i, i]
+    return inverse_lower.T @ inverse_lower
+
+
+def learn(x: Tensor, c: int, a: int, state: dict[str, Tensor], options: Options) -> None:
+    """Learn one verified decision ``x`` of action ``a`` in category ``c``, in place (the module
+    docstring's rule)."""
+    weights, total = state["weights"], state["total"]
+    fresh = count(weights, total, c, a, options.rate_floor)
+    state["decisions"][c] += 1
+    if fresh:
+        state["means"][c, a] = x
+    delta = x - state["means"][c, a]
+    state["covariance"][c] += (delta[:, None] * delta[None, :] - state["covariance"][c]) / total[c]
+    state["means"][c, a] += delta / weights[c, a]
+    seen = int(state["decisions"][c])
+    if seen <= options.refresh or seen % options.refresh == 0:
+        state["precision"][c] = precision(state["covariance"][c], options)

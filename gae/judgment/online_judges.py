@@ -1,0 +1,84 @@
+"""The judges on the single-decision path: ``score_one`` and ``learn_one`` of a memory with judges.
+
+:class:`JudgeHost` keeps NumPy views of the judges' and the trust's buffers and each judge
+kernel's entry points (:func:`gae.compiled.entry_point`), rebuilt when a buffer is replaced. After
+the prototypes scored (or learned, on :mod:`gae.judgment.online`'s staged row), it scores the
+decision with every judge, mixes the votes (:func:`gae.judgment.kernels.trust.judge_one`) and,
+when learning, teaches each judge and steps the trust: the numbers the batched pass
+(:mod:`gae.judgment.judged`) computes, one decision at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+from torch._C import TensorBase
+
+from gae.compiled import entry_point
+from gae.judgment import judged, judges
+from gae.judgment.config import JudgmentConfig
+from gae.judgment.kernels import trust as trust_kernels
+
+
+class JudgeHost:
+    """Views and entry points for one memory's judges (see the module)."""
+
+    def __init__(self, config: JudgmentConfig) -> None:
+        self.config = config
+        self.names = judged.names(config)
+        self.tensors: tuple[Tensor, ...] = ()
+        self.pointers: tuple[int, ...] = (-1,)
+
+    def fresh(self) -> JudgeHost:
+        """A holder of no views for the same config (a copy, or after a tensor was replaced)."""
+        return JudgeHost(self.config)
+
+    def get(self, buffers: dict[str, Any]) -> JudgeHost | None:
+        """Itself while its views are valid, else built again; None when a buffer is not a
+        contiguous CPU tensor (the caller takes the checked path)."""
+        # a replaced buffer drops the views (DecisionMemory._drop_views): what is left to see is data that moved
+        if self.tensors and tuple(map(TensorBase.data_ptr, self.tensors)) == self.pointers:
+            return self
+        tensors = tuple(buffers[name] for name in self.names)
+        if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+            return None
+        self.tensors, self.pointers = tensors, tuple(map(TensorBase.data_ptr, tensors))
+        members = self.config.judged()
+        n_actions = buffers[judges.buffer_name(members[0], "weights")].shape[1]
+        self.scores = np.zeros((1 + len(members), n_actions), np.float32)
+        self.vote = np.zeros_like(self.scores)
+        self.logits = np.zeros(n_actions, np.float32)
+        self.probs = np.zeros(n_actions, np.float32)
+        self.trust = buffers["trust_weights"].detach().numpy()
+        row = np.zeros(buffers[judges.buffer_name(members[0], "means")].shape[2])
+        self.calls = []
+        for j, judge in enumerate(members, start=1):
+            kernel = judged.kernel_of(judge.kind)
+            arrays = tuple(t.detach().numpy() for t in judges.state_of(judge, buffers).values())
+            params = judge.options.params()
+            score = entry_point(kernel.log_scores, row, 0, *arrays, *params, self.scores[j])
+            learn = entry_point(kernel.learn, row, 0, 0, *arrays, *params)
+            self.calls.append((score, learn, arrays + params, self.scores[j]))
+        config = self.config
+        self.mix = entry_point(trust_kernels.judge_one, self.scores, False, 0, 0, False, self.trust,
+                               config.trust_rate, config.trust_share, config.trust_floor, config.min_confidence,
+                               self.vote, self.logits, self.probs)
+        return self
+
+    def decide(self, row: np.ndarray, c: int, own: np.ndarray, own_logits: bool, a: int = -1) -> tuple[int, float]:
+        """The mixture's ``(action, confidence)`` for one decision (``probs`` holds its
+        probabilities) from the prototypes' (A,) ``own`` probabilities, or ``own_logits``; with
+        ``a >= 0`` every judge then learns it as verified ``a``, and the trust."""
+        self.scores[0] = own
+        for score, _, args, out in self.calls:
+            score(row, c, *args, out)
+        config = self.config
+        action, confidence = self.mix(self.scores, own_logits, c, max(a, 0), a >= 0, self.trust, config.trust_rate,
+                                      config.trust_share, config.trust_floor, config.min_confidence, self.vote,
+                                      self.logits, self.probs)
+        if a >= 0:
+            for _, learn, args, _ in self.calls:
+                learn(row, c, a, *args)
+        return action, confidence
