@@ -261,7 +261,7 @@ def test_bad_judges_are_refused(judges_option, error, words):
 
 
 @pytest.mark.parametrize("option, value", [("trust_rate", -1.0), ("trust_share", 1.5), ("trust_floor", 0.0),
-                                           ("trust_rate", math.nan)])
+                                           ("trust_rate", math.nan), ("trust_share", 0.0)])
 def test_bad_trust_options_are_refused(option, value):
     with pytest.raises(ValueError, match=option):
         JudgmentConfig(**{option: value})
@@ -289,3 +289,19 @@ def test_gradient_reaches_the_factors_and_the_attention():
     with torch.no_grad():
         fast = memory(query, torch.zeros(6, dtype=torch.long))
     assert torch.allclose(fast.probs, out.probs.detach(), atol=1e-5)
+
+
+def test_a_harsh_trust_never_divides_by_zero():
+    """A large trust_rate with the smallest share and floor: the losers' factors underflow, the
+    share keeps every weight positive, and learning goes on finite through both paths."""
+    config = JudgmentConfig.recommended().replace(judges={"gauss": {}}, trust_rate=1e6, trust_share=1e-30,
+                                                  trust_floor=1e-30)
+    x, category, action, _ = stream(13, n=80, n_categories=1, n_actions=2)
+    batched = JudgmentMemory(1, 2, K, config)
+    batched.prequential_(x, category, action)
+    single = JudgmentMemory(1, 2, K, config)
+    for b in range(80):
+        single.learn_one(x[b].tolist(), int(action[b]), 0, confirmed=None)
+    for memory in (batched, single):
+        assert torch.isfinite(memory.trust_weights).all() and (memory.trust_weights > 0).all()
+    assert_buffers_close(batched, single)

@@ -74,7 +74,7 @@ class JudgmentConfig:
     # -- judges beside the prototypes, each trusted as far as it has judged well (docs/judges.md)
     judges: Mapping[str, Mapping[str, Any]] | tuple | None = ()  # {name: {"kind": kind, option: value}}; None: ()
     trust_rate: float = 0.5  # learning rate of the trust weights on the judges' log-loss (judgment/trust.py)
-    trust_share: float = 0.02  # fixed share: every judge keeps at least this share over J of the trust
+    trust_share: float = 0.02  # fixed share (> 0): every judge keeps at least this share over J of the trust
     trust_floor: float = 0.05  # one decision costs a judge at most -log(trust_floor) nats of log-loss
 
     def __post_init__(self) -> None:
@@ -110,7 +110,8 @@ class JudgmentConfig:
         from gae.judgment import judges  # the judges' modules build on the primitives, which import this one
         set_(self, "judges", judges.parse(self.judges))
         set_(self, "trust_rate", real("trust_rate", self.trust_rate, low=0.0))
-        set_(self, "trust_share", real("trust_share", self.trust_share, low=0.0, high=1.0))
+        # a share > 0 keeps every trust weight >= trust_share / J, so the trust's normaliser never reaches 0
+        set_(self, "trust_share", real("trust_share", self.trust_share, low=0.0, high=1.0, low_open=True))
         set_(self, "trust_floor", real("trust_floor", self.trust_floor, low=0.0, high=1.0, low_open=True))
 
     def __repr__(self) -> str:
