@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gae.types import MemoryOutput
+
 Names = int | Sequence[str]
 _Init = TypeVar("_Init", bound=Callable[..., None])
 
@@ -258,3 +260,34 @@ def source_ids(value: Any) -> Tensor:
         return torch.tensor(ids, dtype=torch.int64)
     except (TypeError, ValueError, OverflowError, RuntimeError):
         raise ValueError(f"source_ids must be a non-empty list of integers, got {value!r}") from None
+
+
+def check_out(out: Any, x: Tensor, needs_grad: bool, n_actions: int, dtype: torch.dtype,
+              device: torch.device) -> None:
+    """An ``out=`` for a judgment memory's ``forward`` (see ``JudgmentMemory.forward``): a
+    :class:`~gae.types.MemoryOutput` of contiguous (B, A) logits and probs, (B,) int64 action and
+    (B,) confidence in ``dtype`` on ``device``, sharing no memory with ``x`` or each other, and
+    only where no gradient is needed; else a TypeError / ValueError naming the field."""
+
+    if not isinstance(out, MemoryOutput):
+        raise TypeError(f"out must be a MemoryOutput or None, got {type(out).__name__}")
+    if needs_grad:
+        raise ValueError("out cannot hold a result that needs a gradient; score under torch.no_grad()")
+    batch = x.shape[0]
+    expected = {"logits": ((batch, n_actions), dtype), "probs": ((batch, n_actions), dtype),
+                "action": ((batch,), torch.int64), "confidence": ((batch,), dtype)}
+    for name, (shape, kind) in expected.items():
+        tensor = getattr(out, name)
+        if not isinstance(tensor, Tensor) or tensor.shape != shape or tensor.dtype != kind:
+            got = (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, Tensor) else type(tensor).__name__
+            raise ValueError(f"out.{name} must be a {kind} tensor of shape {shape}, got {got}")
+        if tensor.device != device or not tensor.is_contiguous() or tensor.requires_grad:
+            raise ValueError(f"out.{name} must be contiguous, on {device} and not require grad")
+    # the kernel writes a block of rows while reading later rows of x: nothing may share memory
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
+                   for name, t in (("x", x), *zip(MemoryOutput._fields, out, strict=True)) if t.numel())
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
+        if start < end:
+            one, other = sorted((first, second), key=lambda name: name == "x")  # x named last
+            raise ValueError(f"out.{one} overlaps {'x' if other == 'x' else 'out.' + other}: "
+                             "give each output its own memory")

@@ -13,20 +13,20 @@ from torch import Tensor, nn
 from gae import durable
 from gae import validation as check
 from gae._base import DecisionMemory
-from gae.judgment import engine, judged, judges, kernels, online, online_judges, rule
+from gae.judgment import engine, kernels, online, online_judges, rule
 from gae.judgment import state as layout
-from gae.judgment import trust as trust_rule
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, buffer_state
 from gae.judgment.history_api import HistoryMixin
+from gae.judgment.judges_api import JudgesMixin
 from gae.lifecycle import MAX_PENDING
 from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
 
-class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
+class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
     A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
@@ -225,7 +225,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         alpha = self.metric()  # (C, K)
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.criterion_logits.requires_grad)
         if out is not None:
-            self._check_out(out, x, needs_grad)
+            check.check_out(out, x, needs_grad, len(self.action_names), self._float_dtype, self._device)
         compiled = (x.device.type == "cpu" and self.centroids.dtype == torch.float32 and not needs_grad
                     and not torch.compiler.is_compiling())
         if self._config.judges:
@@ -240,30 +240,6 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             target.copy_(value)
         return out
 
-    def _check_out(self, out: MemoryOutput, x: Tensor, needs_grad: bool) -> None:
-        if not isinstance(out, MemoryOutput):
-            raise TypeError(f"out must be a MemoryOutput or None, got {type(out).__name__}")
-        if needs_grad:
-            raise ValueError("out cannot hold a result that needs a gradient; score under torch.no_grad()")
-        batch, n_actions, dtype = x.shape[0], len(self.action_names), self._float_dtype
-        expected = {"logits": ((batch, n_actions), dtype), "probs": ((batch, n_actions), dtype),
-                    "action": ((batch,), torch.int64), "confidence": ((batch,), dtype)}
-        for name, (shape, kind) in expected.items():
-            tensor = getattr(out, name)
-            if not isinstance(tensor, Tensor) or tensor.shape != shape or tensor.dtype != kind:
-                got = (tuple(tensor.shape), tensor.dtype) if isinstance(tensor, Tensor) else type(tensor).__name__
-                raise ValueError(f"out.{name} must be a {kind} tensor of shape {shape}, got {got}")
-            if tensor.device != self._device or not tensor.is_contiguous() or tensor.requires_grad:
-                raise ValueError(f"out.{name} must be contiguous, on {self._device} and not require grad")
-        # the kernel writes a block of rows while reading later rows of x: nothing may share memory
-        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
-                       for name, t in (("x", x), *zip(MemoryOutput._fields, out, strict=True)) if t.numel())
-        for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
-            if start < end:
-                one, other = sorted((first, second), key=lambda name: name == "x")  # x named last
-                raise ValueError(f"out.{one} overlaps {'x' if other == 'x' else 'out.' + other}: "
-                                 "give each output its own memory")
-
     def _score_compiled(self, x: Tensor, category: Tensor, alpha: Tensor,
                         out: MemoryOutput | None = None) -> MemoryOutput:
         n, n_actions = x.shape[0], len(self.action_names)
@@ -274,28 +250,6 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
                       self.scoring_centroids().contiguous().numpy(), self.initialized.numpy(), self.wins.numpy(),
                       alpha.detach().float().contiguous().numpy(), self._options, tuple(t.numpy() for t in out))
         return out
-
-    def _score_judged(self, x: Tensor, category: Tensor, alpha: Tensor, compiled: bool) -> tuple[MemoryOutput, Tensor]:
-        """The judges' mixture (:mod:`gae.judgment.judged`) and the (B, J, A) votes, the prototypes'
-        own probabilities the first judge's."""
-        own = (self._score_compiled(x, category, alpha) if compiled else
-               rule.score(x, category, self.scoring_centroids(), self.scoring_mask(), alpha, self._config)[0])
-        buffers = cast(dict, self._buffers)
-        if compiled:
-            result, vote = judged.score(buffers, self._config, x.detach().cpu(), category.cpu(), own.probs, True)
-            return MemoryOutput(*(t.to(x.device) for t in result)), vote.to(x.device)
-        return judged.score(buffers, self._config, x, category, own.probs, False)
-
-    def judge_names(self) -> tuple[str, ...]:
-        """The names of the memory's judges, in vote order: ``'prototypes'``, then ``config.judges``."""
-        return (judges.PROTOTYPES, *(judge.name for judge in self._config.judged()))
-
-    def trust(self) -> Tensor:
-        """(C, J) each category's trust in each judge (:meth:`judge_names` order), rows summing
-        to 1; a memory without judges trusts its prototypes alone (all ones, J = 1)."""
-        if not self._config.judges:
-            return self.centroids.new_ones(len(self.category_names), 1)
-        return trust_rule.weights_of(self.trust_weights).clone()
 
     def nearest_prototype(self, x: Tensor, category: Tensor) -> Tensor:
         """(B, A) int64: the prototype slot each action scores ``x`` with (its nearest scoring
@@ -409,15 +363,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
         step, promotions = engine.prequential(learned, self._config, alpha.to(torch.float32), x, category, action,
                                               confirmed, skip, given=given, backend=self.backend)
         own_action = step.output.action
-        if self._config.judges:  # the judges learn the same decisions; the memory answers with their mixture
-            judge_buffers = judged.private_copy(cast(dict, self._buffers), self._config)
-            mixed, vote = judged.prequential(judge_buffers, self._config, x, category, action, skip, step.output.probs,
-                                             self.backend)
-            step = step._replace(output=mixed, votes=vote, own=step.output)
+        step, judge_buffers = self._learn_judges(x, category, action, skip, step)  # their mixture answers
         engine.write_back(self.state(), learned)  # the whole batch lands at once
-        if self._config.judges:
-            for name, tensor in judge_buffers.items():
-                cast(Tensor, self._buffers[name]).copy_(tensor)
+        self._write_judges(judge_buffers)
         first = int(self.num_decisions)
         self.num_decisions += x.shape[0]
         if not self.history.replaying:  # a replay is one mutation, counted by undo_ / forget_
@@ -482,11 +430,7 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, DecisionMemory):
             if value != mine:
                 raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "
                                  f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
-        value = {name: spec.get("kind", name) for name, spec in (saved.get("judges") or {}).items()}
-        mine = {judge.name: judge.kind for judge in self._config.judged()}
-        if value != mine:
-            raise ValueError(f"state_dict was saved with the judges {value!r} but this memory has {mine!r}; "
-                             f"build the memory with the config it was saved with to load it")
+        self._check_judges_state(saved)
 
     def _upgrade_state(self, state_dict: dict[str, Any], prefix: str, version: int | None) -> None:
         """In place: a state an earlier gae saved (``version`` < 2, or unrecorded and of an older

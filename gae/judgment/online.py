@@ -39,6 +39,7 @@ from gae.compiled import ArrayTable, entry_point
 from gae.judgment import kernels, rule
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.kernels.learning import learn_one_at
+from gae.judgment.online_judges import JudgedOneMixin
 from gae.judgment.state import JudgmentState, layout
 from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 
@@ -260,7 +261,7 @@ class HostState:
         return self.score(row, c, *self.score_bound)
 
 
-class SingleDecisionMixin:
+class SingleDecisionMixin(JudgedOneMixin):
     """The judgment memory's ``score_one``, ``learn_one`` and ``prequential_`` of one decision
     on this module's path (its public face, as :class:`~gae.judgment.history_api.HistoryMixin` is the
     history's). Mixed into :class:`~gae.JudgmentMemory`, which provides the attributes below and,
@@ -268,7 +269,6 @@ class SingleDecisionMixin:
     (``super()``), which anything unusual takes."""
 
     _host: HostState
-    _judge_host: Any
     _lock: Any
     history: Any
     backend: str
@@ -416,37 +416,6 @@ class SingleDecisionMixin:
         self.__dict__["_updates"] += 1  # a plain int: nn.Module.__setattr__ would cost more than the kernel
         if flush_full and staged.n == staged.capacity:
             history.flush(self, self._relearn)
-        return learned
-
-    def _judged_one(self, host: HostState, row: np.ndarray, c: int) -> tuple[int, float, np.ndarray] | None:
-        """The judges' mixture for one decision (:mod:`gae.judgment.online_judges`), after the
-        prototypes scored it: ``(action, confidence, probs)``, or None for the checked path."""
-        judge_host = self._judge_host.get(self._buffers)
-        if judge_host is None:
-            return None
-        action, _ = host.score_row(row, c, self._options)
-        if action == kernels.NOT_FINITE:
-            return None
-        assert host.score_table is not None  # bound by the score just taken
-        # score_one_at's scratch: this row's logits, the prototypes' vote's
-        action, confidence = judge_host.decide(row, c, host.score_table.arrays[8], True)
-        return action, confidence, judge_host.probs.copy()
-
-    def _stage_judged(self, host: HostState, row: np.ndarray, c: int, a: int, confirmed: bool | None,
-                      skip: bool) -> tuple | None:
-        """:meth:`_stage` for a memory with judges: the prototypes learn the staged row, then the
-        judges and the trust learn the decision from the prototypes' vote on that row."""
-        judge_host = self._judge_host.get(self._buffers)
-        if judge_host is None:
-            return None
-        learned = self._stage(host, row, c, a, confirmed, skip)
-        if learned is None:
-            return None
-        staged = self.history.staged
-        if not learned[1]:  # not skipped
-            judge_host.decide(row, c, staged.arrays[5][1, staged.n - 1], False, a)  # the row's probs
-        if staged.n == staged.capacity:
-            self.history.flush(self, self._relearn)
         return learned
 
     def _prequential_one(self, x: Tensor, category: Tensor, action: Tensor, confirmed: Tensor | None,

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch._C import TensorBase
 
 from gae.compiled import entry_point
-from gae.judgment import judged, judges
+from gae.judgment import judged, judges, kernels
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.kernels import trust as trust_kernels
 
@@ -82,3 +82,47 @@ class JudgeHost:
             for _, learn, args, _ in self.calls:
                 learn(row, c, a, *args)
         return action, confidence
+
+
+class JudgedOneMixin:
+    """``score_one`` / ``learn_one`` of a memory with judges on the single-decision path, the part
+    :class:`~gae.judgment.online.SingleDecisionMixin` (its subclass) calls once the prototypes'
+    views (its ``HostState``) are at hand."""
+
+    _judge_host: JudgeHost
+    _buffers: dict[str, Any]
+    _options: Any
+    history: Any
+    _relearn: Any
+    _stage: Any
+
+    def _judged_one(self, host: Any, row: np.ndarray, c: int) -> tuple[int, float, np.ndarray] | None:
+        """The judges' mixture for one decision (:mod:`gae.judgment.online_judges`), after the
+        prototypes scored it: ``(action, confidence, probs)``, or None for the checked path."""
+        judge_host = self._judge_host.get(self._buffers)
+        if judge_host is None:
+            return None
+        action, _ = host.score_row(row, c, self._options)
+        if action == kernels.NOT_FINITE:
+            return None
+        assert host.score_table is not None  # bound by the score just taken
+        # score_one_at's scratch: this row's logits, the prototypes' vote's
+        action, confidence = judge_host.decide(row, c, host.score_table.arrays[8], True)
+        return action, confidence, judge_host.probs.copy()
+
+    def _stage_judged(self, host: Any, row: np.ndarray, c: int, a: int, confirmed: bool | None,
+                      skip: bool) -> tuple | None:
+        """:meth:`_stage` for a memory with judges: the prototypes learn the staged row, then the
+        judges and the trust learn the decision from the prototypes' vote on that row."""
+        judge_host = self._judge_host.get(self._buffers)
+        if judge_host is None:
+            return None
+        learned = self._stage(host, row, c, a, confirmed, skip)
+        if learned is None:
+            return None
+        staged = self.history.staged
+        if not learned[1]:  # not skipped
+            judge_host.decide(row, c, staged.arrays[5][1, staged.n - 1], False, a)  # the row's probs
+        if staged.n == staged.capacity:
+            self.history.flush(self, self._relearn)
+        return learned

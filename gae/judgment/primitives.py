@@ -18,10 +18,11 @@ a spread at least :data:`VARIANCE_FLOOR`, and every weight of the metric at most
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
+from gae.judgment.float32 import VARIANCE_FLOOR as VARIANCE_FLOOR
+from gae.judgment.float32 import _f32 as _f32
 from gae.judgment.state import JudgmentState
 from gae.validation import LEARN_LIMIT
 
@@ -37,7 +38,6 @@ def weighted(sq_diff: Tensor, alpha: Tensor) -> Tensor:
     return (sq_diff * alpha.reshape(shape)).sum(-1)
 
 
-VARIANCE_FLOOR = 1e-6  # added to every running variance: a criterion that never varied weighs 1e6 / K, not inf
 
 
 def relevances(relevance_logits: Tensor) -> Tensor:
@@ -74,10 +74,6 @@ def metric(alpha: Tensor, state: JudgmentState, config: JudgmentConfig) -> Tenso
 
 
 # -- the prototype slots ---------------------------------------------------------------------------
-def _f32(value: float) -> Tensor:
-    return torch.tensor(value, dtype=torch.float32)
-
-
 def clipped(row: Tensor, config: JudgmentConfig) -> Tensor:
     """``row`` clamped to ``config.clip`` when it is set."""
     return row.clamp(*config.clip) if config.clip is not None else row

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gae.judgment.primitives import _f32
+from gae.judgment.float32 import _f32
 from gae.types import MemoryOutput
 
 

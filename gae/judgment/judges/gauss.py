@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
+from gae.judgment.float32 import VARIANCE_FLOOR, _f32
 from gae.judgment.judges.weights import count
-from gae.judgment.primitives import VARIANCE_FLOOR, _f32
 
 BUFFERS = ("weights", "means", "variances", "total", "total_means", "total_variances")
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
+from gae.judgment.float32 import VARIANCE_FLOOR
 from gae.judgment.judges.weights import count
-from gae.judgment.primitives import VARIANCE_FLOOR
 
 BUFFERS = ("weights", "means", "total", "decisions", "covariance", "precision")
 RIDGE = 1e-3  # of the mean variance, added to the diagonal: a criterion that never varied stays invertible

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gae.judgment.primitives import _f32
+from gae.judgment.float32 import _f32
 
 
 def count(weights: Tensor, total: Tensor, c: int, a: int, rate_floor: float) -> bool:
