@@ -324,8 +324,8 @@ class JudgmentClassifier(_MemoryClassifier):
         values = JudgmentConfig.with_defaults(options, "JudgmentClassifier", _DEFAULTS)
         self._config = JudgmentConfig(**values)  # checks every value
         super().__init__(category, missing)
-        for name, value in values.items():  # the values as given: river's clone passes them back
-            setattr(self, name, value)
+        for name, value in values.items():  # as given (river's clone passes them back), judges as a mapping
+            setattr(self, name, self._config.parameter(name) if name == "judges" else value)
 
     def _build(self, factors: list[str], action: str, category: str) -> DecisionMemory:
         return JudgmentMemory([category], [action], factors, self._config, grow=True)
