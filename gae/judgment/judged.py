@@ -34,8 +34,7 @@ def kernel_of(kind: str) -> ModuleType:
 
 def names(config: JudgmentConfig) -> tuple[str, ...]:
     """The names of every buffer of the judges and the trust (what :func:`private_copy` copies)."""
-    n = 0
-    return tuple(judges.layout(config.judged(), n, n, n))
+    return tuple(judges.layout(config.judged(), 0, 0, 0))  # the names do not depend on the sizes
 
 
 def private_copy(buffers: Mapping[str, Tensor], config: JudgmentConfig) -> dict[str, Tensor]:
