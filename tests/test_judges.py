@@ -305,3 +305,40 @@ def test_a_harsh_trust_never_divides_by_zero():
     for memory in (batched, single):
         assert torch.isfinite(memory.trust_weights).all() and (memory.trust_weights > 0).all()
     assert_buffers_close(batched, single)
+
+
+@pytest.mark.parametrize("mode", CONFIGS)
+def test_explain_shows_each_judge_its_vote_and_trust_and_the_deciding_prototype(mode):
+    x, category, action, skip = stream(7)
+    memory = JudgmentMemory(2, 3, K, CONFIGS[mode])
+    memory.prequential_(x, category, action, skip=skip)
+    query, where = torch.rand(6, K, generator=torch.Generator().manual_seed(8)), torch.tensor([0, 1, 0, 1, 0, 1])
+    why = memory.explain(query, where)
+    with torch.no_grad():
+        answer = memory(query, where)
+    assert why.judge_names == memory.judge_names() == ("prototypes", *JUDGES)
+    assert why.votes.shape == (6, 1 + len(JUDGES), 3) and why.trust.shape == (6, 1 + len(JUDGES))
+    assert torch.equal(why.trust, memory.trust()[where])  # the category's weights, rows summing to 1
+    assert torch.allclose(why.trust.sum(-1), torch.ones(6))
+    assert torch.allclose(why.probs, trust.mixture(why.votes, why.trust), atol=1e-6)  # the answer is their mixture
+    assert torch.allclose(why.probs, answer.probs, atol=1e-6) and torch.equal(why.action, answer.action)
+    # judge 0 is the prototypes: its vote is the softmax of their logits, and the rest of the explanation is theirs
+    own = torch.where(torch.isfinite(why.distance), -why.distance / memory.config.tau, -math.inf).softmax(-1)
+    assert torch.allclose(why.votes[:, 0], own, atol=1e-5)
+    assert torch.equal(why.prototypes_action, own.argmax(-1))
+    deciding = why.nearest.gather(1, why.prototypes_action[:, None]).squeeze(1)
+    assert (deciding >= 0).all()  # the prototype that decided the prototypes' vote
+    text = str(why)
+    for name in ("judge", "trust", "mixture", *JUDGES):
+        assert name in text
+    assert f"the mixture of {1 + len(JUDGES)} judges" in text and "the prototypes recommend" in text
+
+
+def test_explain_without_judges_is_the_prototypes_alone():
+    x, category, action, skip = stream(9)
+    memory = JudgmentMemory(2, 3, K, JudgmentConfig.recommended())
+    memory.prequential_(x, category, action, skip=skip)
+    why = memory.explain(x[:5], category[:5])
+    assert why.judge_names == ("prototypes",) and torch.equal(why.trust, torch.ones(5, 1))
+    assert torch.equal(why.votes[:, 0], why.probs) and torch.equal(why.prototypes_action, why.action)
+    assert "mixture" not in str(why) and "the prototypes recommend" not in str(why)

@@ -27,10 +27,15 @@ class Explanation:
     category's tracking prototypes lead, the tracking prototype (the gate's view, ``displacement``
     and ``gated``, still measures the prototype itself).
 
+    With judges (``config.judges``, docs/judges.md), ``action``, ``confidence`` and ``probs`` are
+    the memory's answer, the mixture of its judges' votes; ``votes`` and ``trust`` show each
+    judge's vote and weight, and every other field describes the prototypes (judge 0), whose
+    own recommendation is ``prototypes_action``.
+
     Attributes:
         action: (B,) int64, the recommended action, -1 where the memory abstains.
         confidence: (B,) float, its probability (0 on abstention).
-        probs: (B, A) float, the softmax over actions.
+        probs: (B, A) float, the softmax over actions (with judges: their mixture).
         distance: (B, A) float, the weighted squared distance to each action's nearest prototype
             (weighted by the metric, :func:`gae.judgment.rule.metric`: the attention, and with
             ``learning='lvq'`` the relevances over the running variances); ``inf`` where the
@@ -55,6 +60,13 @@ class Explanation:
             ``learning='lvq'``, which spawns only where its recommendation was wrong.
         category: (B,) int64, the decisions' categories.
         category_names, action_names, factor_names: the memory's names, for printing.
+        judge_names: the judges, in vote order: ``'prototypes'``, then the config's judges.
+        votes: (B, J, A) float, each judge's probabilities (all zero where it has no opinion
+            yet); without judges, J = 1 and the vote is ``probs``.
+        trust: (B, J) float, the category's weight on each judge (summing to 1).
+        prototypes_action: (B,) int64, the prototypes' own recommendation (-1: none), the
+            action ``nearest``, ``displacement``, ``gated`` and ``spawns`` speak of; ``action``
+            without judges.
     """
 
     action: Tensor
@@ -73,6 +85,10 @@ class Explanation:
     category_names: tuple[str, ...]
     action_names: tuple[str, ...]
     factor_names: tuple[str, ...]
+    judge_names: tuple[str, ...]
+    votes: Tensor
+    trust: Tensor
+    prototypes_action: Tensor
 
     lvq: bool = False  # the memory learns with learning='lvq'
 
@@ -87,34 +103,48 @@ class Explanation:
 
     def _decision(self, b: int) -> str:
         category = self.category_names[int(self.category[b])]
-        action = int(self.action[b])
-        if action < 0:
-            head = f"decision {b} ({category}): abstains"
-        else:
+        action, own = int(self.action[b]), int(self.prototypes_action[b])
+        judged = len(self.judge_names) > 1
+        margin = f"margin {float(self.margin[b]):.4f}"
+        head = f"decision {b} ({category}): " + (
+            "abstains" if action < 0 else
+            f"recommends {self.action_names[action]} (confidence {float(self.confidence[b]):.3f}, "
+            + (f"the mixture of {len(self.judge_names)} judges)" if judged else f"{margin})"))
+        if own >= 0:
             learning = ("would start a new prototype" if bool(self.spawns[b]) else
                         "would be gated" if bool(self.gated[b]) else "would not be gated")
             if self.lvq:
                 learning = "would move its nearest prototype toward it"
-            head = (f"decision {b} ({category}): recommends {self.action_names[action]} "
-                    f"(confidence {float(self.confidence[b]):.3f}, margin {float(self.margin[b]):.4f}); "
-                    f"learning it as {self.action_names[action]} {learning} "
-                    f"(displacement {float(self.displacement[b]):.3f})")
+            displacement = f"displacement {float(self.displacement[b]):.3f}"
+            head += (f"; the prototypes recommend {self.action_names[own]} ({margin})" if judged else "") + (
+                f"; learning it as {self.action_names[own]} {learning} ({displacement})")
         factors = list(self.factor_names)
         rows = [["action", "prototype", "distance", "prob", *factors],
                 ["attention", "", "", "", *(f"{float(w):.3f}" for w in self.attention[b])]]
         if self.lvq:
             rows.append(["relevance", "", "", "", *(f"{float(w):.3f}" for w in self.relevance[b])])
         for a, name in enumerate(self.action_names):
+            probability = f"{float(self.votes[b, 0, a]):.3f}"  # the prototypes' own
             if int(self.nearest[b, a]) < 0:
-                rows.append([name, "-", "inf", f"{float(self.probs[b, a]):.3f}", *("-" for _ in factors)])
+                rows.append([name, "-", "inf", probability, *("-" for _ in factors)])
                 continue
-            mark = " *" if a == action else ""
+            mark = " *" if a == own else ""
             rows.append([name + mark, str(int(self.nearest[b, a])), f"{float(self.distance[b, a]):.4f}",
-                         f"{float(self.probs[b, a]):.3f}", *(f"{float(v):.4f}" for v in self.contributions[b, a])])
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
-                           for i, (cell, width) in enumerate(zip(row, widths, strict=True))) for row in rows]
+                         probability, *(f"{float(v):.4f}" for v in self.contributions[b, a])])
+        lines = _table(rows)
+        if judged:  # each judge's weight and vote, the mixture last
+            votes = [[name, f"{float(self.trust[b, j]):.3f}", *(f"{float(v):.3f}" for v in self.votes[b, j])]
+                     for j, name in enumerate(self.judge_names)]
+            lines += _table([["judge", "trust", *self.action_names], *votes,
+                             ["mixture", "", *(f"{float(v):.3f}" for v in self.probs[b])]])
         return "\n".join([head, *lines])
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as aligned lines: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths, strict=True))) for row in rows]
 
 
 def margins(distance: Tensor) -> Tensor:
@@ -170,5 +200,6 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
         cell = (category, recommended, taught)
         gated &= ~(state.following[cell] & (state.follow_weight[cell] == 0))
     return Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, relevance, nearest,
-                       margins(distance), displacement, gated, spawns, category, *names, lvq=config.lvq)
+                       margins(distance), displacement, gated, spawns, category, *names, ("prototypes",),
+                       out.probs[:, None, :], torch.ones_like(out.confidence)[:, None], out.action, lvq=config.lvq)
 

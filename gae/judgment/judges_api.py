@@ -4,6 +4,7 @@ trust in them, and the batched scoring through their mixture. Mixed into
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 from torch import Tensor
@@ -11,6 +12,7 @@ from torch import Tensor
 from gae.judgment import judged, judges, rule
 from gae.judgment import trust as trust_rule
 from gae.judgment.config import JudgmentConfig
+from gae.judgment.explain import Explanation
 from gae.types import MemoryOutput, StreamStep
 
 
@@ -37,6 +39,16 @@ class JudgesMixin:
             result, vote = judged.score(buffers, self._config, x.detach().cpu(), category.cpu(), own.probs, True)
             return MemoryOutput(*(t.to(x.device) for t in result)), vote.to(x.device)
         return judged.score(buffers, self._config, x, category, own.probs, False)
+
+    def _explain_judged(self, explained: Explanation, x: Tensor, category: Tensor) -> Explanation:
+        """``explained`` (the prototypes') with the judges: the mixture as the recommendation, each
+        judge's vote and the category's trust in it; as it is without judges."""
+        if not self._config.judges:
+            return explained
+        mixed, vote = judged.score(cast(dict, self._buffers), self._config, x, category, explained.probs, False)
+        return dataclasses.replace(explained, action=mixed.action, confidence=mixed.confidence, probs=mixed.probs,
+                                   judge_names=self.judge_names(), votes=vote,
+                                   trust=trust_rule.weights_of(self.trust_weights)[category])
 
     def judge_names(self) -> tuple[str, ...]:
         """The names of the memory's judges, in vote order: ``'prototypes'``, then ``config.judges``."""

@@ -300,8 +300,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, Deci
                 raise TypeError("category must be a name or an index with one decision's factors, got a tensor")
             category_t = torch.tensor([self._category_index(category)], device=x.device)
         with torch.no_grad():
-            return explain_batch(self.state(), self._config, self.criterion_attention(), x, category_t,
-                                   (self.category_names, self.action_names, self.factor_names))
+            explained = explain_batch(self.state(), self._config, self.criterion_attention(), x, category_t,
+                                      (self.category_names, self.action_names, self.factor_names))
+            return self._explain_judged(explained, x, category_t)
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
         """Differentiable (B, A) logits of a prequential step under the current attention.
