@@ -401,3 +401,22 @@ def test_a_resume_keeps_the_options_given_on_its_command_line(tmp_path):
     assert int(cut.model.stream_position) == 100
     resumed = fit(tmp_path / "resumed", *SMALL, f"--ckpt_path={last}", "--model.figure_every_n_steps=7")
     assert resumed.model.hparams["figure_every_n_steps"] == 7 and int(resumed.model.stream_position) == 400
+
+
+def test_the_trust_in_each_judge_reaches_tensorboard(tmp_path):
+    judges = '{"gauss": {}, "lda_short": {"kind": "lda", "rate_floor": 0.05}}'
+    cli = fit(tmp_path, *SMALL, f"--model.judgments.recommended.judges={judges}", config="recommended.yaml")
+    memory = cli.model.memories["recommended"]
+    assert memory.judge_names() == ("prototypes", "gauss", "lda_short")
+    events = read_run(Path(cli.trainer.logger.log_dir) / "recommended")
+    trust = memory.trust()
+    for j, judge in enumerate(memory.judge_names()):
+        series = events.Scalars(f"trust/mean/{judge}")
+        assert [event.step for event in series] == list(range(50, 401, 50))  # against the decision index
+        assert series[-1].value == pytest.approx(float(trust[:, j].mean()))
+        for c, category in enumerate(memory.category_names):
+            assert events.Scalars(f"trust/{category}/{judge}")[-1].value == pytest.approx(float(trust[c, j]))
+    total = sum(events.Scalars(f"trust/mean/{judge}")[3].value for judge in memory.judge_names())
+    assert total == pytest.approx(1.0, rel=1e-5)  # the weights of a category sum to 1, and so their means
+    assert not any(tag.startswith("trust/") for tag in read_run(Path(cli.trainer.logger.log_dir) / "knn")
+                   .Tags()["scalars"])

@@ -410,6 +410,8 @@ class DecisionMemoryModule(L.LightningModule):
             writer, events = writers[name], steps[name].events
             if memory.config.adaptive:
                 runs.log_tracking(writer, memory, decision)
+            if memory.config.judges:
+                runs.log_trust(writer, memory, decision)
             if promoted := int(events.promoted.sum()):
                 runs.log_promotions(writer, memory, promoted)
             if recycled := int(events.recycled.sum()):

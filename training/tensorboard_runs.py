@@ -77,6 +77,16 @@ def log_tracking(writer: Any, memory: JudgmentMemory, decision: int) -> None:
         writer.add_scalar(f"tracking_lead/{name}", value, decision)
 
 
+def log_trust(writer: Any, memory: JudgmentMemory, decision: int) -> None:
+    """A memory with judges (docs/judges.md): each category's trust in each judge (``trust/<category>/<judge>``,
+    summing to 1 over the judges) and the mean over the categories (``trust/mean/<judge>``)."""
+    trust = memory.trust().detach().cpu()
+    for j, judge in enumerate(memory.judge_names()):
+        writer.add_scalar(f"trust/mean/{judge}", float(trust[:, j].mean()), decision)
+        for c, category in enumerate(memory.category_names):
+            writer.add_scalar(f"trust/{category}/{judge}", float(trust[c, j]), decision)
+
+
 def log_promotions(writer: Any, memory: JudgmentMemory, count: int) -> None:
     """Each of the last ``count`` promotions as text at its decision, with its evidence."""
     for r in memory.promotion_records(last=count):
