@@ -324,8 +324,9 @@ class JudgmentClassifier(_MemoryClassifier):
         values = JudgmentConfig.with_defaults(options, "JudgmentClassifier", _DEFAULTS)
         self._config = JudgmentConfig(**values)  # checks every value
         super().__init__(category, missing)
-        for name, value in values.items():  # as given (river's clone passes them back), judges as a mapping
-            setattr(self, name, self._config.parameter(name) if name == "judges" else value)
+        for name, value in values.items():  # as given (river's clone passes them back); judges: config.parameter
+            setattr(self, name, self._config.parameter(name) if name == "judges" and not isinstance(value, Mapping)
+                    else value)
 
     def _build(self, factors: list[str], action: str, category: str) -> DecisionMemory:
         return JudgmentMemory([category], [action], factors, self._config, grow=True)

@@ -159,11 +159,11 @@ class JudgmentConfig:
         return {name: options[name] if name in options else defaults.parameter(name) for name in cls.options()}
 
     def parameter(self, name: str) -> Any:
-        """Option ``name`` as an estimator's parameter: its value, but the judges as the mapping
-        :meth:`to_dict` writes (river's ``clone`` reads a tuple parameter as a class and its
-        arguments, scikit-learn a default that is a dict)."""
-        if name == "judges":  # None for none: scikit-learn refuses a dict default, river's clone a tuple one
-            return self.to_dict()["judges"] or None
+        """Option ``name`` as an estimator's parameter: its value, but the judges as their
+        :class:`~gae.judgment.judges.Judge` records and None for none (scikit-learn refuses a
+        default that is a dict, and river's ``clone`` fails on an empty tuple)."""
+        if name == "judges":
+            return self.judged() or None
         return getattr(self, name)
 
     def replace(self, **changes: Any) -> JudgmentConfig:
