@@ -1,13 +1,13 @@
 """Rerun the choice of ``JudgmentConfig.recommended()``: its constants and their neighbours on the tuning streams.
 
 Each candidate (the recommended configuration, then each constant moved to its neighbours one at a
-time, ``training/lvq_tuning.py``) runs on river's tuning streams (generator seeds 0-2, the real data
-sets) through river's harness and on gae's settings (seeds 0-4) through ``prequential_``; none of
-them is a stream or seed the benchmark or the head-to-head reports. The table shows the mean
-accuracy on each family and the accuracy 100-200 decisions after a change, so a rerun shows what
-each constant buys.
+time, each judge left out, the judges all left out, ``training/lvq_tuning.py``) runs on river's
+tuning streams (generator seeds 0-2, the real data sets shuffled with seed 0) through river's
+harness and on gae's settings (seeds 0-4) through ``prequential_``; none of them is a stream or
+seed the benchmark or the head-to-head reports. The table shows the mean accuracy on each family
+and the accuracy 100-200 decisions after a change, so a rerun shows what each constant buys.
 
-    python scripts/tune_lvq.py --out results/tune-lvq                # about 2 minutes on 2 CPUs
+    python scripts/tune_lvq.py --out results/tune-lvq                # about 15 minutes on 2 CPUs
     python scripts/tune_lvq.py --readme docs/lvq.md                  # also the section in docs/lvq.md
 
 Writes ``tune-lvq.json`` and ``tune-lvq.png`` to ``--out``; with ``--readme``, the section between
@@ -85,11 +85,12 @@ def section(record: dict[str, Any]) -> str:
         label = "**chosen**" if name == "chosen" else f"`{name}`"
         lines.append(f"| {label} | {row['river']:.1f} | {row['gae']:.1f} | {row['recovery']:.1f} |")
     text = (f"Mean accuracy of each candidate on the tuning streams (river's generators on seeds "
-            f"{protocol['river_seeds'][0]}-{protocol['river_seeds'][-1]} and its three real data sets, "
-            f"{protocol['n_river']:,} samples; gae's {len(protocol['gae_settings'])} settings on seeds "
-            f"{protocol['gae_seeds'][0]}-{protocol['gae_seeds'][-1]}, {protocol['n_gae']:,} decisions), and the "
-            f"accuracy {protocol['recovery'][0]}-{protocol['recovery'][1]} decisions after the middle of the "
-            "settings that permute or shift there. Each neighbour moves one constant of the chosen configuration. "
+            f"{protocol['river_seeds'][0]}-{protocol['river_seeds'][-1]} and the real data sets shuffled with seed "
+            f"{protocol['river_seeds'][0]}, {protocol['n_river']:,} samples; gae's {len(protocol['gae_settings'])} "
+            f"settings on seeds {protocol['gae_seeds'][0]}-{protocol['gae_seeds'][-1]}, {protocol['n_gae']:,} "
+            f"decisions), and the accuracy {protocol['recovery'][0]}-{protocol['recovery'][1]} decisions after the "
+            "middle of the settings that permute or shift there. Each neighbour moves one constant of the chosen "
+            "configuration (`<judge>.<option>`: one judge's), leaves one judge out, or all of them (`judges=none`). "
             f"{record['seconds']:.0f} s in {record['workers']} processes; regenerate with "
             "`python scripts/tune_lvq.py --readme docs/lvq.md`.\n\n" + "\n".join(lines))
     return with_figure(text, NAME, "figures")

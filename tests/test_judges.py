@@ -15,6 +15,7 @@ from gae.judgment import judges, trust
 
 JUDGES = {"gauss": {}, "lda": {"refresh": 3}, "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
           "lda_short": {"kind": "lda", "rate_floor": 0.02, "shrinkage": 0.5}}
+LVQ = JudgmentConfig.recommended().replace(judges=None)  # the recommended prototypes alone, no judges
 CONFIGS = {"lvq": JudgmentConfig.recommended().replace(judges=JUDGES),
            "gated": JudgmentConfig.seed().replace(judges=JUDGES, prototypes=2)}
 N, K = 240, 4
@@ -227,19 +228,19 @@ def test_state_dict_round_trip_and_refusals(tmp_path):
     other = JudgmentMemory(2, 3, K, JudgmentConfig.recommended().replace(judges={"gauss": {}}))
     with pytest.raises(ValueError, match="judges"):
         other.load_state_dict(torch.load(path, weights_only=True))
-    plain = JudgmentMemory(2, 3, K, JudgmentConfig.recommended())
+    plain = JudgmentMemory(2, 3, K, LVQ)
     with pytest.raises(ValueError, match="judges"):
         plain.load_state_dict(torch.load(path, weights_only=True))
 
 
 def test_a_state_of_layout_3_loads_without_trust():
-    memory = JudgmentMemory(2, 3, K, JudgmentConfig.recommended())
+    memory = JudgmentMemory(2, 3, K, LVQ)
     x, category, action, _ = stream(10, n=50)
     memory.prequential_(x, category, action)
     state = memory.state_dict()
     del state["trust_weights"]
     state._metadata[""]["version"] = 3  # type: ignore[attr-defined]
-    fresh = JudgmentMemory(2, 3, K, JudgmentConfig.recommended())
+    fresh = JudgmentMemory(2, 3, K, LVQ)
     fresh.load_state_dict(state)
     assert fresh.trust_weights.shape == (0, 0)
     assert torch.equal(fresh.centroids, memory.centroids)
@@ -336,7 +337,7 @@ def test_explain_shows_each_judge_its_vote_and_trust_and_the_deciding_prototype(
 
 def test_explain_without_judges_is_the_prototypes_alone():
     x, category, action, skip = stream(9)
-    memory = JudgmentMemory(2, 3, K, JudgmentConfig.recommended())
+    memory = JudgmentMemory(2, 3, K, LVQ)
     memory.prequential_(x, category, action, skip=skip)
     why = memory.explain(x[:5], category[:5])
     assert why.judge_names == ("prototypes",) and torch.equal(why.trust, torch.ones(5, 1))

@@ -268,3 +268,23 @@ def test_the_engine_comparison_streams_exercise_every_lvq_branch(name):
     assert events.spawned.any() and events.recycled.any() and events.initialized.any() and events.skipped.any()
     assert any(wins) and any(pushed)
     assert not torch.equal(m.relevance_logits, torch.zeros_like(m.relevance_logits))
+
+
+def test_the_tuning_neighbourhood_moves_one_constant_or_one_judge_at_a_time():
+    from training import lvq_tuning
+
+    chosen = JudgmentConfig.recommended()
+    judges = chosen.to_dict()["judges"]
+    candidates = lvq_tuning.neighbourhood()
+    assert candidates["chosen"] == {} and candidates["judges=none"] == {"judges": {}}
+    for name, options in candidates.items():
+        config = chosen.replace(**options)  # every candidate is a valid configuration
+        moved = {option for option in JudgmentConfig.options() if getattr(config, option) != getattr(chosen, option)}
+        assert len(moved) == (0 if name == "chosen" else 1), name
+        if name.startswith("without "):
+            assert list(config.to_dict()["judges"]) == [j for j in judges if j != name.removeprefix("without ")]
+        elif "." in name.split("=")[0]:  # one judge's option: that judge alone differs, in that option alone
+            judge, option = name.split("=")[0].split(".")
+            given = config.to_dict()["judges"]
+            assert [j for j in judges if given[j] != judges[j]] == [judge]
+            assert {k for k in judges[judge] if given[judge][k] != judges[judge][k]} == {option}

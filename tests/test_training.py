@@ -67,7 +67,8 @@ def test_print_config_lists_every_judgment_option(capsys):
     names = [line.strip().rstrip(":") for line in judgments
              if line.startswith("    ") and not line.startswith("      ")]
     assert names == ["seed", "recommended"]
-    options = [line.split(":")[0].strip() for line in judgments if line.startswith("      ")]
+    options = [line.split(":")[0].strip() for line in judgments  # an option's own lines (a judge's are deeper)
+               if line.startswith("      ") and not line.startswith("        ")]
     assert options == list(JudgmentConfig.options()) * 2
 
 

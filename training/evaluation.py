@@ -57,8 +57,8 @@ CONTESTANTS: dict[str, Contestant] = {
     "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", judgment(), learn_attention=True),
     "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", judgment(drift_mode="adaptive")),
     "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", judgment(prototypes=4)),
-    # the default of gae.river and gae.sklearn (docs/lvq.md)
-    "jm_recommended": Contestant("JudgmentMemory, JudgmentConfig.recommended() (learning='lvq')", "judgment",
+    # the default of gae.river and gae.sklearn (docs/lvq.md, docs/judges.md)
+    "jm_recommended": Contestant("JudgmentMemory, JudgmentConfig.recommended() (learning='lvq', 4 judges)", "judgment",
                                  JudgmentConfig.recommended().to_dict()),
     # the original design's baseline as its pseudocode defines it (cap = 200), and its fair variant
     "knn": Contestant("KNNMemory (k=5, cap 200, flat)", "knn", {"k": 5, "capacity": 200}),

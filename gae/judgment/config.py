@@ -116,8 +116,9 @@ class JudgmentConfig:
 
     def __repr__(self) -> str:
         """The options that differ from the seed rule's; ``JudgmentConfig()`` is the seed rule."""
-        changed = [f"{f.name}={self.parameter(f.name)!r}" for f in dataclasses.fields(self)
-                   if getattr(self, f.name) != f.default]
+        judges = self.to_dict()["judges"]  # as the mapping they are given as
+        changed = [f"{f.name}={judges if f.name == 'judges' else getattr(self, f.name)!r}"
+                   for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
         return f"JudgmentConfig({', '.join(changed)})"
 
     @classmethod
@@ -130,10 +131,16 @@ class JudgmentConfig:
         """The best configuration gae has for a stream it knows nothing about, the default of
         ``gae.river.JudgmentClassifier`` and ``gae.sklearn.JudgmentClassifier``: ``learning='lvq'``
         (docs/lvq.md) with up to 32 prototypes per category and action, spawned where the memory
-        errs, relevances learned online, in the data's own units. Its constants were chosen on
-        tuning streams apart from those the benchmarks report (docs/lvq.md says how)."""
+        errs, relevances learned online, in the data's own units; beside them four judges
+        (docs/judges.md), class means with a variance per criterion (``gauss``) and under one shrunk
+        covariance (``lda``), each also with a short memory (about the last 20 and 33 decisions of
+        the category), trusted as far as each has judged well. Its constants were chosen on tuning
+        streams apart from those the benchmarks report (docs/lvq.md and docs/judges.md say how)."""
         return cls(learning="lvq", units="category", prototypes=32, rate_floor=0.1, push_rate=0.5,
-                   relevance_rate=0.05, miss_penalty=0.5, spawn_threshold=0.4, spawn_support=1.5, win_decay=0.01)
+                   relevance_rate=0.05, miss_penalty=0.5, spawn_threshold=0.4, spawn_support=1.5, win_decay=0.01,
+                   judges={"gauss": {"kind": "gauss"}, "lda": {"kind": "lda"},
+                           "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
+                           "lda_short": {"kind": "lda", "rate_floor": 0.03}})
 
     @classmethod
     def keyword_parameters(cls, defaults: JudgmentConfig | None = None) -> list[inspect.Parameter]:
