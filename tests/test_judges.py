@@ -140,6 +140,38 @@ def test_single_decision_path_matches_batched(mode):
     assert_buffers_close(batched, single)
 
 
+BENCH_JUDGES = {"gauss": {"kind": "gauss"}, "lda": {"kind": "lda"},
+                "gauss_short": {"kind": "gauss", "rate_floor": 0.05}, "lda_short": {"kind": "lda", "rate_floor": 0.03}}
+
+
+@pytest.mark.parametrize("chosen", [BENCH_JUDGES, {"lda": {"refresh": 3}}], ids=["four", "one"])
+def test_fused_single_decision_call_is_bit_equal_to_the_per_judge_calls(chosen, monkeypatch):
+    """The single-decision path's one compiled call for every judge (kernels/judges/fused.py)
+    computes what one call per judge and one to mix compute: the same answers, votes and buffers,
+    bit for bit."""
+    from gae.judgment.online_judges import JudgeHost
+    x, category, action, skip = stream(7, n=300)
+    config = JudgmentConfig.recommended().replace(judges=chosen)
+    answers = {}
+    buffers = {}
+    for one_call in (False, True):
+        monkeypatch.setattr(JudgeHost, "one_call", one_call)
+        memory = JudgmentMemory(2, 3, K, config)
+        got = []
+        for b in range(x.shape[0]):
+            got.append(memory.score_one(x[b].tolist(), int(category[b])))
+            memory.learn_one(x[b].tolist(), int(action[b]), int(category[b]), confirmed=None,
+                             outcome=INCORRECT if skip[b] else None)
+        answers[one_call] = got
+        buffers[one_call] = judge_buffers(memory)
+        assert (memory._judge_host.fused_call is not None) is one_call  # the route taken
+    assert answers[True] == answers[False]
+    assert buffers[True].keys() == buffers[False].keys() and "trust_weights" in buffers[True]
+    for name, tensor in buffers[True].items():
+        assert torch.equal(tensor, buffers[False][name]), name
+    assert float(buffers[True]["trust_weights"].sum()) > 0  # the trust learned
+
+
 @pytest.mark.parametrize("concept", ["linear", "noisy prototypes"])
 def test_the_mixture_judges_about_as_well_as_its_best_judge(concept):
     """On a linear concept and on noisy prototypes with irrelevant criteria (the geometries of the

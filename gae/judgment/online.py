@@ -47,6 +47,7 @@ DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the ke
           layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
 SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead",  # what score_one_at reads
           "relevance_logits", "input_variances")
+JUDGED = ("judge_", "trust_weights")  # the judges' buffers and the trust (judges.layout): JudgeHost checks them
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
 MAX_STAGED = 1024  # rows staged before they go to the logs
 
@@ -184,7 +185,7 @@ class HostState:
     """
 
     def __init__(self) -> None:
-        self.touched: tuple[Tensor, ...] = ()  # the buffers with data and the attention logits
+        self.touched: tuple[Tensor, ...] = ()  # the buffers with data (not the judges') and the attention logits
         self.pointers: tuple[int, ...] = (-1,)  # where their data was (never a match before a build)
         self.scored: tuple[Tensor, ...] = ()  # those score_one reads
         self.scored_pointers: tuple[int, ...] = (-1,)
@@ -218,8 +219,8 @@ class HostState:
                 return None
         if logits.device.type != "cpu" or not logits.is_contiguous() or logits.dtype != torch.float32:
             return None
-        # the buffers that hold data (a feature that is off keeps empty ones), and where it is
-        self.touched = (*(tensor for tensor in buffers.values() if tensor.numel()), logits)
+        # the buffers that hold data (a feature that is off keeps empty ones), and where it is; not the judges'
+        self.touched = (*(t for name, t in buffers.items() if t.numel() and not name.startswith(JUDGED)), logits)
         self.scored = (*(buffers[name] for name in SCORED if buffers[name].numel()), logits)
         arrays: Any = JudgmentState
         self.state = arrays(*(buffers[name].detach().numpy() for name in JudgmentState._fields))

@@ -13,6 +13,7 @@ import math
 import numba
 import numpy as np
 
+from gae.compiled import view
 from gae.judgment.kernels.judges.weights import count
 
 VARIANCE_FLOOR32 = np.float32(1e-6)  # rule.VARIANCE_FLOOR
@@ -64,6 +65,33 @@ def learn(x, c, a, weights, means, variances, total, total_means, total_variance
             variances[c, a, k] = np.float32(0.0)
         return
     _welford(weights[c, a], means[c, a], variances[c, a], x)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def bind(addresses, shapes, first):  # pragma: no cover
+    """The judge's buffers, in ``BUFFERS`` order, from an :class:`gae.compiled.ArrayTable` of
+    them at ``first``."""
+    s, f32 = shapes, np.float32
+    return (view(addresses[first], (s[first, 0], s[first, 1]), f32),
+            view(addresses[first + 1], (s[first + 1, 0], s[first + 1, 1], s[first + 1, 2]), f32),
+            view(addresses[first + 2], (s[first + 2, 0], s[first + 2, 1], s[first + 2, 2]), f32),
+            view(addresses[first + 3], (s[first + 3, 0],), f32),
+            view(addresses[first + 4], (s[first + 4, 0], s[first + 4, 1]), f32),
+            view(addresses[first + 5], (s[first + 5, 0], s[first + 5, 1]), f32))
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def bound_log_scores(x, c, addresses, shapes, first, params, out):  # pragma: no cover
+    """:func:`log_scores` of the judge whose buffers :func:`bind` finds, ``params`` its ``Options.params()``."""
+    weights, means, variances, total, total_means, total_variances = bind(addresses, shapes, first)
+    log_scores(x, c, weights, means, variances, total, total_means, total_variances, params[0], params[1], out)
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def bound_learn(x, c, a, addresses, shapes, first, params):  # pragma: no cover
+    """:func:`learn` of the judge whose buffers :func:`bind` finds, ``params`` its ``Options.params()``."""
+    weights, means, variances, total, total_means, total_variances = bind(addresses, shapes, first)
+    learn(x, c, a, weights, means, variances, total, total_means, total_variances, params[0], params[1])
 
 
 @numba.njit(nogil=True, boundscheck=False, cache=True)
