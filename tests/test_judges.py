@@ -375,3 +375,15 @@ def test_explain_without_judges_is_the_prototypes_alone():
     assert why.judge_names == ("prototypes",) and torch.equal(why.trust, torch.ones(5, 1))
     assert torch.equal(why.votes[:, 0], why.probs) and torch.equal(why.prototypes_action, why.action)
     assert "mixture" not in str(why) and "the prototypes recommend" not in str(why)
+
+
+def test_a_judge_buffer_of_another_dtype_takes_the_checked_path():
+    x, category, action, _ = stream(12, n=60)
+    memory, reference = JudgmentMemory(2, 3, K, CONFIGS["lvq"]), JudgmentMemory(2, 3, K, CONFIGS["lvq"])
+    for m in (memory, reference):
+        m.prequential_(x, category, action)
+    assert memory.score_one(x[0].tolist(), 0) == reference.score_one(x[0].tolist(), 0)  # the views are built
+    memory.judge_gauss_means = memory.judge_gauss_means.double()  # the kernels read float32: not this one
+    assert memory._judge_host.get(memory._buffers) is None  # not viewed as float32 bytes: the checked path
+    (mine, confidence), (theirs, expected) = memory.score_one(x[1].tolist(), 1), reference.score_one(x[1].tolist(), 1)
+    assert mine == theirs and confidence == pytest.approx(expected, abs=1e-5)

@@ -35,6 +35,8 @@ class JudgeHost:
     def __init__(self, config: JudgmentConfig) -> None:
         self.config = config
         self.names = judged.names(config)
+        layout = judges.layout(config.judged(), 0, 0, 0)  # the dtypes do not depend on the sizes
+        self.dtypes = tuple(layout[name][1] for name in self.names)  # as the kernels read them
         self.tensors: tuple[Tensor, ...] = ()
         self.pointers: tuple[int, ...] = (-1,)
 
@@ -44,12 +46,13 @@ class JudgeHost:
 
     def get(self, buffers: dict[str, Any]) -> JudgeHost | None:
         """Itself while its views are valid, else built again; None when a buffer is not a
-        contiguous CPU tensor (the caller takes the checked path)."""
+        contiguous CPU tensor of its layout's dtype (the caller takes the checked path)."""
         # a replaced buffer drops the views (DecisionMemory._drop_views): what is left to see is data that moved
         if self.tensors and tuple(map(TensorBase.data_ptr, self.tensors)) == self.pointers:
             return self
         tensors = tuple(buffers[name] for name in self.names)
-        if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+        if any(t.device.type != "cpu" or not t.is_contiguous() or t.dtype != dtype
+               for t, dtype in zip(tensors, self.dtypes, strict=True)):
             return None
         self.tensors, self.pointers = tensors, tuple(map(TensorBase.data_ptr, tensors))
         members = self.config.judged()
