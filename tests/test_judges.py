@@ -387,3 +387,28 @@ def test_a_judge_buffer_of_another_dtype_takes_the_checked_path():
     assert memory._judge_host.get(memory._buffers) is None  # not viewed as float32 bytes: the checked path
     (mine, confidence), (theirs, expected) = memory.score_one(x[1].tolist(), 1), reference.score_one(x[1].tolist(), 1)
     assert mine == theirs and confidence == pytest.approx(expected, abs=1e-5)
+
+
+def test_an_interrupted_build_of_the_judges_views_changes_nothing_and_is_built_again(monkeypatch):
+    from gae.judgment import online_judges
+
+    x, category, action, _ = stream(13, n=40)
+    memory, reference = JudgmentMemory(2, 3, K, CONFIGS["lvq"]), JudgmentMemory(2, 3, K, CONFIGS["lvq"])
+    real, calls = online_judges.entry_point, []
+
+    def interrupted(*args):
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt  # as Ctrl-C while numba compiles or loads the kernel
+        return real(*args)
+
+    monkeypatch.setattr(online_judges, "entry_point", interrupted)
+    before = {name: t.clone() for name, t in memory.state_dict().items() if isinstance(t, torch.Tensor)}
+    with pytest.raises(KeyboardInterrupt):
+        memory.learn_one(x[0].tolist(), int(action[0]), int(category[0]))
+    after = memory.state_dict()
+    assert all(torch.equal(tensor, after[name]) for name, tensor in before.items())  # nothing learned
+    for b in range(x.shape[0]):  # and then it learns as a memory never interrupted
+        for m in (memory, reference):
+            m.learn_one(x[b].tolist(), int(action[b]), int(category[b]))
+    assert_buffers_close(memory, reference, atol=0.0)

@@ -412,12 +412,12 @@ def test_the_trust_in_each_judge_reaches_tensorboard(tmp_path):
     events = read_run(Path(cli.trainer.logger.log_dir) / "recommended")
     trust = memory.trust()
     for j, judge in enumerate(memory.judge_names()):
-        series = events.Scalars(f"trust/mean/{judge}")
+        series = events.Scalars(f"trust_mean/{judge}")
         assert [event.step for event in series] == list(range(50, 401, 50))  # against the decision index
         assert series[-1].value == pytest.approx(float(trust[:, j].mean()))
         for c, category in enumerate(memory.category_names):
             assert events.Scalars(f"trust/{category}/{judge}")[-1].value == pytest.approx(float(trust[c, j]))
-    total = sum(events.Scalars(f"trust/mean/{judge}")[3].value for judge in memory.judge_names())
+    total = sum(events.Scalars(f"trust_mean/{judge}")[3].value for judge in memory.judge_names())
     assert total == pytest.approx(1.0, rel=1e-5)  # the weights of a category sum to 1, and so their means
-    assert not any(tag.startswith("trust/") for tag in read_run(Path(cli.trainer.logger.log_dir) / "knn")
+    assert not any(tag.startswith(("trust/", "trust_mean/")) for tag in read_run(Path(cli.trainer.logger.log_dir) / "knn")
                    .Tags()["scalars"])

@@ -79,10 +79,11 @@ def log_tracking(writer: Any, memory: JudgmentMemory, decision: int) -> None:
 
 def log_trust(writer: Any, memory: JudgmentMemory, decision: int) -> None:
     """A memory with judges (docs/judges.md): each category's trust in each judge (``trust/<category>/<judge>``,
-    summing to 1 over the judges) and the mean over the categories (``trust/mean/<judge>``)."""
+    summing to 1 over the judges) and the mean over the categories (``trust_mean/<judge>``: apart from
+    the categories' tags, which a category named ``mean`` would share)."""
     trust = memory.trust().detach().cpu()
     for j, judge in enumerate(memory.judge_names()):
-        writer.add_scalar(f"trust/mean/{judge}", float(trust[:, j].mean()), decision)
+        writer.add_scalar(f"trust_mean/{judge}", float(trust[:, j].mean()), decision)
         for c, category in enumerate(memory.category_names):
             writer.add_scalar(f"trust/{category}/{judge}", float(trust[c, j]), decision)
 

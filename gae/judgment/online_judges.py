@@ -54,7 +54,13 @@ class JudgeHost:
         if any(t.device.type != "cpu" or not t.is_contiguous() or t.dtype != dtype
                for t, dtype in zip(tensors, self.dtypes, strict=True)):
             return None
+        self.pointers = (-1,)  # invalid until the build below completes: one interrupted is built again
+        self._build(buffers)
         self.tensors, self.pointers = tensors, tuple(map(TensorBase.data_ptr, tensors))
+        return self
+
+    def _build(self, buffers: dict[str, Any]) -> None:
+        """The views, scratch arrays and entry points of :meth:`get`."""
         members = self.config.judged()
         n_actions = buffers[judges.buffer_name(members[0], "weights")].shape[1]
         self.scores = np.zeros((1 + len(members), n_actions), np.float32)
@@ -80,7 +86,7 @@ class JudgeHost:
                 first += len(states[j])
             self.fused_call = entry_point(fused.decide, row, 0, 0, self.logits, False, self.table.addresses,
                                           self.table.shapes, self.layout, self.params, *self.mixing)
-            return self
+            return
         self.calls = []
         for j, (judge, arrays, params) in enumerate(zip(members, states, options, strict=True), start=1):
             kernel = judged.kernel_of(judge.kind)
@@ -89,7 +95,6 @@ class JudgeHost:
             self.calls.append((score, learn, arrays + params, self.scores[j]))
         self.mix = entry_point(trust_kernels.judge_one, self.scores, False, 0, 0, False, self.trust, *self.mixing,
                                self.vote, self.logits, self.probs)
-        return self
 
     def decide(self, row: np.ndarray, c: int, own: np.ndarray, own_logits: bool, a: int = -1) -> tuple[int, float]:
         """The mixture's ``(action, confidence)`` for one decision (``probs`` holds its
