@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from training import cli
 
 C, A, K = 4, 4, 8
@@ -39,6 +39,7 @@ CATEGORIES = tuple(f"category {i}" for i in range(C))
 ACTIONS = tuple(f"action {i}" for i in range(A))
 CAPACITY = 400  # the k-NN and retrieval memories' store
 JUDGMENT_MODES = {"seed": {}, "adaptive": {"drift_mode": "adaptive"}, "prototypes=4": {"prototypes": 4}}
+RECOMMENDED = "gae judgment, recommended"  # JudgmentConfig.recommended(): lvq and 4 judges
 
 
 class NumpyJudgment:
@@ -166,6 +167,10 @@ def contestants(package: Any = None) -> dict[str, Callable[[], object]]:
     made: dict[str, Callable[[], object]] = {
         f"gae judgment, {mode}": (lambda options=options: judgment(CATEGORIES, ACTIONS, K, **options))
         for mode, options in JUDGMENT_MODES.items()}
+    config = (JudgmentConfig if package is None else package.JudgmentConfig).recommended()
+    made[RECOMMENDED] = lambda: judgment(CATEGORIES, ACTIONS, K, config)
+    made[f"{RECOMMENDED} without judges"] = lambda: judgment(
+        CATEGORIES, ACTIONS, K, config.replace(judges=None) if "judges" in config.options() else config)
     made["numpy judgment, seed rule"] = NumpyJudgment
     made["gae k-NN"] = lambda: knn(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY)
     made["numpy ring-buffer k-NN"] = NumpyRing
@@ -224,7 +229,10 @@ def agree(stream: list) -> dict[str, bool]:
 
 
 REFERENCES = {**{f"gae judgment, {mode}": "numpy judgment, seed rule" for mode in JUDGMENT_MODES},
-              "gae k-NN": "numpy ring-buffer k-NN", "gae retrieval": "numpy retrieval score"}
+              "gae k-NN": "numpy ring-buffer k-NN", "gae retrieval": "numpy retrieval score",
+              # no transcription: timed in turn with the seed rule's for the same load, no ratio reported
+              **dict.fromkeys((RECOMMENDED, f"{RECOMMENDED} without judges"), "numpy judgment, seed rule")}
+UNTRANSCRIBED = (RECOMMENDED, f"{RECOMMENDED} without judges")
 
 
 def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = print) -> dict:
@@ -240,7 +248,7 @@ def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = pr
         time_pair(made[name](), made[reference](), stream[:300], score_only="retrieval" in name)
     p50: dict[str, list[float]] = {name: [] for name in made}
     p99: dict[str, list[float]] = {name: [] for name in made}
-    ratios: dict[str, list[float]] = {name: [] for name in REFERENCES}
+    ratios: dict[str, list[float]] = {name: [] for name in REFERENCES if name not in UNTRANSCRIBED}
     for _ in range(repeats):
         for name, reference in REFERENCES.items():
             timed = time_pair(made[name](), made[reference](), stream, score_only="retrieval" in name)
@@ -248,7 +256,8 @@ def measure_decisions(n: int, repeats: int, progress: Callable[[str], None] = pr
                 us = ns[n // 10:] / 1e3  # past the start, when the memories are still empty
                 p50[who].append(float(np.percentile(us, 50)))
                 p99[who].append(float(np.percentile(us, 99)))
-            ratios[name].append(p50[name][-1] / p50[reference][-1])
+            if name not in UNTRANSCRIBED:
+                ratios[name].append(p50[name][-1] / p50[reference][-1])
     latency = {name: {"p50": p50[name], "p99": p99[name], "median_p50": statistics.median(p50[name]),
                       "median_p99": statistics.median(p99[name])} for name in made}
     return {"n": n, "latency_us": latency, "ratio_p50": {name: statistics.median(r) for name, r in ratios.items()},
