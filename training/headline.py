@@ -31,16 +31,25 @@ def _cumulative(report: dict[str, Any], setting: str, name: str) -> str:
     return f"{figures['mean'] * 100:.1f}% [{figures['low'] * 100:.1f}, {figures['high'] * 100:.1f}]"
 
 
+FORMATS = {"%": "{:.1f}%", "pp": "{:+.1f} pp", "x": "{:.3g}x"}  # a verdict's value and bar, by its unit
+
+
+def _judged(row: dict[str, Any]) -> str:
+    """A target with the value it was judged on and its bar: ``target (value; bar: bar)``."""
+    value, bar = (FORMATS[row["unit"]].format(v) for v in (row["value"], row["bar"]))
+    return f"{row['target']} ({value}; bar: {bar})"
+
+
 def _targets(streams: dict[str, Any]) -> str:
-    met = [row["target"] for row in streams["verdicts"] if row["met"]]
-    missed = [row["target"] for row in streams["verdicts"] if row["met"] is False]
+    met = [_judged(row) for row in streams["verdicts"] if row["met"]]
+    missed = [_judged(row) for row in streams["verdicts"] if row["met"] is False]
     return (f"{len(met)} of {len(met) + len(missed)} targets met" + (f" ({'; '.join(met)})" if met else "")
             + (f", not met: {'; '.join(missed)}" if missed else ""))
 
 
 def section(streams: dict[str, Any], report: dict[str, Any]) -> str:
     """The headline section, from a ``benchmark-streams.json`` and a ``report.json`` record."""
-    means, best_knn = streams["means"], streams["verdicts"][0]["bar"]
+    means, best_river = streams["means"], streams["best_river_mean"]
     reference = streams["protocol"]["knn_reference"]
     window = reference.removeprefix("knn_")
     claims = [verdict for claim in report["claims"] for verdict in claim["settings"].values()]
@@ -49,11 +58,13 @@ def section(streams: dict[str, Any], report: dict[str, Any]) -> str:
     protocol = report["protocol"]
     setting = protocol["settings"][0]
     rows = [
-        "| | `JudgmentConfig.recommended()` | the seed rule, `JudgmentConfig()` | k-NN |",
+        "| | `JudgmentConfig.recommended()` | the seed rule, `JudgmentConfig()` | k-NN (public benchmark: and the "
+        "best river model) |",
         "|---|---:|---:|---:|",
         (f"| public benchmark: mean accuracy over {len(streams['results'])} streams under river's harness | "
          f"{means[SUBJECT]['accuracy']:.1f}% | {means[SEED_STREAMS]['accuracy']:.1f}% | "
-         f"{means[reference]['accuracy']:.1f}% (window {window}); {best_knn:.1f}% (the best window per stream) |"),
+         f"{means[reference]['accuracy']:.1f}% (window {window}); the best river model per stream: "
+         f"{best_river:.1f}% |"),
         (f"| public benchmark: mean state | {_kib(means[SUBJECT]['state_bytes'])} | "
          f"{_kib(means[SEED_STREAMS]['state_bytes'])} | {_kib(means[reference]['state_bytes'])} (window {window}) |"),
         (f"| head-to-head: settings where its cumulative accuracy is ahead of, tied with or behind the tuned k-NN "

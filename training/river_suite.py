@@ -1,10 +1,11 @@
 """The public benchmark's suite: streams and models under river's prequential harness.
 
-River's bundled data sets and generators, and gae's own settings, as lists of river ``(x, y)``
-samples; gae's presets and river's reference classifiers as river models; and one run of a
-model on a stream (``evaluate.progressive_val_score``, timed). ``scripts/benchmark_streams.py``
-runs the suite and ``docs/benchmarks.md`` gives the protocol and the reason for each choice.
-river is an optional dependency (``pip install river``): this module needs it.
+River's bundled data sets and generators, scikit-learn's bundled data sets and gae's own settings,
+as lists of river ``(x, y)`` samples; gae's presets and river's reference classifiers as river
+models; and one run of a model on a stream (``evaluate.progressive_val_score``, timed).
+``scripts/benchmark_streams.py`` runs the suite and ``docs/benchmarks.md`` gives the protocol and
+the reason for each choice. river and scikit-learn are optional dependencies (``pip install
+'gae-torch[train]'``): this module needs both.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 from river import base, compose, datasets, evaluate, forest, metrics, naive_bayes, neighbors, preprocessing, tree
 from river.datasets import synth
+from river.ensemble import LeveragingBaggingClassifier, SRPClassifier
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 
 from gae import JudgmentConfig
 from gae.river import JudgmentClassifier
@@ -23,7 +27,7 @@ from training.evaluation import make_stream, state_bytes
 
 N_SAMPLES = 5000  # samples per stream (a real data set that is shorter is used whole)
 # Generator seeds. None was used for any choice in gae: the head-to-head tunes on seeds 0-19, looked at
-# 20-59 and reports on 100-119 (docs/protocol.md). A real data set runs once, its models seeded with SEEDS[0].
+# 20-59 and reports on 100-119 (docs/protocol.md). A real data set runs once, seeded (models, shuffle) with SEEDS[0].
 SEEDS = (200, 201, 202)
 DRIFT_SEED_OFFSET = 1000  # the concept after a ConceptDriftStream's switch draws its samples with seed + this
 ABRUPT_WIDTH = 0.01  # width of an abrupt switch, as a fraction of the stream (50 of 5,000 samples)
@@ -33,19 +37,29 @@ KNN_WINDOWS = (100, 400, 1000)
 CATEGORY = "category"  # the feature that carries a gae setting's category to gae's classifiers
 
 Sample = tuple[dict[Hashable, Any], Hashable]
+Family = Literal["linear", "noisy prototypes", "rules", "fast drift", "multimodal", "real", "gae"]
 
 
 class StreamSpec(NamedTuple):
     """One stream of the suite.
 
     Attributes:
-        kind: ``'real'`` (river's bundled data, one run), ``'synthetic'`` (a river generator, one run per
-            seed) or ``'gae'`` (a setting of ``training.evaluation``, one run per seed, with categories).
+        kind: ``'real'`` (river's or scikit-learn's bundled data, one run), ``'synthetic'`` (a river
+            generator, one run per seed) or ``'gae'`` (a setting of ``training.evaluation``, one run per
+            seed, with categories).
+        family: what kind of boundary or drift it tests, so the results can be read per family:
+            ``'linear'`` (a rotating hyperplane), ``'noisy prototypes'`` (one noisy prototype per class,
+            irrelevant features), ``'rules'`` (a boundary of thresholds and functions, with or without a
+            concept switch), ``'fast drift'`` (prototypes that keep moving), ``'multimodal'`` (several
+            clusters per class, no drift), ``'real'`` (real data of unknown shape) or ``'gae'`` (gae's
+            settings with a drift).
         description: how the docs and the record describe it.
-        make: ``(seed, n) -> dataset``: a river data set, or a gae setting's decision stream.
+        make: ``(seed, n) -> dataset``: a river data set, a list of samples (scikit-learn's data, shuffled
+            with ``seed``) or a gae setting's decision stream.
     """
 
     kind: Literal["real", "synthetic", "gae"]
+    family: Family
     description: str
     make: Callable[[int, int], Any]
 
@@ -89,48 +103,103 @@ def _gae(setting: str) -> Callable[[int, int], Any]:
     return lambda seed, n: make_stream(setting, seed, n)
 
 
+def _sklearn(load: Callable[..., Any]) -> Callable[[int, int], list[Sample]]:
+    """A scikit-learn data set as samples (``f0``, ``f1``, ...: floats; the label an int), its rows in the
+    order of ``numpy.random.default_rng(seed).permutation`` (wine's and breast cancer's files hold long runs
+    of one class, which a prequential run would read as drifts)."""
+    def make(seed: int, n: int) -> list[Sample]:
+        features, labels = load(return_X_y=True)
+        return [({f"f{k}": float(value) for k, value in enumerate(features[row])}, int(labels[row]))
+                for row in np.random.default_rng(seed).permutation(len(labels))]
+    return make
+
+
+def _hyperplane(mag_change: float) -> Callable[[int, int], Any]:
+    return lambda seed, n: synth.Hyperplane(seed=seed, n_features=10, n_drift_features=5, mag_change=mag_change)
+
+
+def _led(seed: int) -> synth.LED:
+    return synth.LED(seed=seed, noise_percentage=0.1, irrelevant_features=True)
+
+
 STREAMS: dict[str, StreamSpec] = {
-    "phishing": StreamSpec("real", "Phishing: 1,250 web pages, 9 features, 2 classes",
+    "phishing": StreamSpec("real", "real", "Phishing: 1,250 web pages, 9 features, 2 classes",
                            lambda seed, n: datasets.Phishing()),
-    "bananas": StreamSpec("real", "Bananas: 5,300 points, 2 features, 2 banana-shaped classes",
+    "bananas": StreamSpec("real", "multimodal", "Bananas: 5,300 points, 2 features, 2 banana-shaped classes",
                           lambda seed, n: datasets.Bananas()),
-    "image_segments": StreamSpec("real", "ImageSegments: 2,310 image regions, 18 features, 7 classes",
+    "image_segments": StreamSpec("real", "real", "ImageSegments: 2,310 image regions, 18 features, 7 classes",
                                  lambda seed, n: datasets.ImageSegments()),
-    "rbf": StreamSpec("synthetic", "RandomRBF: 3 classes, 10 features, 50 centroids",
+    "digits": StreamSpec("real", "real", "scikit-learn's digits: 1,797 8x8 images, 64 features, 10 classes, "
+                         "shuffled", _sklearn(load_digits)),
+    "breast_cancer": StreamSpec("real", "real", "scikit-learn's breast cancer: 569 tumours, 30 features, "
+                                "2 classes, shuffled", _sklearn(load_breast_cancer)),
+    "wine": StreamSpec("real", "real", "scikit-learn's wine: 178 wines, 13 features, 3 classes, shuffled",
+                       _sklearn(load_wine)),
+    "rbf": StreamSpec("synthetic", "multimodal", "RandomRBF: 3 classes, 10 features, 50 centroids",
                       lambda seed, n: synth.RandomRBF(seed_model=seed, seed_sample=seed, n_classes=3,
                                                       n_features=10, n_centroids=50)),
-    "rbf_drift": StreamSpec("synthetic", "RandomRBFDrift: as rbf, 25 of the 50 centroids moving (speed 0.001)",
+    "rbf_drift": StreamSpec("synthetic", "fast drift",
+                            "RandomRBFDrift: as rbf, 25 of the 50 centroids moving (speed 0.001)",
                             lambda seed, n: synth.RandomRBFDrift(seed_model=seed, seed_sample=seed, n_classes=3,
                                                                  n_features=10, n_centroids=50, change_speed=0.001,
                                                                  n_drift_centroids=25)),
-    "sine_abrupt": StreamSpec("synthetic", "Sine: SINE1 switching to reversed SINE1 at the middle (abrupt)",
+    "rbf_fast": StreamSpec("synthetic", "fast drift", "RandomRBFDrift: as rbf, all 50 centroids moving (speed 0.01)",
+                           lambda seed, n: synth.RandomRBFDrift(seed_model=seed, seed_sample=seed, n_classes=3,
+                                                                n_features=10, n_centroids=50, change_speed=0.01,
+                                                                n_drift_centroids=50)),
+    "hyperplane_slow": StreamSpec("synthetic", "linear", "Hyperplane: 10 features, 5 drifting (magnitude 0.001), "
+                                  "5% label noise", _hyperplane(0.001)),
+    "hyperplane_fast": StreamSpec("synthetic", "linear", "Hyperplane: as hyperplane_slow, magnitude 0.01",
+                                  _hyperplane(0.01)),
+    "led": StreamSpec("synthetic", "noisy prototypes", "LED: 7 segments, 10% noise, 17 irrelevant features, "
+                      "10 digits, no drift", lambda seed, n: _led(seed)),
+    "led_drift": StreamSpec("synthetic", "noisy prototypes", "LED switching to LEDDrift (7 features swapped) at "
+                            "the middle (abrupt)",
+                            lambda seed, n: _switch(_led(seed), synth.LEDDrift(seed=seed + DRIFT_SEED_OFFSET,
+                                                                               noise_percentage=0.1,
+                                                                               irrelevant_features=True,
+                                                                               n_drift_features=7),
+                                                    seed, n, ABRUPT_WIDTH)),
+    "sine_abrupt": StreamSpec("synthetic", "rules", "Sine: SINE1 switching to reversed SINE1 at the middle (abrupt)",
                               lambda seed, n: _switch(synth.Sine(0, seed=seed),
                                                       synth.Sine(1, seed=seed + DRIFT_SEED_OFFSET),
                                                       seed, n, ABRUPT_WIDTH)),
-    "sine_gradual": StreamSpec("synthetic", "Sine: SINE2 switching to reversed SINE2 around the middle (gradual)",
+    "sine_gradual": StreamSpec("synthetic", "rules",
+                               "Sine: SINE2 switching to reversed SINE2 around the middle (gradual)",
                                lambda seed, n: _switch(synth.Sine(2, seed=seed),
                                                        synth.Sine(3, seed=seed + DRIFT_SEED_OFFSET),
                                                        seed, n, GRADUAL_WIDTH)),
-    "stagger": StreamSpec("synthetic", "STAGGER: concept 0 switching to concept 1 at the middle (abrupt)",
+    "stagger": StreamSpec("synthetic", "rules", "STAGGER: concept 0 switching to concept 1 at the middle (abrupt)",
                           lambda seed, n: _switch(synth.STAGGER(0, seed=seed),
                                                   synth.STAGGER(1, seed=seed + DRIFT_SEED_OFFSET),
                                                   seed, n, ABRUPT_WIDTH)),
-    "mixed": StreamSpec("synthetic", "Mixed: 2 boolean and 2 numeric features, no drift",
+    "agrawal_abrupt": StreamSpec("synthetic", "rules", "Agrawal: function 0 switching to function 2 at the middle "
+                                 "(abrupt)", lambda seed, n: _switch(synth.Agrawal(0, seed=seed),
+                                                                     synth.Agrawal(2, seed=seed + DRIFT_SEED_OFFSET),
+                                                                     seed, n, ABRUPT_WIDTH)),
+    "agrawal_gradual": StreamSpec("synthetic", "rules", "Agrawal: function 1 switching to function 4 around the "
+                                  "middle (gradual)",
+                                  lambda seed, n: _switch(synth.Agrawal(1, seed=seed),
+                                                          synth.Agrawal(4, seed=seed + DRIFT_SEED_OFFSET),
+                                                          seed, n, GRADUAL_WIDTH)),
+    "mixed": StreamSpec("synthetic", "rules", "Mixed: 2 boolean and 2 numeric features, no drift",
                         lambda seed, n: synth.Mixed(seed=seed)),
-    "random_tree": StreamSpec("synthetic", "RandomTree: 5 numeric and 5 nominal features, 2 classes, no drift",
-                              lambda seed, n: synth.RandomTree(seed_tree=seed, seed_sample=seed)),
-    "gae_permute": StreamSpec("gae", "gae's permute setting: 4 categories, 8 factors, 4 actions permuted "
+    "random_tree": StreamSpec("synthetic", "rules", "RandomTree: 5 numeric and 5 nominal features, 2 classes, "
+                              "no drift", lambda seed, n: synth.RandomTree(seed_tree=seed, seed_sample=seed)),
+    "gae_permute": StreamSpec("gae", "gae", "gae's permute setting: 4 categories, 8 factors, 4 actions permuted "
                               "at the middle", _gae("permute")),
-    "gae_multimodal": StreamSpec("gae", "gae's multimodal setting: 3 clusters per action, no drift",
+    "gae_multimodal": StreamSpec("gae", "multimodal", "gae's multimodal setting: 3 clusters per action, no drift",
                                  _gae("multimodal")),
-    "gae_moons_permute": StreamSpec("gae", "gae's moons_permute setting: scikit-learn's moons, 4 categories, "
-                                    "labels swapped at the middle", _gae("moons_permute")),
+    "gae_moons_permute": StreamSpec("gae", "gae", "gae's moons_permute setting: scikit-learn's moons, "
+                                    "4 categories, labels swapped at the middle", _gae("moons_permute")),
 }
 
 
-# gae's configurations in the suite: its two presets, the drift-aware mode (the recommended one before
-# learning='lvq') and the multi-prototype variant (add a new preset here)
+# gae's configurations in the suite: its two presets, the recommended prototypes without their judges (the
+# recommended configuration before issue 31), the drift-aware mode (the recommended one before learning='lvq') and
+# the multi-prototype variant (add a new preset here)
 GAE_CONFIGS: dict[str, JudgmentConfig] = {"jm_recommended": JudgmentConfig.recommended(),
+                                          "jm_lvq": JudgmentConfig.recommended().replace(judges=None),
                                           "jm_seed": JudgmentConfig.seed(),
                                           "jm_adaptive": JudgmentConfig.seed().replace(drift_mode="adaptive"),
                                           "jm_prototypes": JudgmentConfig.seed().replace(prototypes=4)}
@@ -154,6 +223,11 @@ MODELS: dict[str, ModelSpec] = {
                      lambda seed, category: tree.HoeffdingAdaptiveTreeClassifier(seed=seed), False),
     "arf": ModelSpec("river", "river ARFClassifier, 10 trees",
                      lambda seed, category: forest.ARFClassifier(n_models=10, seed=seed), False),
+    "srp": ModelSpec("river", "river SRPClassifier, 10 Hoeffding trees on random patches",
+                     lambda seed, category: SRPClassifier(n_models=10, seed=seed), False),
+    "lb": ModelSpec("river", "river LeveragingBaggingClassifier, 10 Hoeffding trees",
+                    lambda seed, category: LeveragingBaggingClassifier(model=tree.HoeffdingTreeClassifier(),
+                                                                       n_models=10, seed=seed), False),
     "gnb": ModelSpec("river", "river GaussianNB", lambda seed, category: naive_bayes.GaussianNB(), False),
 }
 
@@ -163,8 +237,10 @@ def seeds_of(stream: str, seeds: tuple[int, ...] | list[int]) -> list[int]:
     return list(seeds[:1]) if STREAMS[stream].kind == "real" else list(seeds)
 
 
-def samples(stream: str, seed: int, n: int, family: str) -> list[Sample]:
-    """The first ``n`` samples of a stream (all of a shorter data set) as ``(x, y)`` pairs.
+def samples(stream: str, seed: int, n: int, family: str, shuffled: bool = False) -> list[Sample]:
+    """The first ``n`` samples of a stream (all of a shorter data set, scikit-learn's in its shuffled order)
+    as ``(x, y)`` pairs; ``shuffled``: a river data set's too, its rows in the order of
+    ``numpy.random.default_rng(seed).permutation`` (a tuning run's real data, never in the order reported).
 
     A gae setting's decision becomes ``x``: its factors (``x0``, ``x1``, ...) and its category, as the
     field :data:`CATEGORY` for a gae model and one-hot (``category_<name>``: 1.0 or 0.0) for a river
@@ -172,7 +248,12 @@ def samples(stream: str, seed: int, n: int, family: str) -> list[Sample]:
     (``skip``) are left out: river's harness learns every sample it scores.
     """
     source = STREAMS[stream].make(seed, n)
+    if isinstance(source, list):  # scikit-learn's data, already samples
+        return source[:n]
     if STREAMS[stream].kind != "gae":
+        if shuffled and STREAMS[stream].kind == "real":
+            rows = [(dict(x), y) for x, y in source]
+            return [rows[row] for row in np.random.default_rng(seed).permutation(len(rows))[:n]]
         return [(dict(x), y) for x, y in source.take(n)]
     data = source.tensors()
     names = [f"x{name}" for name in source.factor_names]
@@ -191,10 +272,11 @@ def samples(stream: str, seed: int, n: int, family: str) -> list[Sample]:
     return rows
 
 
-def build(model: str, seed: int, stream: str) -> base.Estimator:
-    """A fresh model for a stream: MinMaxScaler in front where the model is scaled; for a gae model on a
-    gae setting, the category field named (and led past the scaler)."""
-    spec = MODELS[model]
+def build(model: str | ModelSpec, seed: int, stream: str) -> base.Estimator:
+    """A fresh model (a name among :data:`MODELS`, or a spec) for a stream: MinMaxScaler in front where
+    the model is scaled; for a gae model on a gae setting, the category field named (and led past the
+    scaler)."""
+    spec = MODELS[model] if isinstance(model, str) else model
     category = CATEGORY if spec.family == "gae" and STREAMS[stream].kind == "gae" else None
     classifier = spec.make(seed, category)
     if not spec.scaled:
@@ -239,11 +321,13 @@ def _tensor_bytes(value: Any) -> int:
     return 0
 
 
-def run(model: str, stream: str, seed: int, n: int) -> RunResult:
-    """One prequential run (test, then train, one sample at a time) of a fresh ``model`` on ``stream``,
-    after an untimed warm-up run of another fresh one on the first :data:`WARM_UP` samples."""
+def run(model: str | ModelSpec, stream: str, seed: int, n: int, shuffled: bool = False) -> RunResult:
+    """One prequential run (test, then train, one sample at a time) of a fresh ``model`` (a name among
+    :data:`MODELS`, or a spec) on ``stream`` (its samples: :func:`samples`), after an untimed warm-up run of
+    another fresh one on the first :data:`WARM_UP` samples."""
     torch.set_num_threads(1)  # one decision at a time: thread hand-offs would cost more than they save
-    data = samples(stream, seed, n, MODELS[model].family)
+    spec = MODELS[model] if isinstance(model, str) else model
+    data = samples(stream, seed, n, spec.family, shuffled)
     evaluate.progressive_val_score(data[:WARM_UP], build(model, seed, stream), metrics.Accuracy())
     fresh = build(model, seed, stream)
     began = time.perf_counter()
