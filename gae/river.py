@@ -7,7 +7,7 @@ model selection, one dict at a time::
     >>> from river import datasets, evaluate, metrics, preprocessing
     >>> model = preprocessing.StandardScaler() | JudgmentClassifier()
     >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
-    Accuracy: 89.03%
+    Accuracy: 89.11%
 
 How a river sample becomes a decision of the memory:
 
