@@ -36,7 +36,7 @@ from torch._C import TensorBase
 from gae import validation as check
 from gae._base import INCORRECT
 from gae.compiled import ArrayTable, entry_point
-from gae.judgment import kernels, rule
+from gae.judgment import judges, kernels, rule
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.kernels.learning import learn_one_at
 from gae.judgment.online_judges import JudgedOneMixin
@@ -47,7 +47,7 @@ DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the ke
           layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
 SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead",  # what score_one_at reads
           "relevance_logits", "input_variances")
-JUDGED = ("judge_", "trust_weights")  # the judges' buffers and the trust (judges.layout): JudgeHost checks them
+JUDGED = (judges.PREFIX, "trust_weights")  # the judges' buffers and the trust (judges.layout): JudgeHost checks them
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
 MAX_STAGED = 1024  # rows staged before they go to the logs
 

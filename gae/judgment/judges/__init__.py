@@ -29,6 +29,7 @@ from gae.judgment.judges import gauss, lda
 
 KINDS: dict[str, ModuleType] = {"gauss": gauss, "lda": lda}  # a new judge kind: its module here
 PROTOTYPES = "prototypes"  # the name of the first judge, the prototypes every memory has
+PREFIX = "judge_"  # every judge buffer's name starts so (buffer_name)
 _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -79,7 +80,7 @@ def parse(judges: Any) -> tuple[Judge, ...]:
 
 def buffer_name(judge: Judge, buffer: str) -> str:
     """The memory's name of one of ``judge``'s buffers."""
-    return f"judge_{judge.name}_{buffer}"
+    return f"{PREFIX}{judge.name}_{buffer}"
 
 
 def layout(judges: tuple[Judge, ...], n_categories: int, n_actions: int, n_factors: int) -> dict[str, tuple]:
