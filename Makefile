@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,train,store,docs]"
+	$(PY) -m pip install --quiet -e ".[dev,train,store,docs,mcp,text]"
 	touch $(STAMP)
 
 test: $(STAMP)

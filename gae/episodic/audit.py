@@ -29,7 +29,7 @@ class AuditedPersistence(Persistence):
             state = super().__getstate__()
             buffers = state["_buffers"]
             state["_buffers"] = type(buffers)((name, None if t is None else t.clone()) for name, t in buffers.items())
-            for name in ("scope_names", "source_ids"):
+            for name in ("scope_names", "source_ids", "contents"):
                 state[name] = list(state[name])
             state["_audit"] = AuditTrail(self.max_audit, state["_audit"])
         state.pop("_lock", None)  # a lock cannot be copied: each copy gets its own

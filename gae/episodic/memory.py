@@ -26,12 +26,13 @@ from gae.episodic.persistence import write_call
 from gae.episodic.records import COLUMNS, AuditTrail, Retrieval
 from gae.episodic.scorer import RetrievalScorer, top_k
 from gae.episodic.store.base import Change, MemoryStore
+from gae.episodic.text import TextMixin
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
 MAX_AUDIT = 10_000  # memory ids the audit records an EpisodicMemory keeps name, by default (a store keeps all)
 
 
-class EpisodicMemory(AuditedPersistence):
+class EpisodicMemory(TextMixin, AuditedPersistence):
     r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
 
     Every memory has a unit-norm embedding, ``created_at`` and validity window (seconds), an
@@ -89,6 +90,8 @@ class EpisodicMemory(AuditedPersistence):
             None (in-process only).
         max_audit: the memory ids the audit records kept in memory may name in all, the newest
             records kept (an int >= 1), or None for every record. Default: 10,000.
+        embedder: what :meth:`remember` and :meth:`recall` embed texts with
+            (:mod:`gae.episodic.embedders`); default: all-MiniLM-L6-v2 on first use (``dim=384``).
 
     Examples::
 
@@ -106,7 +109,7 @@ class EpisodicMemory(AuditedPersistence):
 
     def __init__(self, dim: int, capacity: int = 30, *, scorer: RetrievalScorer | None = None,
                  eviction: str = "lowest_score", device: torch.device | str | None = None,
-                 store: MemoryStore | None = None, max_audit: int | None = MAX_AUDIT) -> None:
+                 store: MemoryStore | None = None, max_audit: int | None = MAX_AUDIT, embedder: Any = None) -> None:
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # every public call holds it (see the class)
         self.dim = check.check_int("dim", dim, low=1)
@@ -124,12 +127,14 @@ class EpisodicMemory(AuditedPersistence):
         self.register_buffer("next_id", torch.zeros((), dtype=torch.int64, device=device))
         self.scope_names: list[str] = []
         self.source_ids: list[tuple[int, ...]] = []  # provenance, row-aligned with the columns
+        self.contents: list[str | None] = []  # each memory's text or None, row-aligned with the columns
         self._audit = AuditTrail(self.max_audit)  # read through audit_log
         if device is not None:
             self.scorer.to(device)
         if store is not None and not isinstance(store, MemoryStore):
             raise TypeError(f"store must be a gae.episodic.store.MemoryStore or None, got {type(store).__name__}")
         self.store = store
+        self.embedder = embedder
         self._pending: Change | None = None  # the mutations of the call under way, for the store
         self._depth = 0
         self._stale = False  # a failed write could not be rolled back from the store yet
@@ -229,7 +234,7 @@ class EpisodicMemory(AuditedPersistence):
             columns["ids"] = ids
             columns["inserted"] = ids  # insertion order, for FIFO
             unit = nnf.normalize(x.to(self.embeddings.dtype), dim=-1)
-            self._append(unit, columns, sources)
+            self._append(unit, columns, sources, texts)
             if self._pending is not None:
                 self._pending.added = self._rows(unit, columns, sources, texts)
             self.next_id += n
@@ -241,7 +246,8 @@ class EpisodicMemory(AuditedPersistence):
                 self._evict(overflow, probe, now_value)
         return ids
 
-    def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]]) -> None:
+    def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]],
+                texts: list[str | None]) -> None:
         start, n = int(self.size), unit.shape[0]
         needed = start + n
         self._reserve(needed)
@@ -249,6 +255,7 @@ class EpisodicMemory(AuditedPersistence):
         for name, values in columns.items():
             getattr(self, name)[start:needed] = values
         self.source_ids.extend(sources)
+        self.contents.extend(texts or [None] * n)
         self.size.fill_(needed)
 
     def _reserve(self, needed: int) -> None:
@@ -291,6 +298,7 @@ class EpisodicMemory(AuditedPersistence):
             column[:kept] = column.index_select(0, survivors)  # a new tensor: no overlap with the target
         removed = set(rows.tolist())
         self.source_ids = [s for i, s in enumerate(self.source_ids) if i not in removed]
+        self.contents = [t for i, t in enumerate(self.contents) if i not in removed]
         self.size.fill_(kept)
 
     # -- retrieving ---------------------------------------------------------------------------

@@ -65,6 +65,7 @@ class Persistence(nn.Module):
     next_id: Tensor
     scope_names: list[str]
     source_ids: list[tuple[int, ...]]
+    contents: list[str | None]
     audit_log: list[AuditRecord]
     max_audit: int | None
     _audit: AuditTrail  # the records audit_log copies
@@ -77,7 +78,8 @@ class Persistence(nn.Module):
         @property
         def version(self) -> int: ...
 
-        def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]]) -> None: ...
+        def _append(self, unit: Tensor, columns: dict[str, Tensor], sources: list[tuple[int, ...]],
+                    texts: list[str | None]) -> None: ...
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -157,7 +159,7 @@ class Persistence(nn.Module):
         self.size.zero_()
         self.version_counter.zero_()
         self.next_id.zero_()
-        self.scope_names, self.source_ids, self.audit_log = [], [], []
+        self.scope_names, self.source_ids, self.contents, self.audit_log = [], [], [], []
 
     def _restore(self, snapshot: Snapshot) -> None:
         """The index of a store's live rows, exactly as the memory that wrote them had it."""
@@ -179,18 +181,20 @@ class Persistence(nn.Module):
                 **{name: torch.as_tensor(getattr(rows, name), device=device).to(COLUMNS[name])
                    for name in ("importance", "confidence", "created_at", "valid_from", "valid_until")}}
             unit = torch.as_tensor(rows.embedding, device=device).to(self.embeddings.dtype)
-            self._append(unit, columns, [tuple(s) for s in rows.source_ids])
+            self._append(unit, columns, [tuple(s) for s in rows.source_ids], list(rows.content))
         self.version_counter.fill_(snapshot.version)
         self.next_id.fill_(snapshot.next_id)
         self.audit_log = [AuditRecord(e.action, e.time, tuple(e.ids), e.reason, e.version) for e in snapshot.audit]
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"scope_names": list(self.scope_names), "source_ids": [list(s) for s in self.source_ids],
+                "contents": list(self.contents),
                 "audit_log": [[r.action, r.time, list(r.ids), r.reason, r.version] for r in self._audit]}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.scope_names = list(state["scope_names"])
         self.source_ids = [tuple(s) for s in state["source_ids"]]
+        self.contents = list(state.get("contents", [None] * len(self.source_ids)))  # saved before texts: none
         self.audit_log = [AuditRecord(a, t, tuple(i), r, v) for a, t, i, r, v in state["audit_log"]]
 
     _resizable_rows = ("embeddings", *COLUMNS)  # allocated rows: the checkpoint's, not ours
@@ -215,9 +219,13 @@ class Persistence(nn.Module):
         short = {name: n for name, n in rows.items() if n < size}
         extra = state_dict.get(prefix + "_extra_state")
         sources = extra.get("source_ids") if isinstance(extra, dict) else None
-        if size < 0 or short or len(set(rows.values())) > 1 or (sources is not None and len(sources) != size):
+        texts = extra.get("contents") if isinstance(extra, dict) else None
+        if size < 0 or short or len(set(rows.values())) > 1 or (sources is not None and len(sources) != size) or (
+                texts is not None and (not isinstance(texts, list) or len(texts) != size
+                                       or not all(t is None or isinstance(t, str) for t in texts))):
             raise ValueError(f"state_dict is inconsistent: size={size} but the columns hold rows {rows}"
-                             + ("" if sources is None else f" and source_ids {len(sources)} entries"))
+                             + ("" if sources is None else f" and source_ids {len(sources)} entries")
+                             + ("" if texts is None else f" and contents {len(texts)} entries"))
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
         check_state_dict(self, state_dict, prefix, strict)

@@ -73,6 +73,14 @@ class Snapshot:
     state: dict[str, Any]
 
 
+def ledgers(store: Any) -> list[str]:
+    """The names of the ledgers ``store`` holds, sorted (one holding no meta row yet is not listed)."""
+    sql = dialect(store)
+    with _thread_lock(store), sql.queue(), store.exclusive():
+        sql.create()
+        return sorted(str(name) for (name,) in sql.rows(f"SELECT DISTINCT ledger FROM {sql.table('meta')}"))
+
+
 def _thread_lock(store: Any) -> threading.RLock:
     """The one re-entrant lock of ``store`` for its ledgers' writers (``setdefault`` is atomic: one lock per store)."""
     return store.__dict__.setdefault("_ledger_lock", threading.RLock())

@@ -1,0 +1,149 @@
+"""gae-mcp's configuration: a TOML file, every key checked (an unknown one is an error naming it).
+
+.. code-block:: toml
+
+    [judgment]               # JudgmentConfig.recommended(), these options replaced
+    learning = "lvq"
+
+    [refer]                  # when decide answers refer = true
+    min_confidence = 0.6     # below: "low_confidence"
+    min_margin = 0.1         # first minus second action's probability below: "small_margin"
+
+    [text]
+    capacity = 1000000       # text memories kept (the oldest go first past it)
+
+    [ledger]
+    durable_decisions = true # every decide committed before it answers (false: with the next verify)
+
+    [[memory]]               # a judgment memory with fixed names (refuses others)
+    factors = ["amount", "risk"]
+    categories = ["billing"]
+    actions = ["approve", "escalate"]
+
+Without a ``[[memory]]`` for a set of factor names, the server opens a memory for it on first
+sight that grows its categories and actions as calls name them.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gae.judgment.config import JudgmentConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extra installs it)
+    import tomli as tomllib
+
+TEXT_CAPACITY = 1_000_000
+
+
+@dataclass(frozen=True)
+class FixedMemory:
+    """A judgment memory the config fixes: its factor names, categories and actions."""
+
+    factors: tuple[str, ...]
+    categories: tuple[str, ...]
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What the server runs with (see the module); ``ServerConfig()`` is the default."""
+
+    judgment: JudgmentConfig = field(default_factory=JudgmentConfig.recommended)
+    min_confidence: float = 0.6
+    min_margin: float = 0.1
+    text_capacity: int = TEXT_CAPACITY
+    durable_decisions: bool = True
+    memories: tuple[FixedMemory, ...] = ()
+
+    def fixed(self, factors: tuple[str, ...]) -> FixedMemory | None:
+        """The fixed memory of these (sorted) factor names, or None."""
+        return next((m for m in self.memories if m.factors == factors), None)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> ServerConfig:
+        """Read ``path``; ValueError naming the file and the key for anything it cannot take."""
+        path = Path(path)
+        try:
+            with path.open("rb") as handle:
+                values = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ValueError(f"config {str(path)!r} cannot be read: {error}") from error
+        try:
+            return cls.from_mapping(values)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"config {str(path)!r}: {error}") from error
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
+        _known("the config", values, ("judgment", "refer", "text", "ledger", "memory"))
+        judgment = JudgmentConfig.recommended()
+        if "judgment" in values:
+            options = _table("judgment", values["judgment"])
+            _known("[judgment]", options, JudgmentConfig.options())
+            judgment = judgment.replace(**options)
+        refer = _table("refer", values.get("refer", {}))
+        _known("[refer]", refer, ("min_confidence", "min_margin"))
+        text = _table("text", values.get("text", {}))
+        _known("[text]", text, ("capacity",))
+        ledger = _table("ledger", values.get("ledger", {}))
+        _known("[ledger]", ledger, ("durable_decisions",))
+        durable = ledger.get("durable_decisions", True)
+        if not isinstance(durable, bool):
+            raise TypeError(f"ledger.durable_decisions must be true or false, got {durable!r}")
+        memories = []
+        entries = values.get("memory", [])
+        if not isinstance(entries, list):
+            raise TypeError(f"memory must be an array of tables ([[memory]]), got {type(entries).__name__}")
+        for i, entry in enumerate(entries):
+            entry = _table(f"memory[{i}]", entry)
+            _known(f"[[memory]] {i}", entry, ("factors", "categories", "actions"))
+            names = {key: _names(f"memory[{i}].{key}", entry.get(key)) for key in ("factors", "categories", "actions")}
+            memories.append(FixedMemory(tuple(sorted(names["factors"])), names["categories"], names["actions"]))
+        vocabularies = [m.factors for m in memories]
+        if len(set(vocabularies)) != len(vocabularies):
+            raise ValueError("two [[memory]] tables name the same factors")
+        return cls(judgment=judgment, min_confidence=_unit("refer.min_confidence", refer.get("min_confidence", 0.6)),
+                   min_margin=_unit("refer.min_margin", refer.get("min_margin", 0.1)),
+                   text_capacity=_count("text.capacity", text.get("capacity", TEXT_CAPACITY)),
+                   durable_decisions=durable, memories=tuple(memories))
+
+
+def _table(name: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a table, got {type(value).__name__}")
+    return value
+
+
+def _known(where: str, values: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; known: {sorted(known)}")
+
+
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{name} must be a non-empty list of non-empty names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{name} must not repeat a name, got {value!r}")
+    return tuple(value)
+
+
+def _unit(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value

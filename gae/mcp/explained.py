@@ -1,0 +1,44 @@
+"""A judgment memory's :class:`~gae.judgment.explain.Explanation` of one decision as plain JSON
+values: names for indices, None for the infinities and NaNs JSON has no word for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gae.judgment.explain import Explanation
+
+
+def _number(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
+    """Decision ``b`` of ``explanation``: the answer (``action``, ``confidence``, ``probs``), each
+    action's nearest prototype (``distance``, ``contributions`` per factor), each factor's
+    ``attention`` and ``relevance``, and each judge's ``trust`` and ``votes``."""
+    e = explanation
+    actions, factors = e.action_names, e.factor_names
+
+    def named(index: Any) -> str | None:
+        return actions[int(index)] if int(index) >= 0 else None
+
+    distance = {a: _number(e.distance[b, j]) for j, a in enumerate(actions)}
+    return {
+        "category": e.category_names[int(e.category[b])],
+        "action": named(e.action[b]),
+        "confidence": float(e.confidence[b]),
+        "probs": {a: float(e.probs[b, j]) for j, a in enumerate(actions)},
+        "margin": _number(e.margin[b]),
+        "distance": distance,
+        "contributions": {a: {f: float(e.contributions[b, j, k]) for k, f in enumerate(factors)}
+                          for j, a in enumerate(actions) if distance[a] is not None},
+        "nearest_prototype": {a: int(e.nearest[b, j]) for j, a in enumerate(actions) if int(e.nearest[b, j]) >= 0},
+        "attention": {f: float(e.attention[b, k]) for k, f in enumerate(factors)},
+        "relevance": {f: float(e.relevance[b, k]) for k, f in enumerate(factors)},
+        "prototypes_action": named(e.prototypes_action[b]),
+        "judges": {judge: {"trust": float(e.trust[b, i]), "votes": {a: float(e.votes[b, i, j])
+                                                                    for j, a in enumerate(actions)}}
+                   for i, judge in enumerate(e.judge_names)},
+    }

