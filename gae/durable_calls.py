@@ -289,7 +289,12 @@ class DurableCallsMixin:
         return self._explain_past(past, event.row, event.category)
 
     def _explain_past(self, past: Any, row: Any, category: Any) -> Any:
-        """The explanation of one decision by ``past`` (its state when it decided): its ``explain``."""
+        """The explanation of one decision by ``past`` (its state when it decided): its ``explain``.
+        A category ``past`` had not met then (a growing memory abstained on it) is added to that
+        copy, so the explanation says so: no prototype, no recommendation."""
+        names = past.category_names
+        if isinstance(category, str) and names is not None and category not in names:
+            past.add_categories_([category])
         return past.explain(row, category)
 
 

@@ -105,6 +105,10 @@ def test_refused_arguments_are_error_results_naming_the_field_and_the_server_goe
             assert "ids[0]: no memory 7" in await refused(client, "forget", ids=[7])
             assert "k: must be an int in [1, 100]" in await refused(client, "recall", query="x", scopes=["alice"],
                                                                    k=0)
+            # no coercion: a string is not an id, a bool is not a number
+            assert "ids.0" in await refused(client, "forget", ids=["0"])
+            assert "factors.amount" in await refused(client, "decide", category="billing", factors={"amount": True})
+            assert "k" in await refused(client, "recall", query="x", scopes=["alice"], k="5")
             after = await call(client, "decide", category="billing", factors={"amount": 0.5})
             assert after["probs"] == before["probs"]  # nothing learned or changed by the refusals
 

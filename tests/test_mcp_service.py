@@ -235,8 +235,12 @@ def test_forget_refuses_a_memory_of_a_scope_the_server_does_not_serve(tmp_path):
     scoped = service(path, scopes=["alice"])
     assert scoped.text.contents == ["carol's secret"]  # the store's memories, every scope's, are loaded
     before = state(scoped)
-    with pytest.raises(ToolInputError, match="ids\\[0\\]: memory .* outside the scopes"):
+    with pytest.raises(ToolInputError, match="ids\\[0\\]: no memory 0 in the scopes") as other_scope:
         scoped.forget([carol])
+    with pytest.raises(ToolInputError) as absent:
+        scoped.forget([12345])
+    assert str(other_scope.value).replace("memory 0", "memory N") == str(absent.value).replace("memory 12345",
+                                                                                               "memory N")
     assert state(scoped) == before
     with pytest.raises(ToolInputError, match="scopes\\[0\\]"):
         scoped.recall("secret", ["carol"])
@@ -254,3 +258,78 @@ def test_recall_never_crosses_a_scope(tmp_path_factory, entries, scopes, query, 
     found = svc.recall(query, scopes, k=k)
     assert all(written[m["id"]] in scopes and m["scope"] == written[m["id"]] for m in found)
     assert len(found) == min(k, sum(scope in scopes for scope in written.values()))
+
+
+# -- what a hostile client tried (the review of this server) -----------------------------------------
+def test_a_refused_decision_creates_no_ledger_and_adds_no_action(tmp_path):
+    path = tmp_path / "refused.db"
+    svc = service(path)
+    for factors in ({"x": 1e300}, {"x": 10 ** 400}, {"x": 1e16}):
+        with pytest.raises(ToolInputError, match="factors.x: must"):
+            svc.decide("c", factors, ["a", "b"])
+    assert ledgers(SQLiteStore(path)) == [] and svc._memories == {}
+    svc.decide("c", {"x": 0.5}, ["a", "b"])
+    before = state(svc)
+    with pytest.raises(ToolInputError, match="factors.x"):
+        svc.decide("new", {"x": 1e16}, ["a", "zzz"])
+    assert state(svc) == before and svc._memories[("x",)].action_names == ("a", "b")
+
+
+def test_strings_no_store_can_hold_and_oversized_calls_are_refused_by_field(tmp_path):
+    config = ServerConfig.from_mapping({"limits": {"memories": 2, "factors": 3, "name_length": 10,
+                                                   "text_length": 50}})
+    svc = service(tmp_path / "limits.db", config=config)
+    cases = [(lambda: svc.decide("c\ud800", {"x": 0.1}, ["a"]), "category"),
+             (lambda: svc.decide("c", {"x\ud800": 0.1}, ["a"]), "factors.x\ud800"),
+             (lambda: svc.decide("c", {"a": 1, "b": 1, "c": 1, "d": 1}, ["a"]), "factors"),
+             (lambda: svc.decide("c" * 11, {"x": 0.1}, ["a"]), "category"),
+             (lambda: svc.remember("x" * 51, "s"), "text"), (lambda: svc.remember("\ud800", "s"), "text"),
+             (lambda: svc.recall("y" * 51, ["s"]), "query")]
+    for call, field in cases:
+        with pytest.raises(ToolInputError) as refused:
+            call()
+        assert refused.value.field == field
+    svc.decide("c", {"x": 0.1}, ["a"])
+    svc.decide("c", {"y": 0.1}, ["a"])
+    with pytest.raises(ToolInputError, match="factors: .* holds 2, its limit"):
+        svc.decide("c", {"z": 0.1}, ["a"])
+
+
+def test_every_judgment_memory_shares_one_connection(tmp_path):
+    svc = service(tmp_path / "shared.db")
+    for i in range(5):
+        svc.decide("c", {f"v{i}": 0.1}, ["a"])
+    again = service(tmp_path / "shared.db")
+    for held in (svc, again):
+        assert len(held._memories) == 5 and len({id(m._ledger.store) for m in held._memories.values()}) == 1
+
+
+def test_explain_says_a_decision_on_an_unseen_category_had_no_opinion(svc):
+    teach(svc, 4)
+    decided = svc.decide("never seen", {"amount": 0.5, "risk": 0.5})
+    explained = svc.explain(decided["id"])
+    assert explained["action"] is None and explained["category"] == "never seen"
+    svc.verify(decided["id"], "approve")
+    assert svc.explain(decided["id"])["action"] is None
+
+
+def test_a_second_server_sees_what_the_first_wrote_since_it_started(tmp_path):
+    path = tmp_path / "stale.db"
+    one, two = service(path), service(path)
+    decided = one.decide("c", {"new": 0.5}, ["a"])  # a vocabulary two has not opened
+    assert two.explain(decided["id"])["id"] == decided["id"]
+    assert two.decide("c", {"new": 0.5})["factors"] == ["new"]  # no actions needed: one named them
+    one.decide("c", {"new": 0.5}, ["z"])
+    two.decide("c", {"new": 0.5}, ["z"])  # z is there already: not added twice
+    assert two._memories[("new",)].action_names == ("a", "z")
+    kept = one.remember("written by one", "fresh scope")
+    assert [m["id"] for m in two.recall("written by one", ["fresh scope"])] == [kept]
+    assert two.forget([kept]) == [kept]
+
+
+def test_the_store_remembers_its_embedder_and_refuses_another(tmp_path):
+    path = tmp_path / "embedder.db"
+    service(path).remember("hashed", "s")
+    other = MemoryService(lambda: SQLiteStore(path), embedder=HashingEmbedder(32))
+    with pytest.raises(ValueError, match="embedded by hashing-64 \\(64 dimensions\\), not hashing-32"):
+        other.recall("hashed", ["s"])

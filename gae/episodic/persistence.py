@@ -219,13 +219,14 @@ class Persistence(nn.Module):
         short = {name: n for name, n in rows.items() if n < size}
         extra = state_dict.get(prefix + "_extra_state")
         sources = extra.get("source_ids") if isinstance(extra, dict) else None
-        texts = extra.get("contents") if isinstance(extra, dict) else None
+        given = isinstance(extra, dict) and "contents" in extra  # absent: saved before texts (all None)
+        texts = extra["contents"] if isinstance(extra, dict) and given else None
         if size < 0 or short or len(set(rows.values())) > 1 or (sources is not None and len(sources) != size) or (
-                texts is not None and (not isinstance(texts, list) or len(texts) != size
-                                       or not all(t is None or isinstance(t, str) for t in texts))):
+                given and (not isinstance(texts, list) or len(texts) != size
+                           or not all(t is None or isinstance(t, str) for t in texts))):
             raise ValueError(f"state_dict is inconsistent: size={size} but the columns hold rows {rows}"
                              + ("" if sources is None else f" and source_ids {len(sources)} entries")
-                             + ("" if texts is None else f" and contents {len(texts)} entries"))
+                             + ("" if not given else f" and contents {_count(texts)}"))
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, *args, **kwargs) -> None:
         check_state_dict(self, state_dict, prefix, strict)
@@ -248,3 +249,8 @@ class Persistence(nn.Module):
         tensors are the memory's own, as in torch: copy them before the next call changes them)."""
         with self._lock:
             return super().state_dict(*args, **kwargs)
+
+
+def _count(texts: Any) -> str:
+    """How a state's ``contents`` is described in its refusal."""
+    return f"{len(texts)} entries" if isinstance(texts, list) else repr(texts)

@@ -49,6 +49,12 @@ class TextMixin:
     retrieve: Any
     _column: Any
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "embedder":  # the property, also for an nn.Module embedder (which would become a submodule)
+            TextMixin.embedder.fset(self, value)  # type: ignore[attr-defined]
+        else:
+            super().__setattr__(name, value)
+
     @property
     def embedder(self) -> CachedEmbedder | None:
         """What turns texts into embeddings (a :class:`~gae.episodic.embedders.CachedEmbedder` around
@@ -95,8 +101,7 @@ class TextMixin:
         with self._lock:  # the retrieval and the texts of one state
             found = self.retrieve(query, now=now, k=k, scopes=scopes)
             ids = [int(i) for i in found.ids[0].tolist() if i >= 0]
-            rows = self._rows_of(ids)
-            texts = [self.contents[row] for row in rows]
+            texts = [None if row is None else self.contents[row] for row in self.rows_of(ids)]
         n = len(ids)
 
         def first(values: Tensor) -> list[float]:
@@ -105,12 +110,18 @@ class TextMixin:
         return TextRecall(ids, texts, first(found.scores), first(found.similarity), first(found.recency),
                           first(found.importance), found.version)
 
-    def _rows_of(self, ids: list[int]) -> list[int]:
-        """The index rows of live memory ids (each must be live)."""
-        if not ids:
+    def rows_of(self, ids: Sequence[int]) -> list[int | None]:
+        """The index row of each memory id, None for one not live (deleted, evicted, never
+        stored). Rows keep insertion order and ids grow with it, so a binary search finds them."""
+        if not len(ids):
             return []
         live = self._column("ids")
-        wanted = torch.as_tensor(ids, dtype=live.dtype, device=live.device)
-        match = (live.unsqueeze(0) == wanted.unsqueeze(1)).nonzero()
-        rows = dict(zip(match[:, 0].tolist(), match[:, 1].tolist(), strict=True))
-        return [rows[i] for i in range(len(ids))]
+        wanted = torch.as_tensor(list(ids), dtype=live.dtype, device=live.device)
+        if not live.numel():
+            return [None] * len(ids)
+        if bool((live[1:] > live[:-1]).all()):
+            rows = torch.searchsorted(live, wanted).clamp_max(live.numel() - 1)
+        else:  # not in id order (a state loaded from elsewhere): compare every id
+            rows = (live.unsqueeze(0) == wanted.unsqueeze(1)).int().argmax(1)
+        found = live[rows] == wanted
+        return [row if hit else None for row, hit in zip(rows.tolist(), found.tolist(), strict=True)]

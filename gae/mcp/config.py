@@ -15,6 +15,12 @@
     [ledger]
     durable_decisions = true # every decide committed before it answers (false: with the next verify)
 
+    [limits]                 # what one call may ask for
+    memories = 100           # judgment memories (sets of factor names) the server holds
+    factors = 256            # factors a decision names
+    name_length = 200        # characters of a name (category, action, factor, scope)
+    text_length = 20000      # characters of a text or a query
+
     [[memory]]               # a judgment memory with fixed names (refuses others)
     factors = ["amount", "risk"]
     categories = ["billing"]
@@ -61,6 +67,10 @@ class ServerConfig:
     min_margin: float = 0.1
     text_capacity: int = TEXT_CAPACITY
     durable_decisions: bool = True
+    max_memories: int = 100
+    max_factors: int = 256
+    name_length: int = 200
+    text_length: int = 20_000
     memories: tuple[FixedMemory, ...] = ()
 
     def fixed(self, factors: tuple[str, ...]) -> FixedMemory | None:
@@ -83,7 +93,7 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
-        _known("the config", values, ("judgment", "refer", "text", "ledger", "memory"))
+        _known("the config", values, ("judgment", "refer", "text", "ledger", "limits", "memory"))
         judgment = JudgmentConfig.recommended()
         if "judgment" in values:
             options = _table("judgment", values["judgment"])
@@ -95,6 +105,8 @@ class ServerConfig:
         _known("[text]", text, ("capacity",))
         ledger = _table("ledger", values.get("ledger", {}))
         _known("[ledger]", ledger, ("durable_decisions",))
+        limits = _table("limits", values.get("limits", {}))
+        _known("[limits]", limits, ("memories", "factors", "name_length", "text_length"))
         durable = ledger.get("durable_decisions", True)
         if not isinstance(durable, bool):
             raise TypeError(f"ledger.durable_decisions must be true or false, got {durable!r}")
@@ -113,7 +125,11 @@ class ServerConfig:
         return cls(judgment=judgment, min_confidence=_unit("refer.min_confidence", refer.get("min_confidence", 0.6)),
                    min_margin=_unit("refer.min_margin", refer.get("min_margin", 0.1)),
                    text_capacity=_count("text.capacity", text.get("capacity", TEXT_CAPACITY)),
-                   durable_decisions=durable, memories=tuple(memories))
+                   durable_decisions=durable, memories=tuple(memories),
+                   max_memories=_count("limits.memories", limits.get("memories", 100)),
+                   max_factors=_count("limits.factors", limits.get("factors", 256)),
+                   name_length=_count("limits.name_length", limits.get("name_length", 200)),
+                   text_length=_count("limits.text_length", limits.get("text_length", 20_000)))
 
 
 def _table(name: str, value: Any) -> Mapping[str, Any]:

@@ -15,14 +15,18 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
+from pydantic import Strict
 from typing_extensions import TypedDict  # pydantic needs it for nested TypedDicts before Python 3.12
 
 from gae.mcp.config import ServerConfig
 from gae.mcp.service import MemoryService
 
 T = TypeVar("T")
+# the arguments as sent: a number is a JSON number (an int is one), never a string or a bool made into one
+Number = Annotated[float, Strict()]
+Int = Annotated[int, Strict()]
 DEFAULT_STORE = "gae-mcp.db"
 EMBEDDERS = ("minilm", "hashing")  # --embedder: all-MiniLM-L6-v2 (the text extra), or hashed n-grams (no model)
 
@@ -91,9 +95,12 @@ def build_server(service: MemoryService) -> Any:
     import gae
 
     server = MCPServer("gae", instructions=INSTRUCTIONS, version=gae.__version__)
+    # decide, verify and explain take a fraction of a millisecond: they run in the event loop, which
+    # saves the hop to a worker thread and back (about a millisecond on 2 CPUs). The text tools run the
+    # embedding model (milliseconds), so the SDK runs them in its worker threads.
 
     @server.tool()
-    def decide(category: str, factors: dict[str, float], actions: list[str] | None = None) -> Decided:
+    async def decide(category: str, factors: dict[str, Number], actions: list[str] | None = None) -> Decided:
         """Recommend an action for one decision and keep it pending until verify. factors: the
         decision's criteria, name -> number (one memory per set of names). actions: the actions
         it may recommend (needed the first time a set of factor names is seen; new ones are
@@ -101,30 +108,30 @@ def build_server(service: MemoryService) -> Any:
         return _answer(lambda: Decided(**service.decide(category, factors, actions)))  # type: ignore[typeddict-item]
 
     @server.tool()
-    def verify(decision_id: str, action: str) -> Verified:
+    async def verify(decision_id: str, action: str) -> Verified:
         """Teach the memory the verified action of pending decision decision_id."""
         return _answer(lambda: Verified(**service.verify(decision_id, action)))  # type: ignore[typeddict-item]
 
     @server.tool()
-    def explain(decision_id: str) -> dict[str, Any]:
+    async def explain(decision_id: str) -> dict[str, Any]:
         """Why decision decision_id was decided as it was: each action's nearest prototype, each
         factor's share of the distance and weight, each judge's vote and trust."""
         return _answer(lambda: service.explain(decision_id))
 
     @server.tool()
-    def remember(text: str, scope: str, importance: float = 0.5,
+    def remember(text: str, scope: str, importance: Number = 0.5,
                  memory_type: Literal["episode", "semantic"] = "episode") -> Remembered:
         """Store a text memory in scope; its id."""
         return _answer(lambda: Remembered(id=service.remember(text, scope, importance, memory_type)))
 
     @server.tool()
-    def recall(query: str, scopes: list[str], k: int = 5) -> Recall:
+    def recall(query: str, scopes: list[str], k: Int = 5) -> Recall:
         """The k (1 to 100) text memories of scopes that best answer query, best first, with
         their scores (similarity, recency and importance, weighted)."""
         return _answer(lambda: Recall(memories=service.recall(query, scopes, k)))  # type: ignore[typeddict-item]
 
     @server.tool()
-    def forget(ids: list[int]) -> Forgotten:
+    def forget(ids: list[Int]) -> Forgotten:
         """Erase text memories by id: gone from the store's files, not only hidden."""
         return _answer(lambda: Forgotten(forgotten=service.forget(ids)))
 
@@ -169,7 +176,9 @@ def service_from_args(args: argparse.Namespace) -> MemoryService:
     if embedder is None:
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: a library's print must not reach it
             embedder = SentenceEmbedder()
-    return MemoryService(open_store, scopes=args.scopes, config=config, embedder=embedder)
+    service = MemoryService(open_store, scopes=args.scopes, config=config, embedder=embedder)
+    _ = service.text  # opened now: a store the config or the embedder cannot open stops the server at its start
+    return service
 
 
 def main(argv: Sequence[str] | None = None) -> None:

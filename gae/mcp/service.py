@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gae import validation as check
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.embedders import Embedder
 from gae.episodic.memory import EpisodicMemory
@@ -34,6 +35,7 @@ from gae.mcp.config import ServerConfig
 from gae.mcp.explained import explanation_json
 
 LEDGER_PREFIX = "mcp:"  # + the vocabulary as a JSON list
+TEXT_LEDGER = "mcp-text"  # its meta says which embedder the text memories were embedded by
 MAX_K = 100  # recall's largest k
 MAX_OWNERS = 1_000_000  # pending decision ids the service maps to their memory (the oldest forgotten first)
 REASONS = ("unseen_category", "low_confidence", "small_margin")  # what decide says today (docs/mcp.md)
@@ -69,23 +71,33 @@ class MemoryService:
         # pending decision id -> (its vocabulary, the action recommended when it was decided)
         self._owners: OrderedDict[str, tuple[tuple[str, ...], str | None]] = OrderedDict()
         self._text: EpisodicMemory | None = None
+        self._store: Any = None  # one connection for every judgment memory (their ledgers take turns on it)
         self._refresh()
 
     # -- judgment ---------------------------------------------------------------------------
     def decide(self, category: Any, factors: Any, actions: Any = None) -> dict[str, Any]:
         """Score one decision and keep it pending: ``id``, ``action`` (None: no opinion yet),
         ``confidence``, ``probs``, ``refer`` and its ``reasons``."""
-        category = _name("category", category)
-        vocabulary, row = _factors(factors)
-        actions = None if actions is None else _names("actions", actions)
+        limits = self.config
+        category = _name("category", category, limits.name_length)
+        vocabulary, row = _factors(factors, limits.max_factors, limits.name_length)
+        actions = None if actions is None else _names("actions", actions, limits.name_length)
         with self._lock:
-            memory = self._memories.get(vocabulary) or self._open(vocabulary, category, actions)
-            fixed = self.config.fixed(vocabulary) is not None
+            fixed = self.config.fixed(vocabulary)
+            if fixed is not None:  # checked against the config first: a refused call creates no ledger
+                unknown = [a for a in actions or () if a not in fixed.actions]
+                if unknown:
+                    raise ToolInputError("actions", f"{unknown} are not this memory's actions {list(fixed.actions)}")
+                if category not in fixed.categories:
+                    raise ToolInputError("category", f"{category!r} is not one of {list(fixed.categories)}")
+            memory = self._memories.get(vocabulary)
+            if memory is None:
+                self._refresh()  # another server on the store may have opened it
+                memory = self._memories.get(vocabulary) or self._open(vocabulary, category, actions)
             unknown = [a for a in actions or () if a not in memory.action_names]
-            if fixed and unknown:
-                raise ToolInputError("actions", f"{unknown} are not this memory's actions {list(memory.action_names)}")
-            if fixed and category not in (memory.category_names or ()):
-                raise ToolInputError("category", f"{category!r} is not one of {list(memory.category_names or ())}")
+            if unknown:
+                memory.sync()  # another server may have added them meanwhile
+                unknown = [a for a in unknown if a not in memory.action_names]
             if unknown:
                 memory.add_actions_(unknown)
             seen = category in (memory.category_names or ())
@@ -103,7 +115,8 @@ class MemoryService:
     def verify(self, decision_id: Any, action: Any) -> dict[str, Any]:
         """Learn pending decision ``decision_id`` as ``action``: ``learned``, and ``confirmed``
         (whether it is the action recommended when it was decided)."""
-        decision_id, action = _name("decision_id", decision_id), _name("action", action)
+        decision_id = _name("decision_id", decision_id, 200)
+        action = _name("action", action, self.config.name_length)
         with self._lock:
             memory, recommended = self._owner(decision_id)
             if self.config.fixed(tuple(memory.factor_names)) is not None and action not in memory.action_names:
@@ -120,14 +133,17 @@ class MemoryService:
 
     def explain(self, decision_id: Any) -> dict[str, Any]:
         """Why decision ``decision_id`` was decided as it was, by the state it was decided with."""
-        decision_id = _name("decision_id", decision_id)
+        decision_id = _name("decision_id", decision_id, 200)
         with self._lock:
-            for memory in self._search_order(decision_id):
-                try:
-                    explanation = memory.explain_decision(decision_id)
-                except KeyError:
-                    continue
-                return {"id": decision_id, **explanation_json(explanation)}
+            for attempt in range(2):
+                if attempt:
+                    self._refresh()  # decided on a vocabulary another server opened
+                for memory in self._search_order(decision_id):
+                    try:
+                        explanation = memory.explain_decision(decision_id)
+                    except KeyError:
+                        continue
+                    return {"id": decision_id, **explanation_json(explanation)}
         raise ToolInputError("decision_id", f"no decision {decision_id!r} in the store")
 
     # -- text -------------------------------------------------------------------------------
@@ -135,6 +151,10 @@ class MemoryService:
         """Embed and store ``text`` in ``scope``; its id."""
         if not isinstance(text, str) or not text.strip():
             raise ToolInputError("text", f"must be a non-empty string, got {text!r}")
+        if len(text) > self.config.text_length:
+            raise ToolInputError("text", f"holds {len(text):,} characters, more than the {self.config.text_length:,} "
+                                 "this server takes ([limits] text_length)")
+        _utf8("text", text)
         scope = self._scope("scope", scope)
         importance = _unit("importance", importance)
         if memory_type not in MEMORY_TYPES:
@@ -146,17 +166,23 @@ class MemoryService:
         """The ``k`` text memories of ``scopes`` that best answer ``query``, best first."""
         if not isinstance(query, str) or not query.strip():
             raise ToolInputError("query", f"must be a non-empty string, got {query!r}")
+        if len(query) > self.config.text_length:
+            raise ToolInputError("query", f"holds {len(query):,} characters, more than the "
+                                 f"{self.config.text_length:,} this server takes ([limits] text_length)")
+        _utf8("query", query)
         if isinstance(scopes, str) or not isinstance(scopes, Sequence) or not scopes:
             raise ToolInputError("scopes", f"must be a non-empty list of scope names, got {scopes!r}")
         scopes = [self._scope(f"scopes[{i}]", s) for i, s in enumerate(scopes)]
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolInputError("k", f"must be an int in [1, {MAX_K}], got {k!r}")
         memory = self.text
-        known = [s for s in scopes if s in memory.scope_names]  # a scope never written holds nothing
-        if not known:
-            return []
-        found = memory.recall(query, k=k, scopes=known)
-        scope_of = self._scopes_of(found.ids)
+        with memory._lock:  # the recall and the scopes of its answer see one state (a forget waits)
+            memory._fresh()  # what other servers on the store wrote: their scopes too
+            known = [s for s in scopes if s in memory.scope_names]  # a scope never written holds nothing
+            if not known:
+                return []
+            found = memory.recall(query, k=k, scopes=known)
+            scope_of = self._scopes_of(found.ids)
         return [{"id": i, "text": t, "scope": scope_of[i], "score": s, "similarity": sim, "recency": rec,
                  "importance": imp} for i, t, s, sim, rec, imp in
                 zip(found.ids, found.texts, found.scores, found.similarity, found.recency, found.importance,
@@ -173,12 +199,13 @@ class MemoryService:
             raise ToolInputError("ids", f"names a memory twice: {list(ids)}")
         memory = self.text
         with memory._lock:  # the check and the delete see one state
+            memory._fresh()
             scope_of = self._scopes_of(list(ids))
             for i, value in enumerate(ids):
-                if value not in scope_of:
-                    raise ToolInputError(f"ids[{i}]", f"no memory {value} (unknown or forgotten)")
-                if self.scopes is not None and scope_of[value] not in self.scopes:
-                    raise ToolInputError(f"ids[{i}]", f"memory {value} is outside the scopes this server serves")
+                # a memory of a scope this server does not serve reads as absent: its existence is not told
+                if value not in scope_of or (self.scopes is not None and scope_of[value] not in self.scopes):
+                    raise ToolInputError(f"ids[{i}]", f"no memory {value} in the scopes this server serves "
+                                         "(unknown, forgotten, or another scope's)")
             memory.delete(list(ids), now=time.time(), reason="forget (gae-mcp)", erase=True)
         return list(ids)
 
@@ -192,14 +219,23 @@ class MemoryService:
                     from gae.episodic.embedders import default_embedder
 
                     embedder = default_embedder()
-                self._text = EpisodicMemory(embedder.dim, capacity=self.config.text_capacity, eviction="fifo",
-                                            store=self.open_store(), embedder=embedder)
+                store = self.open_store()
+                _check_embedder(store, embedder)
+                try:
+                    self._text = EpisodicMemory(embedder.dim, capacity=self.config.text_capacity, eviction="fifo",
+                                                store=store, embedder=embedder)
+                except ValueError as error:
+                    raise ValueError(f"the text memories cannot be opened with this config ([text] capacity = "
+                                     f"{self.config.text_capacity:,}): {error}") from error
             return self._text
 
     # -- helpers ----------------------------------------------------------------------------
     def _open(self, vocabulary: tuple[str, ...], category: str, actions: tuple[str, ...] | None) -> JudgmentMemory:
         """A new judgment memory for ``vocabulary``, named by the config or by this first call."""
         fixed = self.config.fixed(vocabulary)
+        if len(self._memories) >= self.config.max_memories:
+            raise ToolInputError("factors", f"factors {list(vocabulary)[:8]} would open a new judgment memory, but "
+                                 f"this server holds {len(self._memories)}, its limit ([limits] memories)")
         if fixed is not None:
             categories, names = fixed.categories, fixed.actions
         elif actions is None:
@@ -208,7 +244,7 @@ class MemoryService:
         else:
             categories, names = (category,), actions
         memory = JudgmentMemory(list(categories), list(names), list(vocabulary), config=self.config.judgment,
-                                store=self.open_store(), ledger=LEDGER_PREFIX + json.dumps(list(vocabulary)),
+                                store=self._judgment_store(), ledger=LEDGER_PREFIX + json.dumps(list(vocabulary)),
                                 grow=fixed is None, durable_decisions=self.config.durable_decisions)
         self._memories[vocabulary] = memory
         return memory
@@ -216,16 +252,12 @@ class MemoryService:
     def _refresh(self) -> None:
         """Open every memory the store holds that this service has not opened (another server's
         too), and map its pending decisions."""
-        store = self.open_store()
-        try:
-            names = [name for name in ledgers(store) if name.startswith(LEDGER_PREFIX)]
-        finally:
-            store.close()
+        store = self._judgment_store()
+        names = [name for name in ledgers(store) if name.startswith(LEDGER_PREFIX)]
         for name in names:
             vocabulary = tuple(json.loads(name[len(LEDGER_PREFIX):]))
             if vocabulary in self._memories:
                 continue
-            store = self.open_store()
             ledger = Ledger(store, name)
             with ledger.reading():
                 meta = ledger.meta()  # the names as they are now: the memory opens with these, adding none
@@ -239,6 +271,11 @@ class MemoryService:
         for vocabulary, memory in self._memories.items():
             for decision in memory.pending():
                 self._own(decision.id, vocabulary, decision.action)
+
+    def _judgment_store(self) -> Any:
+        if self._store is None:
+            self._store = self.open_store()
+        return self._store
 
     def _own(self, decision_id: str, vocabulary: tuple[str, ...], action: str | None) -> None:
         self._owners[decision_id] = (vocabulary, action)
@@ -265,8 +302,10 @@ class MemoryService:
         return memories
 
     def _scope(self, field: str, scope: Any) -> str:
-        if not isinstance(scope, str) or not scope:
-            raise ToolInputError(field, f"must be a non-empty scope name, got {scope!r}")
+        if not isinstance(scope, str) or not scope or len(scope) > self.config.name_length:
+            raise ToolInputError(field, f"must be a scope name of 1 to {self.config.name_length} characters, got "
+                                 f"{scope!r}")
+        _utf8(field, scope)
         if self.scopes is not None and scope not in self.scopes:
             raise ToolInputError(field, f"{scope!r} is outside the scopes this server serves {list(self.scopes)}")
         return scope
@@ -275,39 +314,82 @@ class MemoryService:
         """The scope name of each live text memory among ``ids``."""
         memory = self.text
         with memory._lock:
-            live = dict(zip(memory.column("ids").tolist(), memory.column("scope").tolist(), strict=True))
+            rows = memory.rows_of(ids)
+            codes = memory._column("scope")
+            scope = {i: int(codes[row]) for i, row in zip(ids, rows, strict=True) if row is not None}
             names = list(memory.scope_names)
-        return {i: (names[-1 - live[i]] if live[i] < 0 else f"#{live[i]}") for i in ids if i in live}
+        return {i: (names[-1 - code] if code < 0 else f"#{code}") for i, code in scope.items()}
 
 
-def _name(field: str, value: Any) -> str:
+def _utf8(field: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate: no store can hold it
+        raise ToolInputError(field, f"is not valid Unicode text ({error.reason} at {error.start})") from error
+
+
+def _name(field: str, value: Any, longest: int) -> str:
     if not isinstance(value, str) or not value:
         raise ToolInputError(field, f"must be a non-empty string, got {value!r}")
+    if len(value) > longest:
+        raise ToolInputError(field, f"holds {len(value)} characters, more than the {longest} a name may ([limits] "
+                             "name_length)")
+    _utf8(field, value)
     return value
 
 
-def _names(field: str, values: Any) -> tuple[str, ...]:
+def _names(field: str, values: Any, longest: int) -> tuple[str, ...]:
     if isinstance(values, str) or not isinstance(values, Sequence) or not values:
         raise ToolInputError(field, f"must be a non-empty list of names, got {values!r}")
-    names = tuple(_name(f"{field}[{i}]", v) for i, v in enumerate(values))
+    names = tuple(_name(f"{field}[{i}]", v, longest) for i, v in enumerate(values))
     if len(set(names)) != len(names):
         raise ToolInputError(field, f"names an item twice: {list(names)}")
     return names
 
 
-def _factors(factors: Any) -> tuple[tuple[str, ...], list[float]]:
-    """The vocabulary (sorted names) and the row in its order; every value a finite number."""
+def _factors(factors: Any, most: int, longest: int) -> tuple[tuple[str, ...], list[float]]:
+    """The vocabulary (sorted names) and the row in its order; every value a finite number a
+    memory can learn (within ``LEARN_LIMIT``)."""
     if not isinstance(factors, Mapping) or not factors:
         raise ToolInputError("factors", f"must be a non-empty object of name: number, got {factors!r}")
+    if len(factors) > most:
+        raise ToolInputError("factors", f"names {len(factors)} factors, more than the {most} a decision may "
+                             "([limits] factors)")
+    values = {}
     for name, value in factors.items():
         if not isinstance(name, str) or not name:
             raise ToolInputError("factors", f"names must be non-empty strings, got {name!r}")
+        _name(f"factors.{name[:40]}", name, longest)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ToolInputError(f"factors.{name}", f"must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ToolInputError(f"factors.{name}", f"must be finite, got {value!r}")
-    vocabulary = tuple(sorted(factors))
-    return vocabulary, [float(factors[name]) for name in vocabulary]
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ToolInputError(f"factors.{name}", f"must be finite, got {value!r}"[:200])
+        if abs(number) > check.LEARN_LIMIT:
+            raise ToolInputError(f"factors.{name}", f"must lie in [-{check.LEARN_LIMIT:g}, {check.LEARN_LIMIT:g}], "
+                                 f"got {number!r}")
+        values[name] = number
+    vocabulary = tuple(sorted(values))
+    return vocabulary, [values[name] for name in vocabulary]
+
+
+def _check_embedder(store: Any, embedder: Embedder) -> None:
+    """Record which embedder the store's text memories are embedded by (its first use), and refuse
+    another: two embedders' vectors are not comparable."""
+    name = getattr(embedder, "name", type(embedder).__name__)
+    wanted = {"embedder": name, "dim": int(embedder.dim)}
+    ledger = Ledger(store, TEXT_LEDGER)
+    with ledger.writing():
+        meta = ledger.meta()
+        if not meta:
+            ledger.set_meta(wanted)
+            return
+    if {key: meta.get(key) for key in wanted} != wanted:
+        raise ValueError(f"the store's text memories were embedded by {meta.get('embedder')} ({meta.get('dim')} "
+                         f"dimensions), not {name} ({embedder.dim}): start the server with that embedder")
 
 
 def _unit(field: str, value: Any) -> float:
