@@ -66,6 +66,8 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "tune-lvq": ("tune-lvq.json", script("scripts.tune_lvq", "section")),
     "load-store": ("load-store.json", script("scripts.load_store", "section")),
     "load-ledger": ("load-ledger.json", script("scripts.load_ledger", "section")),
+    "bench-mcp": ("bench-mcp.json", script("scripts.bench_mcp", "table")),
+    "autonomy": ("autonomy.json", script("scripts.autonomy", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
     "ddp-gather": ("ddp-gather.txt", output("text")),  # the script in docs/scaling.md
     "train-summary": ("train-summary.txt", output("text")),  # scripts/tensorboard_screenshots.py: make train's

@@ -1,0 +1,132 @@
+"""The act-or-refer calibration (gae/refer.py): its bound against the exact binomial bound, its
+threshold, its guarantee on exchangeable streams, and its bad input refused with nothing changed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gae.refer import GRID, ReferralCalibrator, kl_upper_bound
+
+
+def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:
+    """The exact one-sided bound by bisection on the binomial CDF: the slow, obvious reference."""
+    def cdf(p: float) -> float:
+        return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(errors + 1))
+
+    low, high = errors / n, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) > delta else (low, middle)
+    return high
+
+
+def test_the_bound_at_no_error_is_the_exact_one():
+    n = np.array([10, 150, 1000])
+    torch_free = kl_upper_bound(np.zeros(3), n, math.log(1 / 0.05))
+    np.testing.assert_allclose(torch_free, 1 - 0.05 ** (1 / n), rtol=1e-9)
+
+
+@pytest.mark.parametrize("errors, n", [(1, 50), (3, 200), (10, 400), (40, 100)])
+def test_the_bound_is_valid_no_tighter_than_the_exact_one(errors, n):
+    bound = float(kl_upper_bound(np.array([errors]), np.array([n]), math.log(1 / 0.05))[0])
+    exact = clopper_pearson_upper(errors, n, 0.05)
+    assert errors / n < exact <= bound + 1e-9  # Chernoff's bound is never below the exact one
+    assert bound < exact + 0.05  # and not loose
+
+
+def test_the_bound_holds_as_often_as_it_promises():
+    rng = np.random.default_rng(0)
+    p, n, budget = 0.05, 300, math.log(1 / 0.1)
+    errors = rng.binomial(n, p, size=4000)
+    misses = np.mean(kl_upper_bound(errors, np.full(4000, n), budget) < p)
+    assert misses <= 0.1
+
+
+def test_no_evidence_refers_everything_and_clean_evidence_lets_it_act():
+    calibrator = ReferralCalibrator(0.02)
+    assert calibrator.threshold == math.inf and len(calibrator) == 0
+    for _ in range(100):
+        calibrator.observe(0.99, True)
+    assert calibrator.threshold == math.inf  # 100 right answers cannot show 2% at 95% with 24 levels tested
+    for _ in range(300):
+        calibrator.observe(0.99, True)
+    assert calibrator.threshold == GRID[0]  # every level holds the same 400 right answers: the lowest passes
+    for _ in range(400):
+        calibrator.observe(0.6, False)  # wrong at 0.6: the levels up to 0.6 fail, the next one holds
+    assert calibrator.threshold == 0.65
+
+
+def test_wrong_answers_at_high_confidence_raise_the_threshold_to_refer_all():
+    calibrator = ReferralCalibrator(0.02, window=500)
+    for i in range(500):
+        calibrator.observe(0.999, i % 10 != 0)  # 10% wrong however confident
+    assert calibrator.threshold == math.inf
+
+
+def test_the_window_is_bounded_and_forgets_the_oldest():
+    calibrator = ReferralCalibrator(0.05, window=400)
+    for _ in range(400):
+        calibrator.observe(0.95, False)
+    assert calibrator.threshold == math.inf
+    for _ in range(400):
+        calibrator.observe(0.95, True)  # a new regime replaces the window
+    assert len(calibrator) == 400 and calibrator.threshold <= 0.95
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_on_an_exchangeable_stream_the_error_taken_alone_stays_under_the_target(seed):
+    """A calibrated model (right with the probability it states) that is sure of most decisions:
+    70% at a confidence in [0.95, 1], the rest in [0.5, 0.95]. Once the window is full, the
+    decisions taken alone err at most the target, up to the binomial noise of their count."""
+    rng = np.random.default_rng(seed)
+    calibrator = ReferralCalibrator(0.05, window=1000)
+    alone = wrong = 0
+    for t in range(6000):
+        confidence = float(rng.uniform(0.95, 1.0) if rng.random() < 0.7 else rng.uniform(0.5, 0.95))
+        correct = bool(rng.random() < confidence)
+        if t >= 1000 and confidence >= calibrator.threshold:
+            alone += 1
+            wrong += not correct
+        calibrator.observe(confidence, correct)
+    assert alone > 2000  # it does act: on most of the about 3,500 sure decisions
+    rate = wrong / alone
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / alone)
+
+
+def test_the_grid_is_fixed_increasing_and_in_the_unit_interval():
+    assert list(GRID) == sorted(set(GRID)) and 0 < GRID[0] and GRID[-1] < 1
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda c: c.observe(float("nan"), True), ValueError), (lambda c: c.observe(1.5, True), ValueError),
+    (lambda c: c.observe(0.9, 1), TypeError), (lambda c: c.observe("0.9", True), TypeError),
+    (lambda c: c.load_state({"confidence": [0.5], "correct": []}), ValueError),
+    (lambda c: c.load_state({"confidence": [2.0], "correct": [True]}), ValueError),
+])
+def test_bad_input_is_refused_and_changes_nothing(call, error):
+    calibrator = ReferralCalibrator(0.05, window=10)
+    calibrator.observe(0.9, True)
+    before = calibrator.state()
+    with pytest.raises(error):
+        call(calibrator)
+    assert calibrator.state() == before
+
+
+@pytest.mark.parametrize("kwargs", [{"target_error": 0.0}, {"target_error": 1.0}, {"target_error": float("nan")},
+                                    {"target_error": 0.1, "window": 0}, {"target_error": 0.1, "delta": 1.0}])
+def test_bad_settings_are_refused(kwargs):
+    with pytest.raises((ValueError, TypeError)):
+        ReferralCalibrator(**kwargs)
+
+
+def test_the_state_round_trips():
+    calibrator = ReferralCalibrator(0.02, window=600)
+    rng = np.random.default_rng(1)
+    for _ in range(600):
+        calibrator.observe(float(rng.uniform(0.9, 1.0)), bool(rng.random() < 0.995))
+    again = ReferralCalibrator(0.02, window=600)
+    again.load_state(calibrator.state())
+    assert again.state() == calibrator.state() and again.threshold == calibrator.threshold
