@@ -272,3 +272,30 @@ def test_a_state_whose_contents_is_not_a_list_is_refused_naming_it():
     state["_extra_state"]["contents"] = None
     with pytest.raises(ValueError, match="contents None"):
         EpisodicMemory(4, capacity=4).load_state_dict(state)
+
+
+def test_a_scope_of_a_large_store_is_ranked_as_the_full_scan_ranks_it():
+    """Past SUBSET_FROM rows, a retrieval that may see few of them scores only those: the same
+    answer as scoring every row (here, the formula written out over every row)."""
+    from gae.episodic.memory import SUBSET_FROM
+
+    n, dim = SUBSET_FROM + 4000, 8
+    generator = torch.Generator().manual_seed(0)
+    memory = EpisodicMemory(dim, capacity=n)
+    embeddings = torch.randn(n, dim, generator=generator)
+    importance = torch.rand(n, generator=generator)
+    created = torch.rand(n, generator=generator, dtype=torch.float64) * 100
+    scopes = [f"s{i % 5}" for i in range(n)]
+    memory.add(embeddings, importance, created_at=created, scope=scopes, now=100.0)
+    queries = torch.randn(3, dim, generator=generator)
+    found = memory.retrieve(queries, now=100.0, k=7, scopes=["s2"])
+    unit = torch.nn.functional.normalize(embeddings, dim=-1)
+    w_sim, w_rec, w_imp = memory.scorer.weights.detach()
+    score = (w_sim * torch.nn.functional.normalize(queries, dim=-1) @ unit.T
+             + w_rec * torch.exp(-(100.0 - created).float() / memory.scorer.tau) + w_imp * importance)
+    score[:, torch.tensor([s != "s2" for s in scopes])] = float("-inf")
+    expected = score.topk(7, dim=1)
+    assert found.ids.tolist() == expected.indices.tolist()
+    torch.testing.assert_close(found.scores, expected.values, rtol=1e-5, atol=1e-6)
+    everything = memory.retrieve(queries, now=100.0, k=7)  # most rows visible: the full scan
+    assert everything.ids.shape == (3, 7)

@@ -24,11 +24,12 @@ from gae.episodic.columns import (
 )
 from gae.episodic.persistence import write_call
 from gae.episodic.records import COLUMNS, AuditTrail, Retrieval
-from gae.episodic.scorer import RetrievalScorer, top_k
+from gae.episodic.scorer import _CHUNK, RetrievalScorer, TopK, top_k
 from gae.episodic.store.base import Change, MemoryStore
 from gae.episodic.text import TextMixin
 
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
+SUBSET_FROM = _CHUNK  # rows past which a retrieval that may see few of them scores only those
 MAX_AUDIT = 10_000  # memory ids the audit records an EpisodicMemory keeps name, by default (a store keeps all)
 
 
@@ -330,7 +331,15 @@ class EpisodicMemory(TextMixin, AuditedPersistence):
                 allowed = None
             bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
             queries = queries.to(self.embeddings.dtype)  # the store's dtype: float32 unless moved with .to(dtype)
-            best = top_k(self.scorer, queries, self._column("embeddings"), bias, k, allowed)
+            embeddings = self._column("embeddings")
+            if allowed is None and valid.numel() > SUBSET_FROM and 2 * int(valid.sum()) < valid.numel():
+                # a large store of which the queries may see less than half (a scope's share): the scan
+                # reads only those rows, not every embedding (ties rank by row, as a stable sort does)
+                seen = valid.nonzero().squeeze(1)
+                best = top_k(self.scorer, queries, embeddings[seen], bias[seen], k)
+                best = TopK(best.scores, torch.where(best.rows >= 0, seen[best.rows.clamp_min(0)], best.rows))
+            else:
+                best = top_k(self.scorer, queries, embeddings, bias, k, allowed)
             if len(self) == 0:  # nothing to gather from: every slot is padding
                 zero = torch.zeros_like(best.scores)
                 return Retrieval(best.rows, best.scores, zero, zero.clone(), zero.clone(), self.version)
