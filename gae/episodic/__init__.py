@@ -1,8 +1,10 @@
 """Retrieval-style memory: embedded traces scored by similarity, recency and importance.
 
 ``memory.py`` holds :class:`EpisodicMemory` (scopes, validity, deletes, versions, audit),
-``persistence.py`` its write-through to a store and its state_dict, ``records.py`` what it
-returns and keeps, ``scorer.py`` the :class:`RetrievalScorer` and the chunked top-k,
+``retrieving.py`` its retrieval, ``text.py`` its text memories (``remember`` / ``recall``) and
+``embedders.py`` what embeds them, ``persistence.py`` its write-through to a store and its
+state_dict, ``records.py`` what it returns and keeps, ``scorer.py`` the :class:`RetrievalScorer`
+and the chunked top-k,
 ``admission.py`` the :class:`AdmissionPolicy`, ``columns.py`` the per-memory column parsing,
 and ``store/`` the durable stores (SQLite by default, Postgres + pgvector).
 """

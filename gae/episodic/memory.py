@@ -18,22 +18,21 @@ from gae.episodic.columns import (
     memory_type_column,
     per_memory,
     scope_column,
-    scope_index,
-    scope_lists,
     source_rows,
 )
 from gae.episodic.persistence import write_call
-from gae.episodic.records import COLUMNS, AuditTrail, Retrieval
-from gae.episodic.scorer import _CHUNK, RetrievalScorer, TopK, top_k
+from gae.episodic.records import COLUMNS, AuditTrail
+from gae.episodic.retrieving import SUBSET_FROM, RetrievingMixin
+from gae.episodic.scorer import RetrievalScorer
 from gae.episodic.store.base import Change, MemoryStore
 from gae.episodic.text import TextMixin
 
+__all__ = ["EVICTIONS", "MAX_AUDIT", "SUBSET_FROM", "EpisodicMemory"]
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
-SUBSET_FROM = _CHUNK  # rows past which a retrieval that may see few of them scores only those
 MAX_AUDIT = 10_000  # memory ids the audit records an EpisodicMemory keeps name, by default (a store keeps all)
 
 
-class EpisodicMemory(TextMixin, AuditedPersistence):
+class EpisodicMemory(TextMixin, RetrievingMixin, AuditedPersistence):
     r"""A bounded store of embedded traces, retrieved by :class:`~gae.RetrievalScorer`.
 
     Every memory has a unit-norm embedding, ``created_at`` and validity window (seconds), an
@@ -301,69 +300,6 @@ class EpisodicMemory(TextMixin, AuditedPersistence):
         self.source_ids = [s for i, s in enumerate(self.source_ids) if i not in removed]
         self.contents = [t for i, t in enumerate(self.contents) if i not in removed]
         self.size.fill_(kept)
-
-    # -- retrieving ---------------------------------------------------------------------------
-    @torch.no_grad()
-    def retrieve(self, queries: Tensor, *, now: float, k: int = 5, scopes: Any = None) -> Retrieval:
-        """The ``k`` best memories for each of Q queries, among those each query may see.
-
-        Args:
-            queries: (Q, D).
-            now: the current time in seconds.
-            k: memories per query.
-            scopes: None (every scope); the scopes every query may see (a list, or a 1-D integer
-                tensor (any device) or numpy array); or one list per query (a list of lists or of
-                1-D tensors, or a (Q, S) integer tensor or array).
-        """
-        with self._lock:  # a reload from the store and the read of one state
-            self._fresh()
-            device = self.embeddings.device
-            queries = check.check_factors(queries, self.dim, device, "queries")
-            now = check.check_real("now", now, low=-float("inf"))
-            k = check.check_int("k", k, low=1)
-            allowed = self._allowed(scopes, queries.shape[0])  # (Q, N) or (N,) bool, or None
-            created, importance = self._column("created_at"), self._column("importance")
-            w_sim, w_rec, w_imp = self.scorer.weights.detach()
-            recency = torch.exp(-(now - created).float() / self.scorer.tau)
-            valid = (self._column("valid_from") <= now) & (now < self._column("valid_until"))
-            if allowed is not None and allowed.dim() == 1:
-                valid &= allowed
-                allowed = None
-            bias = (w_rec * recency + w_imp * importance).masked_fill(~valid, float("-inf"))
-            queries = queries.to(self.embeddings.dtype)  # the store's dtype: float32 unless moved with .to(dtype)
-            embeddings = self._column("embeddings")
-            if allowed is None and valid.numel() > SUBSET_FROM and 2 * int(valid.sum()) < valid.numel():
-                # a large store of which the queries may see less than half (a scope's share): the scan
-                # reads only those rows, not every embedding (ties rank by row, as a stable sort does)
-                seen = valid.nonzero().squeeze(1)
-                best = top_k(self.scorer, queries, embeddings[seen], bias[seen], k)
-                best = TopK(best.scores, torch.where(best.rows >= 0, seen[best.rows.clamp_min(0)], best.rows))
-            else:
-                best = top_k(self.scorer, queries, embeddings, bias, k, allowed)
-            if len(self) == 0:  # nothing to gather from: every slot is padding
-                zero = torch.zeros_like(best.scores)
-                return Retrieval(best.rows, best.scores, zero, zero.clone(), zero.clone(), self.version)
-            rows = best.rows.clamp_min(0)
-            found = best.rows >= 0
-            unit = nnf.normalize(queries, dim=-1)
-            similarity = (unit.unsqueeze(1) * self._column("embeddings")[rows]).sum(-1)
-            zero = torch.zeros_like(similarity)
-            return Retrieval(self._column("ids")[rows].masked_fill(~found, -1), best.scores,
-                             torch.where(found, similarity, zero), torch.where(found, recency[rows], zero),
-                             torch.where(found, importance[rows], zero), self.version)
-
-    def _allowed(self, scopes: Any, n_queries: int) -> Tensor | None:
-        parsed = scope_lists(scopes, n_queries)
-        if parsed is None:
-            return None
-        memory_scope = self._column("scope")
-        if not parsed.per_query:
-            wanted = torch.tensor([scope_index(s, self.scope_names, "scopes") for s in parsed.values],
-                                  dtype=torch.int64, device=memory_scope.device)
-            return torch.isin(memory_scope, wanted)
-        wanted_per_query = [torch.tensor([scope_index(s, self.scope_names, "scopes") for s in allowed],
-                                         dtype=torch.int64, device=memory_scope.device) for allowed in parsed.values]
-        return torch.stack([torch.isin(memory_scope, wanted) for wanted in wanted_per_query])  # (Q, N)
 
     # -- deleting -----------------------------------------------------------------------------
     @torch.no_grad()
