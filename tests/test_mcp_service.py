@@ -333,3 +333,11 @@ def test_the_store_remembers_its_embedder_and_refuses_another(tmp_path):
     other = MemoryService(lambda: SQLiteStore(path), embedder=HashingEmbedder(32))
     with pytest.raises(ValueError, match="embedded by hashing-64 \\(64 dimensions\\), not hashing-32"):
         other.recall("hashed", ["s"])
+
+
+def test_a_decision_another_server_made_on_a_memory_this_one_holds_is_verifiable(tmp_path):
+    path = tmp_path / "held.db"
+    one, two = service(path), service(path)
+    two.verify(two.decide("c", {"x": 0.5}, ["a"])["id"], "a")  # two holds the memory now
+    decided = one.decide("c", {"x": 0.5})
+    assert two.verify(decided["id"], "a")["learned"]

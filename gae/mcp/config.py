@@ -32,13 +32,13 @@ sight that grows its categories and actions as calls name them.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gae import validation as check
 from gae.judgment.config import JudgmentConfig
 
 if sys.version_info >= (3, 11):
@@ -122,14 +122,16 @@ class ServerConfig:
         vocabularies = [m.factors for m in memories]
         if len(set(vocabularies)) != len(vocabularies):
             raise ValueError("two [[memory]] tables name the same factors")
-        return cls(judgment=judgment, min_confidence=_unit("refer.min_confidence", refer.get("min_confidence", 0.6)),
-                   min_margin=_unit("refer.min_margin", refer.get("min_margin", 0.1)),
-                   text_capacity=_count("text.capacity", text.get("capacity", TEXT_CAPACITY)),
+        return cls(judgment=judgment,
+                   min_confidence=check.check_real("refer.min_confidence", refer.get("min_confidence", 0.6),
+                                                   low=0.0, high=1.0),
+                   min_margin=check.check_real("refer.min_margin", refer.get("min_margin", 0.1), low=0.0, high=1.0),
+                   text_capacity=check.check_int("text.capacity", text.get("capacity", TEXT_CAPACITY), low=1),
                    durable_decisions=durable, memories=tuple(memories),
-                   max_memories=_count("limits.memories", limits.get("memories", 100)),
-                   max_factors=_count("limits.factors", limits.get("factors", 256)),
-                   name_length=_count("limits.name_length", limits.get("name_length", 200)),
-                   text_length=_count("limits.text_length", limits.get("text_length", 20_000)))
+                   max_memories=check.check_int("limits.memories", limits.get("memories", 100), low=1),
+                   max_factors=check.check_int("limits.factors", limits.get("factors", 256), low=1),
+                   name_length=check.check_int("limits.name_length", limits.get("name_length", 200), low=1),
+                   text_length=check.check_int("limits.text_length", limits.get("text_length", 20_000), low=1))
 
 
 def _table(name: str, value: Any) -> Mapping[str, Any]:
@@ -150,16 +152,3 @@ def _names(name: str, value: Any) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         raise ValueError(f"{name} must not repeat a name, got {value!r}")
     return tuple(value)
-
-
-def _unit(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value

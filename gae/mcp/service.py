@@ -249,11 +249,13 @@ class MemoryService:
         self._memories[vocabulary] = memory
         return memory
 
-    def _refresh(self) -> None:
+    def _refresh(self, every_pending: bool = False) -> None:
         """Open every memory the store holds that this service has not opened (another server's
-        too), and map its pending decisions."""
+        too), and map its pending decisions; with ``every_pending``, those of every memory (a
+        decision another server made on a memory this one holds)."""
         store = self._judgment_store()
         names = [name for name in ledgers(store) if name.startswith(LEDGER_PREFIX)]
+        opened: list[tuple[str, ...]] = []
         for name in names:
             vocabulary = tuple(json.loads(name[len(LEDGER_PREFIX):]))
             if vocabulary in self._memories:
@@ -268,8 +270,9 @@ class MemoryService:
                                                         config=self.config.judgment, store=store, ledger=name,
                                                         grow=fixed is None,
                                                         durable_decisions=self.config.durable_decisions)
-        for vocabulary, memory in self._memories.items():
-            for decision in memory.pending():
+            opened.append(vocabulary)
+        for vocabulary in (list(self._memories) if every_pending else opened):
+            for decision in self._memories[vocabulary].pending():
                 self._own(decision.id, vocabulary, decision.action)
 
     def _judgment_store(self) -> Any:
@@ -286,7 +289,7 @@ class MemoryService:
         """The memory holding pending decision ``decision_id`` and what it recommended."""
         owner = self._owners.get(decision_id)
         if owner is None:  # decided by another server on this store, or mapped out: look again
-            self._refresh()
+            self._refresh(every_pending=True)
             owner = self._owners.get(decision_id)
         if owner is None:
             raise ToolInputError("decision_id", f"{decision_id!r} is not pending: unknown, verified already or "
@@ -393,7 +396,8 @@ def _check_embedder(store: Any, embedder: Embedder) -> None:
 
 
 def _unit(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= 1:
-        raise ToolInputError(field, f"must be a number in [0, 1], got {value!r}")
-    return float(value)
+    """``value`` as :func:`gae.validation.check_real` takes a number in [0, 1], refused by ``field``."""
+    try:
+        return check.check_real(field, value, low=0.0, high=1.0)
+    except (TypeError, ValueError) as error:
+        raise ToolInputError(field, str(error).removeprefix(f"{field} ")) from error
