@@ -15,6 +15,7 @@ from gae import validation as check
 from gae._views import ViewsMixin
 from gae.durable import DurableMixin
 from gae.lifecycle import MAX_PENDING, LifecycleMixin
+from gae.refer import Referral
 from gae.state_dicts import check_state_dict, load_all_or_nothing
 from gae.types import LearnEvents, StreamStep
 
@@ -43,6 +44,7 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
         self._init_pending(max_pending, pending_ttl)  # decide / verify (gae/lifecycle.py)
+        self.referral = Referral()  # act or refer (gae/refer.py); a subclass sets its own before it loads a state
 
     n_factors: int
     _lock: threading.RLock  # see the class docstring; outside nn.Module's attributes, so not a buffer or module
@@ -362,9 +364,10 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
                 "action_names": list(self.action_names), "factor_names": list(self.factor_names)}
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**self._names_state(), **self._pending_state()}
+        return {**self._names_state(), **self._pending_state(), "referral": self.referral.state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.referral.load_state(state.get("referral"))  # checked whole first: a bad one raises here, first
         self._load_pending_state(state)  # the names are checked in _load_from_state_dict, before any tensor is copied
 
     def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:

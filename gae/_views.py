@@ -55,6 +55,13 @@ class ViewsMixin(nn.Module):
         self._drop_views()  # fresh views whoever pickled them (an older gae's hold other fields)
         if "_open" not in self.__dict__:  # pickled before decide / verify: nothing pending
             self._init_pending()
+        if "referral" not in self.__dict__:  # pickled before act or refer: nothing observed
+            self.__dict__["referral"] = self._fresh_referral()
+
+    def _fresh_referral(self) -> Any:
+        """The :class:`~gae.refer.Referral` this memory starts with (a subclass with options has its own)."""
+        from gae.refer import Referral  # (gae.refer imports nothing of the memories)
+        return Referral()
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Any:
         """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a

@@ -37,30 +37,34 @@ _NAME_KEYS = ("categories", "actions", "factors")
 
 
 def prepare(store: Any, name: str, kind: str, names: dict[str, Any], settings: dict[str, Any],
-            grow: bool) -> tuple[Ledger, dict[str, Any]]:
+            grow: bool, defaults: dict[str, Any] | None = None) -> tuple[Ledger, dict[str, Any]]:
     """Before a memory is built on ``store``: its ledger, and the names to build it with (the
     ledger's own, when it exists). Raises ValueError naming what differs between the memory
-    asked for and the ledger: its kind, factors or settings, or (without ``grow``) its names."""
+    asked for and the ledger: its kind, factors or settings (a setting one of them lacks, as a
+    ledger written before the setting existed, counts as its value in ``defaults``), or (without
+    ``grow``) its names."""
     ledger = Ledger(store, name)
     with ledger.reading():
         meta = ledger.meta()
     if not meta:
         return ledger, names
-    return ledger, _check_meta(meta, ledger, kind, names, settings, grow)
+    return ledger, _check_meta(meta, ledger, kind, names, settings, grow, defaults)
 
 
 def _check_meta(meta: dict[str, Any], ledger: Ledger, kind: str, names: dict[str, Any], settings: dict[str, Any],
-                grow: bool) -> dict[str, Any]:
+                grow: bool, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """The names to build a memory with on a ledger of this ``meta`` (its first ones); ValueError
     naming what differs."""
+    defaults = defaults or {}
     name, store = ledger.name, ledger.store
     differs = [f"kind ({meta['kind']!r} there, {kind!r} here)"] if meta["kind"] != kind else []
     stored: dict[str, Any] = {key: None if meta[key] is None else tuple(meta[key]) for key in _NAME_KEYS}
     if stored["factors"] != names["factors"]:
         differs.append(f"factors ({list(stored['factors'] or [])} there, {list(names['factors'] or [])} here)")
     for key in sorted(set(meta["settings"]) | set(settings)):
-        if meta["settings"].get(key) != settings.get(key):
-            differs.append(f"{key} ({meta['settings'].get(key)!r} there, {settings.get(key)!r} here)")
+        there, here = meta["settings"].get(key, defaults.get(key)), settings.get(key, defaults.get(key))
+        if there != here:
+            differs.append(f"{key} ({there!r} there, {here!r} here)")
     for key in ("categories", "actions"):
         grown = meta.get(f"grown_{key}", meta[key])  # the ledger's names now (a growth appends to them)
         if stored[key] != names[key] and (None if grown is None else tuple(grown)) != names[key] and not grow:
@@ -99,7 +103,7 @@ class DurableMixin(DurableCallsMixin):
             meta = ledger.meta()
             if meta:  # checked again under the lock: another process may have created it since prepare()
                 _check_meta(meta, ledger, type(self).__name__, wanted, self._ledger_settings(),
-                            bool(getattr(self, "grow", False)))
+                            bool(getattr(self, "grow", False)), self._ledger_defaults())
             if not meta:
                 ledger.set_meta({"kind": type(self).__name__, "settings": self._ledger_settings(), "head": 0,
                                  "epoch": 0, **{k: None if v is None else list(v) for k, v in self._names().items()}})
@@ -127,6 +131,10 @@ class DurableMixin(DurableCallsMixin):
 
     def _ledger_settings(self) -> dict[str, Any]:
         """What must be the same for every memory on one ledger (JSON values). Subclasses add theirs."""
+        return {}
+
+    def _ledger_defaults(self) -> dict[str, Any]:
+        """The value of each setting for a ledger written before it existed."""
         return {}
 
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> Any:
@@ -204,9 +212,10 @@ class DurableMixin(DurableCallsMixin):
         d = self.__dict__
         if event.kind == DECIDE:
             detail = event.detail
+            reasons = tuple(detail.get("reasons", ()))  # (none in a ledger written before referrals)
             decision = Decision(event.decision_id, event.action, float(detail["confidence"]),
                                 dict(zip(detail["names"], map(float, detail["probs"]), strict=True)), event.category,
-                                int(event.decided_version), float(event.at), event.source_id)
+                                int(event.decided_version), float(event.at), event.source_id, bool(reasons), reasons)
             self._open[event.decision_id] = _Open(decision, event.row)
             return None
         if event.kind == CLOSE:
@@ -315,10 +324,16 @@ def apply_event(memory: Any, event: Event, meet: bool = True) -> dict[str, Any] 
     if (meet and isinstance(category, str) and category and memory.category_names is not None
             and category not in memory.category_names):
         cls.add_categories_(memory, [category])
+    seq = int(memory.num_decisions)  # the sequence number this learn takes
     if event.source_id is None:  # as the call that learned it live: learn_one, or the checked path with its source
-        return cls.learn_one(memory, event.row, event.action, event.category, event.confirmed, event.outcome)
-    return cls._learn_checked(memory, event.row, event.action, event.category, event.confirmed, event.outcome,
-                              event.source_id)
+        result = cls.learn_one(memory, event.row, event.action, event.category, event.confirmed, event.outcome)
+    else:
+        result = cls._learn_checked(memory, event.row, event.action, event.category, event.confirmed, event.outcome,
+                                    event.source_id)
+    verified = event.detail.get("referral")  # a verified decision (verify), not a plain learn_one
+    if verified is not None and not result.get("skipped", False):
+        memory._observe_verified(event.category, float(verified["confidence"]), bool(event.confirmed), verified, seq)
+    return result
 
 
 def _grow_to(memory: Any, names: dict[str, Any]) -> None:

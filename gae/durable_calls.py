@@ -13,7 +13,7 @@ import numpy as np
 
 from gae import validation as check
 from gae.ledger import CLOSE, DECIDE, GROW, LEARN, Event, Ledger
-from gae.lifecycle import Decision, _Open, _plain_category, _source_id
+from gae.lifecycle import Decision, _Open, _plain_category, _source_id, referral_detail
 
 
 class DurableCallsMixin:
@@ -47,7 +47,8 @@ class DurableCallsMixin:
                 DECIDE, decision.id, decision.category, np.asarray(row, dtype=np.float64), decision.action,
                 source_id=source, decided_version=decision.version, at=stamp,
                 detail={"confidence": decision.confidence, "names": list(decision.probs),
-                        "probs": list(decision.probs.values())}), *_closes(oldest, stamp)]
+                        "probs": list(decision.probs.values()), "reasons": list(decision.reasons)}),
+                *_closes(oldest, stamp)]
 
         if self.durable_decisions:
             return self._decided(self._built(build))
@@ -129,7 +130,8 @@ class DurableCallsMixin:
                     continue
                 confirmed = d.action is not None and d.action == self._verified_name(action)
                 events.append(Event(LEARN, d.id, d.category, np.asarray(opened.row, dtype=np.float64),
-                                    _plain_action(action), confirmed, outcome, d.source_id, d.version, at=stamp))
+                                    _plain_action(action), confirmed, outcome, d.source_id, d.version, at=stamp,
+                                    detail={"referral": {"confidence": d.confidence, **referral_detail(d)}}))
             return [*events, *_closes(self._expiring(stamp), stamp, exclude=seen)]
 
         results = self._write_events(build)

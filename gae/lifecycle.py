@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
+from gae.refer import REASONS, Referral
 
 logger = logging.getLogger("gae.lifecycle")
 MAX_PENDING = 100_000  # open decisions a memory keeps by default
@@ -48,6 +49,9 @@ class Decision:
         version: the memory's ``version`` when it decided.
         created_at: when it decided (seconds, ``time.time()`` unless ``now`` was given).
         source_id: where the decision came from (``forget_`` removes by it), or None.
+        refer: whether it should go to a person rather than be acted on alone (``reasons``
+            is not empty).
+        reasons: why, as :data:`gae.refer.REASONS` words, in that order (:class:`gae.refer.Referral`).
     """
 
     id: str
@@ -58,6 +62,13 @@ class Decision:
     version: int
     created_at: float
     source_id: int | None = None
+    refer: bool = False
+    reasons: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.refer != bool(self.reasons) or any(reason not in REASONS for reason in self.reasons):
+            raise ValueError(f"a Decision refers exactly when it has reasons, each one of {list(REASONS)}; got "
+                             f"refer={self.refer!r}, reasons={self.reasons!r}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,8 @@ class LifecycleMixin:
     expired_decisions: int
     grow: bool
     n_factors: int
+    referral: Referral  # the act-or-refer rule (gae/refer.py), set by each memory
+    num_decisions: Tensor
 
     if TYPE_CHECKING:  # provided by DecisionMemory and its subclasses
         @property
@@ -182,9 +195,13 @@ class LifecycleMixin:
                 result: dict[str, Any] = {"skipped": True}
             else:  # learn_one checks the rest and raises before it changes anything
                 confirmed = decision.action is not None and decision.action == self._verified_name(action)
+                seq = int(self.num_decisions)  # the sequence number this learn takes
                 result = self._learn_checked(opened.row, action, decision.category, confirmed, outcome,
                                              decision.source_id) if decision.source_id is not None else \
                     self.learn_one(opened.row, action, decision.category, confirmed, outcome)
+                if not result.get("skipped", False):
+                    self._observe_verified(decision.category, decision.confidence, confirmed,
+                                           referral_detail(decision), seq)
             del self._open[decision.id]
             self._expire(stamp)
             return result
@@ -233,9 +250,30 @@ class LifecycleMixin:
         else:
             chosen, confidence, scores = self._scores_one(row, category)
             action, probs = self._action_name(chosen), dict(zip(names, scores, strict=True))
+        unseen = action is None  # no opinion in the category yet
+        reasons = self.referral.reasons(confidence, probs.values(), unseen=unseen,
+                                        signals=() if unseen else self._refer_signals(row, category))
         key = uuid.uuid4().hex if id is None else str(id)  # plain values: a checkpoint loads with weights_only
         return Decision(key, action, confidence, probs, _plain_category(category), self.version, stamp,
-                        source_id), row
+                        source_id, bool(reasons), reasons), row
+
+    # -- act or refer (gae/refer.py) -------------------------------------------------------
+    def _refer_signals(self, row: np.ndarray | Tensor, category: str | int) -> tuple[str, ...]:
+        """The memory's own reasons to refer a decision of this checked row in a category it has
+        an opinion in: ``novel`` and ``recent_change`` where it can tell (:class:`~gae.refer.Referral`).
+        A memory with nothing to tell returns ``()``."""
+        return ()
+
+    def _trust_row(self, category: str | int) -> list[float] | None:
+        """The category's trust weights now, for ``recent_change`` (None: the memory has none)."""
+        return None
+
+    def _observe_verified(self, category: str | int, confidence: float, confirmed: bool, detail: dict[str, Any],
+                          seq: int) -> None:
+        """A verified decision, learned as ``seq``, told to the referral (``detail``: :func:`referral_detail`)."""
+        self.referral.observe(self._category_index(category), min(max(confidence, 0.0), 1.0), bool(confirmed),
+                              eligible=bool(detail.get("eligible")), alone=bool(detail.get("alone")), seq=seq,
+                              trust=self._trust_row(category))
 
     def _decided_row(self, factors: Any) -> np.ndarray | Tensor:
         """The factors as :class:`_Open` keeps them, checked as ``learn_one`` checks them: a
@@ -312,6 +350,7 @@ class LifecycleMixin:
             "probs": [[d.probs.get(name, 0.0) for name in self.action_names] for d in decisions],
             "category": [d.category for d in decisions], "version": [d.version for d in decisions],
             "created_at": [d.created_at for d in decisions], "source_id": [d.source_id for d in decisions],
+            "reasons": [list(d.reasons) for d in decisions],
             "factors": [opened.row.tolist() for opened in self._open.values()]},
             "expired_decisions": self.expired_decisions}
 
@@ -337,6 +376,10 @@ class LifecycleMixin:
         if any(len(saved[f]) != n for f in fields):
             raise ValueError(f"state_dict's pending decisions hold lists of lengths "
                              f"{ {f: len(saved[f]) for f in fields} }, not {n} each")
+        reasons = saved.get("reasons", [[] for _ in range(n)])  # (none in a state saved before referrals)
+        if not isinstance(reasons, list) or len(reasons) != n or not all(
+                isinstance(r, list) and all(code in REASONS for code in r) for r in reasons):
+            raise ValueError(f"state_dict's pending decisions hold bad reasons: {reasons!r:.200}")
         names = self.action_names
         opened: OrderedDict[str, _Open] = OrderedDict()
         for i in range(n):
@@ -356,9 +399,18 @@ class LifecycleMixin:
             if problem is not None:
                 raise ValueError(f"state_dict's pending decision {i} has a bad {problem}: {saved[problem][i]!r:.200}")
             decision = Decision(key, action, float(confidence), dict(zip(names, map(float, probs), strict=True)),
-                                category, version, float(created), source)
+                                category, version, float(created), source, bool(reasons[i]), tuple(reasons[i]))
             opened[key] = _Open(decision, np.array(factors, dtype=np.float64))
         return opened
+
+
+def referral_detail(decision: Decision) -> dict[str, Any]:
+    """What the referral learns from a verified decision besides its outcome and confidence:
+    whether the memory had an opinion and no reason but ``low_confidence`` referred it
+    (``eligible``, the calibrator's population), and whether it was taken alone (``alone``, the
+    change test's). A ledger's learn event carries it."""
+    return {"eligible": decision.action is not None and set(decision.reasons) <= {"low_confidence"},
+            "alone": not decision.refer}
 
 
 def _real(value: Any) -> bool:

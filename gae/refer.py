@@ -13,13 +13,22 @@ the next decision taken alone is wrong with probability at most ``target_error``
 evidence (too few verified decisions, or too many wrong) no level passes, the threshold is
 ``inf`` and every decision is referred. After a drift the window holds the old regime until
 ``window`` new verifications replace it; ``recent_change`` (the memory's own signal) says so.
+
+:class:`Referral` is a decision memory's whole act-or-refer rule (``memory.referral``): the
+reasons a decision goes to a person, each a plain word (:data:`REASONS`), the calibrator when the
+memory has a ``target_error``, and what the reasons remember of the verified decisions. Every
+entry it keeps is tagged with the sequence number of the learn that fed it, so ``undo_`` and
+``forget_`` take out what they unlearn (:meth:`Referral.unlearned`).
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 import threading
 from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +38,55 @@ from gae import validation as check
 WINDOW = 2000  # verified decisions the calibration looks at, by default
 DELTA = 0.05  # the probability that the bound fails, by default
 GRID = (*(round(0.30 + 0.05 * i, 2) for i in range(12)), *(round(0.90 + 0.01 * i, 2) for i in range(10)),
-        0.995, 0.999)  # the levels tested, 0.30 to 0.999: fixed before any data
+        0.995, 0.999, 0.9999, 0.99999, 0.999999)  # the levels tested: fixed before any data
+# (the top three for memories whose probabilities crowd next to 1, as a softmax of distances does)
+# why a decision goes to a person, in the order decide lists them
+REASONS = ("unseen_category", "novel", "recent_change", "low_confidence", "small_margin")
+MIN_CONFIDENCE = 0.6  # without a target error: below this confidence, "low_confidence"
+MIN_MARGIN = 0.1  # the best two probabilities closer than this: "small_margin"
+RECENT = 20  # "recent_change" compares a category's trust now with its trust this many verifications ago
+TRUST_MOVE = 0.25  # ... and reports a move of at least this much (total variation distance)
+CHANGE_RATIO = 4.0  # the calibrator's change test: an error this many times the target ...
+CHANGE_LEVEL = math.log(1000.0)  # ... made this much likelier than the target by the decisions taken alone
+NOVEL_P = 0.999  # "novel": beyond this quantile of a chi-square over the criteria
+NOVEL_AFTER = 30  # ... once the category's running spread rests on this many decisions
+
+
+@functools.lru_cache(maxsize=256)  # per decide: computed once per number of criteria
+def novel_bound(criteria: int) -> float:
+    """The squared distance, in units of a category's running variance per criterion, past which a
+    case over ``criteria`` criteria is ``novel``: the :data:`NOVEL_P` quantile of a chi-square with
+    that many degrees of freedom, what a case drawn from a normal category exceeds once in a
+    thousand measured to its mean (less often to its nearest prototype)."""
+    k = check.check_int("criteria", criteria, low=1)
+    low, high = 0.0, k + 10.0 * math.sqrt(2.0 * k) + 50.0  # P(chi2_k <= high) > NOVEL_P for every k
+    for _ in range(100):  # bisection on the distribution function
+        middle = (low + high) / 2
+        low, high = (middle, high) if _chi2_cdf(middle, k) < NOVEL_P else (low, middle)
+    return high
+
+
+def _chi2_cdf(x: float, k: int) -> float:
+    """P(chi-square with ``k`` degrees of freedom <= x): the regularised lower incomplete gamma
+    P(k/2, x/2) by its power series, sum_n (x/2)^(a+n) e^(-x/2) / Gamma(a+n+1)."""
+    a, half = k / 2.0, x / 2.0
+    if half <= 0:
+        return 0.0
+    term = math.exp(a * math.log(half) - half - math.lgamma(a + 1.0))
+    total, n = term, 0
+    while term > 1e-17 * total:
+        n += 1
+        term *= half / (a + n)
+        total += term
+    return min(total, 1.0)
+
+
+def bernoulli_kl(q: np.ndarray, p: np.ndarray | float) -> np.ndarray:
+    """The relative entropy ``kl(q, p) = q log(q / p) + (1 - q) log((1 - q) / (1 - p))`` of two
+    Bernoulli rates, elementwise (``0 log 0 = 0``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.where(q > 0, q * np.log(q / p), 0.0)
+                + np.where(q < 1, (1 - q) * np.log((1 - q) / (1 - p)), 0.0))
 
 
 def kl_upper_bound(errors: np.ndarray, n: np.ndarray, budget: float) -> np.ndarray:
@@ -40,16 +97,44 @@ def kl_upper_bound(errors: np.ndarray, n: np.ndarray, budget: float) -> np.ndarr
     low, high = observed.copy(), np.ones_like(observed)
     for _ in range(50):  # bisection: kl(observed, p) grows in p above observed
         middle = (low + high) / 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kl = (np.where(observed > 0, observed * np.log(observed / middle), 0.0)
-                  + np.where(observed < 1, (1 - observed) * np.log((1 - observed) / (1 - middle)), 0.0))
-        inside = n * kl <= budget
+        inside = n * bernoulli_kl(observed, middle) <= budget
         low, high = np.where(inside, middle, low), np.where(inside, high, middle)
     return np.where(n > 0, high, 1.0)
 
 
-class ReferralCalibrator:
+def kl_passes(errors: np.ndarray, n: np.ndarray, target: float, budget: float) -> np.ndarray:
+    """Whether each level passes, ``kl_upper_bound(errors, n, budget) <= target``, in closed
+    form: with ``k / n`` below the target, the bound is at most the target exactly when
+    ``n * kl(k / n, target) >= budget`` (relative entropy grows past ``k / n``). No evidence
+    (``n`` = 0) never passes."""
+    errors, n = np.asarray(errors, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    observed = np.divide(errors, n, out=np.ones_like(n), where=n > 0)
+    return (n > 0) & (observed < target) & (n * bernoulli_kl(observed, target) >= budget)
+
+
+class _Locked:
+    """An object guarded by its own ``_lock``: pickled and copied without it (a copy makes its own)."""
+
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+class ReferralCalibrator(_Locked):
     """The act-or-refer threshold of one memory (see the module). Thread-safe.
+
+    Beside the window it runs a change test on the decisions taken alone (Page's CUSUM of
+    Bernoulli errors, :data:`CHANGE_RATIO` times the target against the target): when their
+    errors pile up past what the target allows (:data:`CHANGE_LEVEL` nats of evidence), the window
+    is emptied, so the threshold rests on the decisions after the change only (every decision is
+    referred until they prove one again). That is no guarantee under drift, but it bounds how long
+    a window of the old regime speaks for the new one.
 
     Args:
         target_error: the error allowed among the decisions taken alone, in (0, 1).
@@ -62,22 +147,62 @@ class ReferralCalibrator:
                                              high_open=True)
         self.window = check.check_int("window", window, low=1)
         self.delta = check.check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        self._seen: deque[tuple[float, bool]] = deque(maxlen=self.window)
+        high = min(CHANGE_RATIO * self.target_error, (1.0 + self.target_error) / 2)  # the error the test looks for
+        self._evidence = (math.log(high / self.target_error), math.log((1.0 - high) / (1.0 - self.target_error)))
+        self._seen: deque[tuple[float, bool, bool, int]] = deque(maxlen=self.window)  # confidence, correct, alone, seq
+        self._tally = np.zeros((2, len(GRID) + 1), dtype=np.int64)  # per level bucket: decisions, wrong ones
+        self._change = 0.0  # the change test's statistic (nats)
+        self.restarts = 0  # times the change test emptied the window
         self._threshold: float | None = math.inf  # None: to be computed again
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._seen)
 
-    def observe(self, confidence: float, correct: bool) -> None:
-        """One verified decision: the confidence it was decided with, and whether the memory's
-        recommendation was the verified action."""
+    def observe(self, confidence: float, correct: bool, seq: int = -1, *, alone: bool = False) -> None:
+        """One verified decision: the confidence it was decided with, whether the memory's
+        recommendation was the verified action, the sequence number of the learn that took it in
+        (for :meth:`unlearned`; -1: none), and whether it was taken alone (the change test's)."""
         confidence = check.check_real("confidence", confidence, low=0.0, high=1.0)
-        if not isinstance(correct, (bool, np.bool_)):
-            raise TypeError(f"correct must be a bool, got {correct!r}")
+        correct, alone = _flag("correct", correct, TypeError), _flag("alone", alone, TypeError)
+        seq = check.check_int("seq", seq, low=-1)
         with self._lock:
-            self._seen.append((confidence, bool(correct)))
+            if len(self._seen) == self.window:  # the oldest leaves the window
+                self._count(self._seen[0], -1)
+            self._seen.append((confidence, correct, alone, seq))
+            self._count(self._seen[-1], 1)
+            if alone:
+                self._change = max(0.0, self._change + self._evidence[0 if not correct else 1])
+                if self._change >= CHANGE_LEVEL:
+                    self._seen.clear()
+                    self._tally[:] = 0
+                    self._change, self.restarts = 0.0, self.restarts + 1
             self._threshold = None
+
+    def _count(self, entry: tuple[float, bool, bool, int], sign: int) -> None:
+        """Add (``sign`` 1) or take out (-1) one entry in the tally of its level bucket: bucket
+        ``b`` holds the confidences in ``[GRID[b - 1], GRID[b])`` (0: below every level)."""
+        bucket = bisect.bisect_right(GRID, entry[0])
+        self._tally[0, bucket] += sign
+        self._tally[1, bucket] += sign * (not entry[1])
+
+    def _recount(self) -> None:
+        self._tally[:] = 0
+        for entry in self._seen:
+            self._count(entry, 1)
+
+    def unlearned(self, seqs: Sequence[int] | np.ndarray) -> None:
+        """The learns of these sequence numbers were taken back (``undo_``, ``forget_``): their
+        entries go, the later ones' numbers shift down as the memory's do, and the change
+        statistic is that of the entries left."""
+        with self._lock:
+            self._seen = deque(_renumbered(self._seen, seqs), maxlen=self.window)
+            self._recount()
+            change = 0.0
+            for _, correct, alone, _ in self._seen:
+                if alone:
+                    change = max(0.0, change + self._evidence[0 if not correct else 1])
+            self._change, self._threshold = change, None
 
     @property
     def threshold(self) -> float:
@@ -88,33 +213,188 @@ class ReferralCalibrator:
             return self._threshold
 
     def _calibrate(self) -> float:
-        if not self._seen:
-            return math.inf
-        confidence = np.fromiter((c for c, _ in self._seen), dtype=np.float64, count=len(self._seen))
-        wrong = np.fromiter((not ok for _, ok in self._seen), dtype=np.float64, count=len(self._seen))
-        order = np.argsort(-confidence, kind="stable")
-        confidence, errors = confidence[order], np.cumsum(wrong[order])
-        levels = np.asarray(GRID)
-        n = np.searchsorted(-confidence, -levels, side="right")  # decisions at least this confident
-        k = np.where(n > 0, errors[np.maximum(n - 1, 0)], 0.0)
-        bound = kl_upper_bound(k, n, math.log(len(GRID) / self.delta))
-        passing = levels[bound <= self.target_error]
-        return float(passing.min()) if passing.size else math.inf
+        """The lowest level of :data:`GRID` that passes (:func:`kl_passes`), from the tally: the
+        decisions at least as confident as level ``j`` are those of the buckets past ``j``."""
+        above = np.cumsum(self._tally[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (2, levels): decisions, wrong ones
+        passing = np.flatnonzero(kl_passes(above[1], above[0], self.target_error, math.log(len(GRID) / self.delta)))
+        return float(GRID[passing[0]]) if passing.size else math.inf
 
     def state(self) -> dict[str, Any]:
-        """What :meth:`load_state` takes back: the settings and the window's pairs, oldest first."""
+        """What :meth:`load_state` takes back: the settings, the window's entries (oldest first),
+        the change statistic and the restarts."""
         with self._lock:
+            seen = list(self._seen)
             return {"target_error": self.target_error, "window": self.window, "delta": self.delta,
-                    "confidence": [c for c, _ in self._seen], "correct": [ok for _, ok in self._seen]}
+                    "confidence": [e[0] for e in seen], "correct": [e[1] for e in seen],
+                    "alone": [e[2] for e in seen], "seq": [e[3] for e in seen], "change": self._change,
+                    "restarts": self.restarts}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Replace the window with ``state``'s (checked first: a bad state changes nothing)."""
-        confidence, correct = list(state["confidence"]), list(state["correct"])
-        if len(confidence) != len(correct) or len(confidence) > self.window:
-            raise ValueError(f"a calibration state of {len(confidence)} confidences and {len(correct)} outcomes does "
-                             f"not fit a window of {self.window}")
-        pairs = [(check.check_real("confidence", c, low=0.0, high=1.0), bool(ok))
-                 for c, ok in zip(confidence, correct, strict=True)]
+        """Replace the window with ``state``'s newest ``window`` entries (checked first: a bad state
+        changes nothing; one saved without the newer fields gets -1 for a sequence number, not
+        alone, and a change statistic of 0)."""
+        if not isinstance(state, dict):
+            raise ValueError(f"a calibration state must be a dict, got {type(state).__name__}")
+        confidence, correct = list(state.get("confidence", ())), list(state.get("correct", ()))
+        seqs = list(state.get("seq", [-1] * len(confidence)))
+        alone = list(state.get("alone", [False] * len(confidence)))
+        if not len(confidence) == len(correct) == len(seqs) == len(alone):
+            raise ValueError(f"a calibration state of {len(confidence)} confidences, {len(correct)} outcomes, "
+                             f"{len(alone)} alone flags and {len(seqs)} sequence numbers does not line up")
+        entries = [(check.check_real("confidence", c, low=0.0, high=1.0), _flag("correct", ok), _flag("alone", a),
+                    check.check_int("seq", seq, low=-1))
+                   for c, ok, a, seq in zip(confidence, correct, alone, seqs, strict=True)]
+        change = check.check_real("change", state.get("change", 0.0), low=0.0)
+        restarts = check.check_int("restarts", state.get("restarts", 0), low=0)
         with self._lock:
-            self._seen = deque(pairs, maxlen=self.window)
-            self._threshold = None
+            self._seen = deque(entries, maxlen=self.window)
+            self._recount()
+            self._change, self.restarts, self._threshold = change, restarts, None
+
+
+class Referral(_Locked):
+    """A decision memory's act-or-refer rule (``memory.referral``; see the module). Thread-safe.
+
+    A decision is referred, ``refer`` true, when any of its ``reasons`` applies:
+
+    - ``unseen_category``: the memory has no opinion in the category yet (it abstained);
+    - ``novel``: the memory says the case lies farther from every prototype of its category than
+      the category's running spread allows (:meth:`gae.JudgmentMemory.refer_signals`);
+    - ``recent_change``: the category's change test is halfway to firing, or its trust weights
+      moved by at least :data:`TRUST_MOVE` (total variation) over its last :data:`RECENT`
+      verified decisions;
+    - ``low_confidence``: the confidence is below :attr:`threshold`, the calibrator's with a
+      ``target_error``, else ``min_confidence``;
+    - ``small_margin``: the best two actions' probabilities are closer than ``min_margin``.
+
+    The calibrator learns from the verified decisions no other reason referred (``eligible``),
+    so its guarantee is about exactly the decisions taken alone: those with no reason at all.
+
+    Args:
+        target_error: the error allowed among the decisions not referred (None: no calibration,
+            the fixed ``min_confidence``).
+        min_confidence: the confidence below which a decision is referred without a target.
+        min_margin: see ``small_margin``; 0 turns it off.
+        window, delta: the calibrator's (:class:`ReferralCalibrator`).
+    """
+
+    def __init__(self, target_error: float | None = None, *, min_confidence: float = MIN_CONFIDENCE,
+                 min_margin: float = MIN_MARGIN, window: int = WINDOW, delta: float = DELTA) -> None:
+        self.calibrator = None if target_error is None else ReferralCalibrator(target_error, window=window,
+                                                                               delta=delta)
+        self.min_confidence = check.check_real("min_confidence", min_confidence, low=0.0, high=1.0)
+        self.min_margin = check.check_real("min_margin", min_margin, low=0.0, high=1.0)
+        self._trust: dict[str | int, deque[tuple[int, tuple[float, ...]]]] = {}  # category -> (seq, trust row)
+        self._lock = threading.Lock()
+
+    @property
+    def target_error(self) -> float | None:
+        return None if self.calibrator is None else self.calibrator.target_error
+
+    @property
+    def threshold(self) -> float:
+        """The lowest confidence a decision is taken alone at (``inf``: every one referred)."""
+        return self.min_confidence if self.calibrator is None else self.calibrator.threshold
+
+    def reasons(self, confidence: float, probs: Iterable[float], *, unseen: bool,
+                signals: Iterable[str] = ()) -> tuple[str, ...]:
+        """The reasons to refer a decision of this ``confidence`` and these probabilities, with
+        the memory's own ``signals`` (``novel``, ``recent_change``), in :data:`REASONS` order."""
+        found = set(signals)
+        if unseen:
+            found.add("unseen_category")
+        else:
+            best = sorted(probs, reverse=True)[:2] + [0.0]
+            if confidence < self.threshold:
+                found.add("low_confidence")
+            if best[0] - best[1] < self.min_margin:
+                found.add("small_margin")
+        return tuple(reason for reason in REASONS if reason in found)
+
+    def trust_moved(self, category: str | int, trust: Sequence[float]) -> bool:
+        """Whether ``trust`` (the category's trust weights now) lies at least :data:`TRUST_MOVE`
+        from the oldest of its last :data:`RECENT` verified decisions'."""
+        with self._lock:
+            rows = self._trust.get(category)
+            if not rows:
+                return False
+            then = rows[0][1]
+        return 0.5 * sum(abs(a - b) for a, b in zip(trust, then, strict=False)) >= TRUST_MOVE
+
+    def observe(self, category: str | int, confidence: float, correct: bool, *, eligible: bool, seq: int,
+                alone: bool = False, trust: Sequence[float] | None = None) -> None:
+        """One verified decision, learned as sequence number ``seq``: the calibrator takes
+        ``(confidence, correct)`` when ``eligible`` (no reason but ``low_confidence`` referred it)
+        with whether it was taken ``alone`` (no reason at all), the category's trust history
+        ``trust`` (its weights after learning it) when given."""
+        if self.calibrator is not None and eligible:
+            self.calibrator.observe(confidence, correct, seq, alone=alone)
+        if trust is not None:
+            with self._lock:
+                self._trust.setdefault(category, deque(maxlen=RECENT)).append((int(seq), tuple(map(float, trust))))
+
+    def unlearned(self, seqs: Sequence[int] | np.ndarray) -> None:
+        """The learns of these sequence numbers were taken back: what they fed goes (see the module)."""
+        if self.calibrator is not None:
+            self.calibrator.unlearned(seqs)
+        with self._lock:
+            for category, rows in list(self._trust.items()):
+                kept = [(seq, row) for row, seq in _renumbered([(row, seq) for seq, row in rows], seqs)]
+                self._trust[category] = deque(kept, maxlen=RECENT)
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`load_state` takes back, as ``weights_only`` data (lists, numbers, names)."""
+        with self._lock:
+            trust = {"category": [c for c, rows in self._trust.items() for _ in rows],
+                     "seq": [seq for rows in self._trust.values() for seq, _ in rows],
+                     "row": [list(row) for rows in self._trust.values() for _, row in rows]}
+        return {"calibration": None if self.calibrator is None else self.calibrator.state(), "trust": trust}
+
+    def load_state(self, state: dict[str, Any] | None) -> None:
+        """The state :meth:`state` wrote (None: one saved before referrals, nothing observed);
+        checked whole first, ValueError naming the field."""
+        state = {} if state is None else state
+        if not isinstance(state, dict):
+            raise ValueError(f"the referral state must be a dict, got {type(state).__name__}")
+        trust = state.get("trust") or {"category": [], "seq": [], "row": []}
+        if not isinstance(trust, dict) or not all(isinstance(trust.get(k), list) for k in ("category", "seq", "row")) \
+                or not len(trust["category"]) == len(trust["seq"]) == len(trust["row"]):
+            raise ValueError(f"the referral state's trust must be a dict of three lists of one length, "
+                             f"got {trust!r:.200}")
+        rows: dict[str | int, deque[tuple[int, tuple[float, ...]]]] = {}
+        for category, seq, row in zip(trust["category"], trust["seq"], trust["row"], strict=True):
+            if isinstance(category, bool) or not isinstance(category, (str, int)) or not isinstance(row, list):
+                raise ValueError(f"the referral state's trust holds a bad entry: {category!r}, {row!r:.200}")
+            values = tuple(check.check_real("trust", value, low=0.0, high=1.0) for value in row)
+            rows.setdefault(category, deque(maxlen=RECENT)).append((check.check_int("seq", seq, low=-1), values))
+        calibration = state.get("calibration")
+        if self.calibrator is not None:
+            probe = ReferralCalibrator(self.calibrator.target_error, window=self.calibrator.window,
+                                       delta=self.calibrator.delta)
+            probe.load_state(calibration or {})  # raises before anything changes
+            self.calibrator.load_state(calibration or {})
+        with self._lock:
+            self._trust = rows
+
+
+def _renumbered(entries: Iterable[tuple[Any, ...]], seqs: Sequence[int] | np.ndarray) -> list[tuple[Any, ...]]:
+    """``entries`` (tuples whose last field is a sequence number) without those of ``seqs``, the
+    later numbers shifted down by how many of ``seqs`` came before them (untagged ones, -1, stay)."""
+    gone = np.unique(np.asarray(seqs, dtype=np.int64))
+    kept = []
+    for entry in entries:
+        seq = entry[-1]
+        if seq < 0:
+            kept.append(entry)
+            continue
+        at = int(np.searchsorted(gone, seq))
+        if at < gone.size and gone[at] == seq:
+            continue
+        kept.append((*entry[:-1], seq - at))
+    return kept
+
+
+def _flag(name: str, value: Any, error: type[Exception] = ValueError) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise error(f"{name} must be a bool, got {value!r}")
+    return bool(value)

@@ -1,15 +1,23 @@
 """Act or refer on the public suite: the share of decisions a memory may take alone at a target error.
 
-For each stream of the public suite (``training/river_suite.py``, its seeds) and each model (the
-recommended judgment, ``jm_recommended``, and river's k-NN with a window of 400, ``knn_400``, the
-suite's reference, each behind its MinMaxScaler as the benchmark runs them), one prequential run:
-for each sample the model's probabilities give its answer and confidence; the decision is taken
-alone when the confidence reaches the :class:`gae.refer.ReferralCalibrator`'s threshold at that
-moment, else referred; then the verified label arrives, the calibrator observes (confidence,
-correct) and the model learns. The same rule, with the same settings, for both models.
+For each stream of the public suite (``training/river_suite.py``, its seeds) one prequential run
+of each contestant, behind a MinMaxScaler as the benchmark runs them:
 
-Per stream and model: the autonomy rate (the share of decisions taken alone), the error realised
-among them, and the accuracy; then the means over the suite.
+- ``jm_recommended`` and ``knn_400`` (the recommended judgment and river's k-NN with a window of
+  400, the suite's reference) under river's harness: for each sample the model's probabilities
+  give its answer and confidence; a :class:`gae.refer.Referral` with the target error and no
+  margin rule takes the decision alone when the confidence reaches its calibrated threshold,
+  else refers it; then the verified label arrives, the referral observes (confidence, correct)
+  and the model learns. The same rule, with the same settings, on each model's confidence.
+- ``jm_decide``: a :class:`gae.JudgmentMemory` of the recommended configuration with
+  ``target_error`` (and ``refer_margin=0``), driven as an agent drives it: ``decide`` (refer when
+  it answers ``refer``, for any reason: its confidence, ``novel``, ``recent_change``), then
+  ``verify`` with the label. The scaler takes each sample's factors before the decision (they are
+  known then; river's harness scales a prediction without them), and the decided row is the one
+  learned, so its accuracy can differ a little from ``jm_recommended``'s.
+
+Per stream and contestant: the autonomy rate (the share of decisions taken alone), the error
+realised among them, and the accuracy; then the means over the suite.
 
     python scripts/autonomy.py                             # every stream, its seeds, 5,000 samples (minutes)
     python scripts/autonomy.py --quick                     # 500 samples, one seed
@@ -30,12 +38,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gae.refer import DELTA, WINDOW, ReferralCalibrator  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
+from gae.refer import DELTA, REASONS, WINDOW, Referral  # noqa: E402
 from training import cli  # noqa: E402
 from training import river_suite as suite  # noqa: E402
 from training.readme import publish_section  # noqa: E402
 
-MODELS = ("jm_recommended", "knn_400")
+MODELS = ("jm_recommended", "jm_decide", "knn_400")
 TARGET = 0.02
 
 
@@ -49,28 +58,64 @@ def run(task: tuple[str, str, int, int, float]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     model_name, stream, seed, n, target = task
+    if model_name == "jm_decide":
+        return run_decide(stream, seed, n, target)
     spec = suite.MODELS[model_name]
     data = suite.samples(stream, seed, n, spec.family)
     model = suite.build(model_name, seed, stream)
-    calibrator = ReferralCalibrator(target)
+    referral = Referral(target, min_margin=0.0)  # the rule on the confidence alone
     alone = wrong_alone = right = 0
-    for x, y in data:
+    for i, (x, y) in enumerate(data):
         probs = model.predict_proba_one(x)
         answer, confidence = max(probs.items(), key=lambda item: item[1]) if probs else (None, 0.0)
+        confidence = min(max(float(confidence), 0.0), 1.0)
         correct = answer == y
-        if answer is not None and confidence >= calibrator.threshold:
+        taken = not referral.reasons(confidence, probs.values(), unseen=answer is None)
+        if taken:
             alone += 1
             wrong_alone += not correct
         right += correct
-        if answer is not None:
-            calibrator.observe(min(max(float(confidence), 0.0), 1.0), bool(correct))
+        referral.observe(0, confidence, bool(correct), eligible=answer is not None, alone=taken, seq=i)
         model.learn_one(x, y)
     return {"model": model_name, "stream": stream, "seed": seed, "n": len(data), "alone": alone,
             "wrong_alone": wrong_alone, "right": right}
 
 
+def run_decide(stream: str, seed: int, n: int, target: float) -> dict[str, Any]:
+    """``jm_decide``: the memory's own decide and verify (see the module), its reasons counted."""
+    from river import preprocessing
+
+    data = suite.samples(stream, seed, n, "gae")
+    config = JudgmentConfig.recommended().replace(target_error=target, refer_margin=0.0)
+    scaler, memory, names = preprocessing.MinMaxScaler(), None, None
+    alone = wrong_alone = right = 0
+    reasons: dict[str, int] = {}
+    for x, y in data:
+        category = str(x.get(suite.CATEGORY, "general"))
+        factors = {key: value for key, value in x.items() if key != suite.CATEGORY}
+        scaler.learn_one(factors)  # the factors are known when deciding (the label is not)
+        scaled = scaler.transform_one(factors)
+        names = sorted(factors, key=str) if names is None else names  # the first sample's features, in order
+        row = [scaled.get(name, 0.0) for name in names]
+        label = str(y)
+        if memory is None:
+            memory = JudgmentMemory([category], [label], len(names), config, grow=True)
+        decision = memory.decide(row, category)
+        correct = decision.action == label
+        if not decision.refer:
+            alone += 1
+            wrong_alone += not correct
+        for reason in decision.reasons:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        right += correct
+        memory.verify(decision.id, label)
+    return {"model": "jm_decide", "stream": stream, "seed": seed, "n": len(data), "alone": alone,
+            "wrong_alone": wrong_alone, "right": right, "reasons": reasons}
+
+
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per stream and model (pooled over seeds): autonomy, realised error, accuracy; and the suite means."""
+    """Per stream and model (pooled over seeds): autonomy, realised error, accuracy; the suite
+    means; and how often ``jm_decide`` gave each reason."""
     per_stream: dict[str, dict[str, dict[str, float | None]]] = {}
     for stream in dict.fromkeys(r["stream"] for r in runs):
         per_stream[stream] = {}
@@ -85,31 +130,36 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                      "streams_over_target": sum(1 for s in per_stream.values() if s[model]["error_alone"] is not None
                                                 and s[model]["error_alone"] > TARGET)}
              for model in MODELS}
-    return {"per_stream": per_stream, "means": means}
+    decided = [r for r in runs if r["model"] == "jm_decide"]
+    total = sum(r["n"] for r in decided)
+    reasons = {reason: sum(r["reasons"].get(reason, 0) for r in decided) / total for reason in REASONS}
+    return {"per_stream": per_stream, "means": means, "reasons": reasons}
 
 
 def section(record: dict[str, Any]) -> str:
-    """The page's table: per stream, each model's autonomy and realised error; the means last."""
+    """The page's table: per stream, each contestant's autonomy and realised error; the means last."""
     per_stream, means = record["summary"]["per_stream"], record["summary"]["means"]
 
     def cell(value: float | None) -> str:
         return "—" if value is None else f"{100 * value:.1f}%"
 
-    lines = ["| stream | gae autonomy | gae error alone | k-NN autonomy | k-NN error alone |",
-             "|---|---:|---:|---:|---:|"]
+    heads = {"jm_recommended": "gae", "jm_decide": "gae `decide`", "knn_400": "k-NN"}
+    lines = ["| stream | " + " | ".join(f"{heads[m]} autonomy | {heads[m]} error alone" for m in MODELS) + " |",
+             "|---|" + "---:|---:|" * len(MODELS)]
     for stream, models in per_stream.items():
-        gae, knn = models["jm_recommended"], models["knn_400"]
-        lines.append(f"| {stream} | {cell(gae['autonomy'])} | {cell(gae['error_alone'])} | {cell(knn['autonomy'])} | "
-                     f"{cell(knn['error_alone'])} |")
+        lines.append(f"| {stream} | " + " | ".join(f"{cell(models[m]['autonomy'])} | {cell(models[m]['error_alone'])}"
+                                                   for m in MODELS) + " |")
+    lines.append(f"| **mean over {len(per_stream)} streams** | " + " | ".join(
+        f"**{cell(means[m]['autonomy'])}** | {means[m]['streams_over_target']} over the target" for m in MODELS) + " |")
     gae, knn = means["jm_recommended"], means["knn_400"]
-    lines.append(f"| **mean over {len(per_stream)} streams** | **{cell(gae['autonomy'])}** | "
-                 f"{gae['streams_over_target']} over the target | **{cell(knn['autonomy'])}** | "
-                 f"{knn['streams_over_target']} over the target |")
     verdict = "met" if gae["autonomy"] > knn["autonomy"] else "missed"
+    given = ", ".join(f"`{reason}` {cell(share)}" for reason, share in record["summary"]["reasons"].items())
     lines += ["", f"Target error {100 * record['target']:g}%, window {record['window']:,}, delta {record['delta']:g}; "
               f"up to {record['n']:,} samples a stream, prequential, every decision verified before the next. "
-              f"The target, autonomy above the k-NN's on the suite's mean: {verdict} "
-              f"({cell(gae['autonomy'])} against {cell(knn['autonomy'])}). Measured by `{record['command']}` on "
+              f"The target, autonomy above the k-NN's on the suite's mean under the same rule: {verdict} "
+              f"({cell(gae['autonomy'])} against {cell(knn['autonomy'])}). With every reason of its own "
+              f"(`decide`), the memory took {cell(means['jm_decide']['autonomy'])} alone; the share of its decisions "
+              f"each reason was given for: {given}. Measured by `{record['command']}` on "
               f"{record['machine']} in {record['seconds']:.0f} s."]
     return "\n".join(lines)
 

@@ -24,6 +24,7 @@ import torch
 import gae.durable as durable
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from gae.episodic.store import SQLiteStore
+from gae.judgment.config import REFER_OPTIONS
 from gae.ledger import DECIDE, LEARN, Ledger
 from tests.test_ledger import without_logs
 
@@ -459,7 +460,8 @@ def test_a_ledger_created_between_prepare_and_attach_is_still_checked(tmp_path: 
     with pytest.raises(ValueError, match="tau"):
         JudgmentMemory(C, A, K, JudgmentConfig.seed().replace(tau=0.3), store=sqlite(path))
     monkeypatch.setattr(durable, "prepare", original)
-    assert raced and Ledger(sqlite(path), "judgment").meta()["settings"] == JudgmentConfig.recommended().to_dict()
+    assert raced and Ledger(sqlite(path), "judgment").meta()["settings"] == {  # decide's referral options aside
+        key: value for key, value in JudgmentConfig.recommended().to_dict().items() if key not in REFER_OPTIONS}
     assert_same(JudgmentMemory(C, A, K, JudgmentConfig.recommended(), store=sqlite(path)), raced[0])
 
 

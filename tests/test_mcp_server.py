@@ -177,7 +177,7 @@ def test_the_default_embedder_recalls_by_meaning_over_stdio(tmp_path):
 def test_a_config_fixes_a_memory_and_a_bad_config_stops_the_server_saying_why(tmp_path):
     config = tmp_path / "gae.toml"
     config.write_text('[[memory]]\nfactors = ["amount"]\ncategories = ["billing"]\nactions = ["approve", "deny"]\n'
-                      '[refer]\nmin_confidence = 0.9\n')
+                      '[judgment]\ntarget_error = 0.05\n')
 
     async def go():
         async with Client(stdio(tmp_path / "fixed.db", "--config", str(config))) as client:
@@ -187,7 +187,7 @@ def test_a_config_fixes_a_memory_and_a_bad_config_stops_the_server_saying_why(tm
                                                                         factors={"amount": 1.0})
 
     run(go())
-    config.write_text("[refer]\nmin_confidense = 0.9\n")
+    config.write_text("[judgment]\ntarget_eror = 0.05\n")
     done = subprocess.run([sys.executable, "-m", "gae.mcp", "--store", str(tmp_path / "x.db"), "--config",
                            str(config)], capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode != 0 and "[refer] has unknown keys ['min_confidense']" in done.stderr
+    assert done.returncode != 0 and "[judgment] has unknown keys ['target_eror']" in done.stderr

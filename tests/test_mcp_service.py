@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gae import JudgmentConfig
 from gae.episodic.embedders import HashingEmbedder
 from gae.episodic.store import PostgresStore, SQLiteStore
 from gae.ledger import ledgers
@@ -63,7 +64,8 @@ def test_a_new_vocabulary_needs_its_actions_then_grows_on_sight(svc):
     assert other["factors"] == ["latency"] and len(svc._memories) == 2
 
 
-def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(svc):
+def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(tmp_path):
+    svc = service(tmp_path / "fixed.db", config=ServerConfig(judgment=JudgmentConfig.recommended()))  # no target
     teach(svc, 40)
     sure = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
     assert sure["action"] == "escalate" and not sure["refer"] and sure["reasons"] == []
@@ -72,6 +74,22 @@ def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(svc):
     if unsure["refer"]:
         assert set(unsure["reasons"]) <= {"low_confidence", "small_margin"}
     assert svc.decide("refunds", {"amount": 0.5, "risk": 0.9})["reasons"][0] == "unseen_category"
+
+
+def test_at_its_target_error_the_server_refers_until_the_evidence_lets_it_act(svc, tmp_path):
+    """The default target, 2%: with few verified decisions no confidence is proven safe (every
+    decision referred, low_confidence); hundreds of right answers at high confidence prove it."""
+    assert svc.config.judgment.target_error == 0.02
+    teach(svc, 40)
+    early = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
+    assert early["action"] == "escalate" and early["refer"] and early["reasons"] == ["low_confidence"]
+    teach(svc, 860)  # about 300 right answers at a level prove it at 2% (delta 0.05 over 27 levels)
+    late = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
+    assert late["action"] == "escalate" and not late["refer"] and late["reasons"] == []
+    memory = svc._memories[("amount", "risk")]
+    assert memory.referral.threshold <= late["confidence"]
+    again = service(tmp_path / "mcp.db", scopes=["alice"])  # a restart: the calibration is in the ledger
+    assert again.decide("billing", {"amount": 0.5, "risk": 0.95})["refer"] is False
 
 
 def test_verify_reports_whether_the_recommendation_was_confirmed(svc):
@@ -341,3 +359,17 @@ def test_a_decision_another_server_made_on_a_memory_this_one_holds_is_verifiable
     two.verify(two.decide("c", {"x": 0.5}, ["a"])["id"], "a")  # two holds the memory now
     decided = one.decide("c", {"x": 0.5})
     assert two.verify(decided["id"], "a")["learned"]
+
+
+def test_the_target_is_the_configs_and_servers_of_other_targets_share_a_store(tmp_path):
+    off = ServerConfig.from_mapping({"judgment": {"target_error": False, "refer_confidence": 0.7}})
+    assert off.judgment.target_error is None and off.judgment.refer_confidence == 0.7
+    assert ServerConfig.from_mapping({"judgment": {"target_error": 0.05}}).judgment.target_error == 0.05
+    with pytest.raises(ValueError, match="target_error"):
+        ServerConfig.from_mapping({"judgment": {"target_error": 1.5}})
+    first = service(tmp_path / "shared.db", config=off)
+    teach(first, 20)
+    second = service(tmp_path / "shared.db")  # the default target: the ledger does not check decide's options
+    decided = second.decide("billing", {"amount": 0.5, "risk": 0.95})
+    assert decided["action"] == "escalate" and decided["reasons"] == ["low_confidence"]  # no evidence yet at 2%
+    assert first.decide("billing", {"amount": 0.5, "risk": 0.95})["refer"] is False  # 0.7 without a target

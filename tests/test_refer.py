@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from gae.refer import GRID, ReferralCalibrator, kl_upper_bound
+from gae.refer import CHANGE_LEVEL, GRID, Referral, ReferralCalibrator, kl_passes, kl_upper_bound
 
 
 def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:
@@ -50,7 +50,7 @@ def test_no_evidence_refers_everything_and_clean_evidence_lets_it_act():
     assert calibrator.threshold == math.inf and len(calibrator) == 0
     for _ in range(100):
         calibrator.observe(0.99, True)
-    assert calibrator.threshold == math.inf  # 100 right answers cannot show 2% at 95% with 24 levels tested
+    assert calibrator.threshold == math.inf  # 100 right answers cannot show 2% at 95% with 27 levels tested
     for _ in range(300):
         calibrator.observe(0.99, True)
     assert calibrator.threshold == GRID[0]  # every level holds the same 400 right answers: the lowest passes
@@ -105,6 +105,8 @@ def test_the_grid_is_fixed_increasing_and_in_the_unit_interval():
     (lambda c: c.observe(0.9, 1), TypeError), (lambda c: c.observe("0.9", True), TypeError),
     (lambda c: c.load_state({"confidence": [0.5], "correct": []}), ValueError),
     (lambda c: c.load_state({"confidence": [2.0], "correct": [True]}), ValueError),
+    (lambda c: c.load_state({"confidence": [0.5], "correct": [True], "change": -1.0}), ValueError),
+    (lambda c: c.observe(0.9, True, alone=1), TypeError), (lambda c: c.observe(0.9, True, seq=-2), ValueError),
 ])
 def test_bad_input_is_refused_and_changes_nothing(call, error):
     calibrator = ReferralCalibrator(0.05, window=10)
@@ -125,8 +127,88 @@ def test_bad_settings_are_refused(kwargs):
 def test_the_state_round_trips():
     calibrator = ReferralCalibrator(0.02, window=600)
     rng = np.random.default_rng(1)
-    for _ in range(600):
-        calibrator.observe(float(rng.uniform(0.9, 1.0)), bool(rng.random() < 0.995))
+    for i in range(600):
+        calibrator.observe(float(rng.uniform(0.9, 1.0)), bool(rng.random() < 0.995), i, alone=bool(i % 2))
     again = ReferralCalibrator(0.02, window=600)
     again.load_state(calibrator.state())
     assert again.state() == calibrator.state() and again.threshold == calibrator.threshold
+
+
+def test_errors_piling_up_among_decisions_taken_alone_empty_the_window():
+    """Page's CUSUM on the decisions taken alone: at the target it seldom fires (with this seed,
+    never in 5,000), below it the window proves a level; at ten times the target (a drift the
+    window still hides) it fires within a few dozen, and the window restarts."""
+    rng = np.random.default_rng(7)
+    at_target = ReferralCalibrator(0.02)
+    for i in range(5000):
+        at_target.observe(0.99, bool(rng.random() >= 0.02), i, alone=True)
+    assert at_target.restarts == 0
+    calibrator = ReferralCalibrator(0.02)
+    for i in range(5000):
+        calibrator.observe(0.99, bool(rng.random() >= 0.005), i, alone=True)
+    assert calibrator.restarts == 0 and len(calibrator) == 2000 and calibrator.threshold < 1.0
+    for i in range(5000, 5200):
+        calibrator.observe(0.99, bool(rng.random() >= 0.2), i, alone=True)
+        if calibrator.restarts:
+            break
+    assert calibrator.restarts == 1 and i - 5000 < 100 and calibrator.threshold == math.inf
+    referred = ReferralCalibrator(0.02)  # errors among referred decisions are no evidence of a change
+    for i in range(300):
+        referred.observe(0.99, False, i, alone=False)
+    assert referred.restarts == 0 and len(referred) == 300
+    assert CHANGE_LEVEL == pytest.approx(math.log(1000))
+
+
+def test_unlearned_entries_go_and_the_later_ones_renumber():
+    calibrator = ReferralCalibrator(0.1)
+    for seq in range(10):
+        calibrator.observe(0.5 + seq / 100, seq != 3, seq, alone=seq == 3)
+    calibrator.unlearned([3, 7])
+    state = calibrator.state()
+    assert state["seq"] == [0, 1, 2, 3, 4, 5, 6, 7] and state["confidence"][3] == pytest.approx(0.54)
+    assert state["change"] == 0.0  # the change statistic of what is left: the error taken alone went
+    referral = Referral(0.1)
+    for seq in range(5):
+        referral.observe(0, 0.9, True, eligible=seq != 2, seq=seq, trust=[0.5, 0.5])
+    referral.unlearned(np.array([0]))
+    assert referral.state()["trust"]["seq"] == [0, 1, 2, 3] and referral.state()["calibration"]["seq"] == [0, 2, 3]
+
+
+def test_the_closed_form_pass_test_is_the_bound_at_most_the_target():
+    rng = np.random.default_rng(11)
+    n = rng.integers(0, 3000, 4000)
+    errors = np.minimum(rng.integers(0, 60, 4000), n)
+    for target in (0.01, 0.02, 0.1):
+        budget = math.log(len(GRID) / 0.05)
+        bound = kl_upper_bound(errors, n, budget)
+        clear = np.abs(bound - target) > 1e-9  # (bisection's precision at the edge)
+        assert np.array_equal(kl_passes(errors, n, target, budget)[clear], (bound <= target)[clear])
+
+
+def slow_threshold(entries: list[tuple[float, bool]], target: float, delta: float) -> float:
+    """The threshold as the module states it: the lowest level whose decisions at least that
+    confident have a bound at most the target, every decision counted one by one."""
+    for level in GRID:
+        chosen = [correct for confidence, correct in entries if confidence >= level]
+        bound = kl_upper_bound(np.array([len(chosen) - sum(chosen)]), np.array([len(chosen)]),
+                               math.log(len(GRID) / delta))[0]
+        if chosen and bound <= target:
+            return level
+    return math.inf
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_tallied_threshold_is_the_one_counted_over_the_window(seed):
+    rng = np.random.default_rng(seed)
+    calibrator = ReferralCalibrator(0.05, window=700)
+    entries = []
+    for i in range(1500):
+        confidence = float(rng.choice([rng.uniform(0.3, 1.0), GRID[int(rng.integers(len(GRID)))]]))  # levels too
+        correct = bool(rng.random() >= 0.2 * (1 - confidence))
+        calibrator.observe(confidence, correct, i)
+        entries = (entries + [(confidence, correct)])[-700:]
+        if i % 97 == 0 or i > 1490:
+            assert calibrator.threshold == slow_threshold(entries, 0.05, 0.05)
+    calibrator.unlearned(list(range(1400, 1450)))
+    kept = [e for e, seq in zip(entries, range(800, 1500), strict=True) if not 1400 <= seq < 1450]
+    assert calibrator.threshold == slow_threshold(kept, 0.05, 0.05)

@@ -170,9 +170,9 @@ def test_partial_fit_refuses_parameters_changed_since_the_memory_was_built():
 # -- parameters ---------------------------------------------------------------------------------
 def other_value(name: str, default):
     """A valid value of each option other than its recommended default."""
-    special = {"clip": (-3.0, 3.0), "max_log_events": 50, "drift_mode": "adaptive", "learning": "gated",
-               "units": "criterion", "judges": {"lda": {"kind": "lda", "shrinkage": 0.5, "rate_floor": 0.0,
-                                                         "refresh": 4}}}
+    special = {"clip": (-3.0, 3.0), "max_log_events": 50, "target_error": 0.05, "drift_mode": "adaptive",
+               "learning": "gated", "units": "criterion",
+               "judges": {"lda": {"kind": "lda", "shrinkage": 0.5, "rate_floor": 0.0, "refresh": 4}}}
     if name in special:
         return special[name]
     if isinstance(default, int):

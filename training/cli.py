@@ -41,7 +41,7 @@ from typing import Any, NoReturn, TypeVar
 import jsonargparse
 
 TRACEBACK = "GAE_TRACEBACK"  # set to 1: a refused value shows its traceback instead of one line
-ACCEPTED_SHOWN = 30  # an unknown option lists the accepted ones when there are at most this many
+ACCEPTED_SHOWN = 40  # an unknown option lists the accepted ones when there are at most this many
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 _CHECKS: set[types.CodeType] = set()  # the code of the functions marked argument_check

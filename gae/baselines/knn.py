@@ -13,6 +13,7 @@ from gae import validation as check
 from gae._base import INCORRECT, DecisionMemory
 from gae.baselines.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
 from gae.lifecycle import MAX_PENDING
+from gae.refer import Referral
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -56,6 +57,9 @@ class KNNMemory(DecisionMemory):
         scoped: restrict neighbours to the decision's category (needs ``categories``). Default: False.
         respect_skip: do not store decisions marked ``skip``. Default: False.
         grow: ``learn_one`` adds an action or category name it has not met (``add_actions_``). Default: False.
+        target_error: ``decide`` refers decisions so that the error among those it does not
+            refer stays at most this, calibrated online on the verified ones
+            (:class:`~gae.refer.Referral`, as ``JudgmentConfig.target_error``). Default: None.
 
     Attributes:
         store_factors: buffer (capacity, K) float32.
@@ -86,8 +90,9 @@ class KNNMemory(DecisionMemory):
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
                  grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
                  store: Any = None, ledger: str = "knn", snapshot_every: int = durable.SNAPSHOT_EVERY,
-                 durable_decisions: bool = True) -> None:
+                 durable_decisions: bool = True, target_error: float | None = None) -> None:
         super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
+        self.referral = Referral(target_error)  # as a judgment memory's JudgmentConfig.target_error
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.capacity = capacity
         self.respect_skip = bool(respect_skip)
@@ -119,7 +124,8 @@ class KNNMemory(DecisionMemory):
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> KNNMemory:
         return KNNMemory(factors=self.factor_names, actions=actions, k=self.k, capacity=self.capacity,
                          categories=categories, scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,
-                         max_pending=self.max_pending, pending_ttl=self.pending_ttl)
+                         max_pending=self.max_pending, pending_ttl=self.pending_ttl,
+                         target_error=self.referral.target_error)
 
     def __len__(self) -> int:
         return int(self.ring[0])

@@ -258,8 +258,9 @@ class RetrievalMemory(DecisionMemory):
 
     def get_extra_state(self) -> dict[str, Any]:
         return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values()),
-                **self._pending_state()}
+                **self._pending_state(), "referral": self.referral.state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.referral.load_state(state.get("referral"))  # checked whole first
         self.labels = dict(zip(state["label_ids"], state["labels"], strict=True))
         self._load_pending_state(state)

@@ -13,10 +13,13 @@ from typing import Any, Literal
 import numpy as np
 
 from gae import validation as check
+from gae.refer import Referral
 
 DriftMode = Literal["seed", "adaptive"]
 Learning = Literal["gated", "lvq"]
 Units = Literal["criterion", "category"]
+# the options of decide's act-or-refer answer, not of what the memory learns: memories sharing a ledger need not agree
+REFER_OPTIONS = ("target_error", "refer_confidence", "refer_margin")
 
 
 @dataclass(frozen=True, repr=False)
@@ -76,6 +79,10 @@ class JudgmentConfig:
     trust_rate: float = 0.5  # learning rate of the trust weights on the judges' log-loss (judgment/trust.py)
     trust_share: float = 0.02  # fixed share (> 0): every judge keeps at least this share over J of the trust
     trust_floor: float = 0.05  # one decision costs a judge at most -log(trust_floor) nats of log-loss
+    # -- act or refer: decide's refer and reasons (gae/refer.py, docs/mcp.md#act-or-refer)
+    target_error: float | None = None  # the error allowed among the decisions not referred, calibrated online
+    refer_confidence: float = 0.6  # without target_error: refer a decision less confident than this
+    refer_margin: float = 0.1  # refer a decision whose best two probabilities are closer than this
 
     def __post_init__(self) -> None:
         real = check.check_real
@@ -113,6 +120,15 @@ class JudgmentConfig:
         # a share > 0 keeps every trust weight >= trust_share / J, so the trust's normaliser never reaches 0
         set_(self, "trust_share", real("trust_share", self.trust_share, low=0.0, high=1.0, low_open=True))
         set_(self, "trust_floor", real("trust_floor", self.trust_floor, low=0.0, high=1.0, low_open=True))
+        if self.target_error is not None:
+            set_(self, "target_error", real("target_error", self.target_error, low=0.0, high=1.0, low_open=True,
+                                            high_open=True))
+        for name in ("refer_confidence", "refer_margin"):
+            set_(self, name, real(name, getattr(self, name), low=0.0, high=1.0))
+
+    def referral(self) -> Referral:
+        """A fresh :class:`~gae.refer.Referral` of these options (nothing observed yet)."""
+        return Referral(self.target_error, min_confidence=self.refer_confidence, min_margin=self.refer_margin)
 
     def __repr__(self) -> str:
         """The options that differ from the seed rule's; ``JudgmentConfig()`` is the seed rule."""

@@ -14,9 +14,15 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
+from gae.judgment.config import REFER_OPTIONS, JudgmentConfig
 from gae.judgment.decision_log import DecisionLog, Trace
 from gae.judgment.history import History, Relearn
 from gae.types import GateLog, PromotionLog, RecycleLog
+
+
+def ledger_defaults() -> dict[str, Any]:
+    """Each option's default, as a ledger written before the option existed is read."""
+    return cast(dict, JudgmentConfig.seed().to_dict())
 
 
 class HistoryMixin:
@@ -27,6 +33,8 @@ class HistoryMixin:
 
     history: History
     _lock: Any
+    referral: Any  # gae.refer.Referral
+    num_decisions: Tensor
     _updates: int
     category_names: tuple[str, ...]
     action_names: tuple[str, ...]
@@ -45,14 +53,18 @@ class HistoryMixin:
         """Revert the last ``n`` applied decisions exactly: the buffers, the event logs and the
         attention logits are bit for bit what they were before them (skipped decisions among
         them go too; an optimizer's own state, such as Adam's moments, is the caller's to
-        restore). Raises ValueError, changing nothing, when the log holds fewer
-        (``max_log_events`` folds older decisions into its base)."""
+        restore). The referral (``decide``'s act or refer) loses the entries the undone
+        verifications fed (:meth:`gae.refer.Referral.unlearned`; it is not replayed). Raises
+        ValueError, changing nothing, when the log holds fewer (``max_log_events`` folds older
+        decisions into its base)."""
         n = check.check_int("n", n, low=1)
         with self._lock:
+            before = int(self.num_decisions)
             logits = self.history.undo(cast(nn.Module, self), self._relearn, n)
             with torch.no_grad():
                 self.criterion_logits.copy_(logits.to(self.criterion_logits.device))
             self._updates += 1
+            self.referral.unlearned(np.arange(int(self.num_decisions), before))  # what the undone verifications fed
 
     def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray) -> int:
         """Remove every decision with these source ids, as if they had never been learned.
@@ -66,7 +78,8 @@ class HistoryMixin:
         decisions were removed.
 
         What remains: the forgotten decisions' rows leave the decision log and its event logs,
-        and the state no longer holds their influence; checkpoints and traces written before
+        the state no longer holds their influence, and the referral loses the entries they fed
+        (:meth:`gae.refer.Referral.unlearned`); checkpoints and traces written before
         the call still hold them, and are the caller's to delete.
 
         Raises:
@@ -75,13 +88,19 @@ class HistoryMixin:
         """
         wanted = check.source_ids(source_ids)
         with self._lock:
+            events = self._flushed().log.events()
+            seqs = events["seq"][torch.isin(events["source_id"], wanted.to(events["source_id"].device))]
             removed = self.history.forget(cast(nn.Module, self), self._relearn, wanted)
             self._updates += 1
+            self.referral.unlearned(seqs.numpy())  # what the forgotten verifications fed
         return removed
 
     # -- on a ledger (gae/durable.py) -------------------------------------------------
     def _ledger_settings(self) -> dict[str, Any]:
-        return cast(dict, self.config.to_dict())
+        return {key: value for key, value in self.config.to_dict().items() if key not in REFER_OPTIONS}
+
+    def _ledger_defaults(self) -> dict[str, Any]:
+        return ledger_defaults()
 
     def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> Any:
         memory: Any = self

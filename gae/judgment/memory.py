@@ -19,14 +19,15 @@ from gae.judgment.config import JudgmentConfig
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, buffer_state
-from gae.judgment.history_api import HistoryMixin
+from gae.judgment.history_api import HistoryMixin, ledger_defaults
 from gae.judgment.judges_api import JudgesMixin
+from gae.judgment.referring import ReferringMixin
 from gae.lifecycle import MAX_PENDING
 from gae.types import MemoryOutput, StreamStep
 from gae.validation import Names
 
 
-class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, DecisionMemory):
+class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, ReferringMixin, DecisionMemory):
     r"""Centroid judgment over verified decisions, scoring in O(A K) with no retrieval.
 
     A decision is a factor vector :math:`x \in \mathbb{R}^K` in a category :math:`c`. The
@@ -147,11 +148,12 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, Deci
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
+        self.referral = self._fresh_referral()
         self.grow = bool(grow)
         given = {"categories": check.resolve_names("categories", categories),
                  "actions": check.resolve_names("actions", actions), "factors": check.resolve_names("factors", factors)}
         opened, names = (None, given) if store is None else durable.prepare(  # a ledger's own names (gae/durable.py)
-            store, ledger, type(self).__name__, given, self._config.to_dict(), self.grow)
+            store, ledger, type(self).__name__, given, self._ledger_settings(), self.grow, ledger_defaults())
         self._set_category_names(names["categories"])
         self._set_action_names(cast(tuple, names["actions"]))
         self.factor_names = cast(tuple, names["factors"])
@@ -165,6 +167,9 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, Deci
         self._judge_host = online_judges.JudgeHost(self._config)  # and those of the judges
         if opened is not None:
             self._attach(opened, snapshot_every, durable_decisions, given)
+
+    def _fresh_referral(self) -> Any:
+        return self._config.referral()
 
     @property
     def config(self) -> JudgmentConfig:
@@ -415,9 +420,10 @@ class JudgmentMemory(online.SingleDecisionMixin, HistoryMixin, JudgesMixin, Deci
     def get_extra_state(self) -> dict[str, Any]:
         self.history.flush(self, self._relearn)  # staged decisions join the logs, which then keep their bound
         return {**self._names_state(), "config": self._config.to_dict(), "updates": self._updates,
-                **self.history.state(), **self._pending_state()}
+                **self.history.state(), **self._pending_state(), "referral": self.referral.state()}
 
     def set_extra_state(self, extra: dict[str, Any]) -> None:
+        self.referral.load_state(extra.get("referral"))  # checked whole first: a bad one raises before the rest
         # a state saved before the counter existed: every decision it learned was one update
         self._updates = int(extra.get("updates", int(self.num_decisions)))
         self.history.load_state(self, extra)

@@ -2,12 +2,10 @@
 
 .. code-block:: toml
 
-    [judgment]               # JudgmentConfig.recommended(), these options replaced
-    learning = "lvq"
-
-    [refer]                  # when decide answers refer = true
-    min_confidence = 0.6     # below: "low_confidence"
-    min_margin = 0.1         # first minus second action's probability below: "small_margin"
+    [judgment]               # JudgmentConfig.recommended() with target_error = 0.02, these options replaced
+    target_error = 0.02      # act or refer: the error allowed among the decisions not referred (false: none,
+    refer_confidence = 0.6   # ... and refer below this confidence instead)
+    refer_margin = 0.1       # refer when the best two actions' probabilities are closer ("small_margin")
 
     [text]
     capacity = 1000000       # text memories kept (the oldest go first past it)
@@ -47,6 +45,7 @@ else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extr
     import tomli as tomllib
 
 TEXT_CAPACITY = 1_000_000
+TARGET_ERROR = 0.02  # the server's act-or-refer target by default: an agent asks "may I act?" first
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,8 @@ class FixedMemory:
 class ServerConfig:
     """What the server runs with (see the module); ``ServerConfig()`` is the default."""
 
-    judgment: JudgmentConfig = field(default_factory=JudgmentConfig.recommended)
-    min_confidence: float = 0.6
-    min_margin: float = 0.1
+    judgment: JudgmentConfig = field(default_factory=lambda: JudgmentConfig.recommended().replace(
+        target_error=TARGET_ERROR))
     text_capacity: int = TEXT_CAPACITY
     durable_decisions: bool = True
     max_memories: int = 100
@@ -93,14 +91,14 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
-        _known("the config", values, ("judgment", "refer", "text", "ledger", "limits", "memory"))
-        judgment = JudgmentConfig.recommended()
+        _known("the config", values, ("judgment", "text", "ledger", "limits", "memory"))
+        judgment = JudgmentConfig.recommended().replace(target_error=TARGET_ERROR)
         if "judgment" in values:
-            options = _table("judgment", values["judgment"])
+            options = dict(_table("judgment", values["judgment"]))
             _known("[judgment]", options, JudgmentConfig.options())
+            if options.get("target_error") is False:  # TOML has no null: false turns the calibration off
+                options["target_error"] = None
             judgment = judgment.replace(**options)
-        refer = _table("refer", values.get("refer", {}))
-        _known("[refer]", refer, ("min_confidence", "min_margin"))
         text = _table("text", values.get("text", {}))
         _known("[text]", text, ("capacity",))
         ledger = _table("ledger", values.get("ledger", {}))
@@ -123,9 +121,6 @@ class ServerConfig:
         if len(set(vocabularies)) != len(vocabularies):
             raise ValueError("two [[memory]] tables name the same factors")
         return cls(judgment=judgment,
-                   min_confidence=check.check_real("refer.min_confidence", refer.get("min_confidence", 0.6),
-                                                   low=0.0, high=1.0),
-                   min_margin=check.check_real("refer.min_margin", refer.get("min_margin", 0.1), low=0.0, high=1.0),
                    text_capacity=check.check_int("text.capacity", text.get("capacity", TEXT_CAPACITY), low=1),
                    durable_decisions=durable, memories=tuple(memories),
                    max_memories=check.check_int("limits.memories", limits.get("memories", 100), low=1),

@@ -104,7 +104,10 @@ def build_server(service: MemoryService) -> Any:
         """Recommend an action for one decision and keep it pending until verify. factors: the
         decision's criteria, name -> number (one memory per set of names). actions: the actions
         it may recommend (needed the first time a set of factor names is seen; new ones are
-        added). Answers refer=true, with reasons, when a person should look first."""
+        added). Answers refer=true when a person should look first, with reasons among
+        unseen_category, novel, recent_change, low_confidence (below the confidence calibrated
+        so that the decisions not referred err at most the target, 2% by default) and
+        small_margin. Verify decisions taken alone too: the calibration learns from them."""
         return _answer(lambda: Decided(**service.decide(category, factors, actions)))  # type: ignore[typeddict-item]
 
     @server.tool()

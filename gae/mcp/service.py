@@ -38,7 +38,6 @@ LEDGER_PREFIX = "mcp:"  # + the vocabulary as a JSON list
 TEXT_LEDGER = "mcp-text"  # its meta says which embedder the text memories were embedded by
 MAX_K = 100  # recall's largest k
 MAX_OWNERS = 1_000_000  # pending decision ids the service maps to their memory (the oldest forgotten first)
-REASONS = ("unseen_category", "low_confidence", "small_margin")  # what decide says today (docs/mcp.md)
 
 
 class ToolInputError(ValueError):
@@ -100,17 +99,11 @@ class MemoryService:
                 unknown = [a for a in unknown if a not in memory.action_names]
             if unknown:
                 memory.add_actions_(unknown)
-            seen = category in (memory.category_names or ())
             decision = memory.decide(row, category)
             self._own(decision.id, vocabulary, decision.action)
-        probs = sorted(decision.probs.values(), reverse=True) + [0.0, 0.0]
-        reasons = [code for code, applies in (
-            ("unseen_category", not seen or decision.action is None),
-            ("low_confidence", decision.confidence < self.config.min_confidence),
-            ("small_margin", decision.action is not None and probs[0] - probs[1] < self.config.min_margin)) if applies]
         return {"id": decision.id, "action": decision.action, "confidence": float(decision.confidence),
-                "probs": {name: float(p) for name, p in decision.probs.items()}, "refer": bool(reasons),
-                "reasons": reasons, "category": category, "factors": list(vocabulary)}
+                "probs": {name: float(p) for name, p in decision.probs.items()}, "refer": decision.refer,
+                "reasons": list(decision.reasons), "category": category, "factors": list(vocabulary)}
 
     def verify(self, decision_id: Any, action: Any) -> dict[str, Any]:
         """Learn pending decision ``decision_id`` as ``action``: ``learned``, and ``confirmed``
