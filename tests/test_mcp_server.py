@@ -191,3 +191,17 @@ def test_a_config_fixes_a_memory_and_a_bad_config_stops_the_server_saying_why(tm
     done = subprocess.run([sys.executable, "-m", "gae.mcp", "--store", str(tmp_path / "x.db"), "--config",
                            str(config)], capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode != 0 and "[judgment] has unknown keys ['target_eror']" in done.stderr
+
+
+def test_the_agent_loop_plays_against_the_server_and_writes_its_windows(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "agent_loop.py"), "--decisions", "150", "--delay",
+                           "5", "--window", "50", "--target_error", "0.1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    windows = json.loads((tmp_path / "agent_loop.json").read_text())["windows"]
+    assert len(windows) == 3 and (tmp_path / "agent_loop.png").stat().st_size > 10_000
+    assert all(w["autonomy"] == 0 for w in windows)  # 150 decisions cannot prove a level at 10%
+    bad = subprocess.run([sys.executable, str(root / "scripts" / "agent_loop.py"), "--target_error", "1.5"],
+                         capture_output=True, text=True, timeout=TIMEOUT, cwd=root)
+    assert bad.returncode == 2 and "--target_error must be in (0, 1), got 1.5" in bad.stderr

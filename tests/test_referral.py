@@ -295,3 +295,22 @@ def test_the_retrieval_baseline_keeps_its_referral_in_its_state():
     again.referral = Referral(0.05)
     again.load_state_dict(memory.state_dict())
     assert again.referral.state() == memory.referral.state() and len(again.referral.calibrator) > 0
+
+
+def test_the_autonomy_measurement_counts_what_each_contestant_took_alone():
+    pytest.importorskip("river")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "autonomy.py"
+    spec = importlib.util.spec_from_file_location("autonomy_script", path)
+    assert spec is not None and spec.loader is not None
+    autonomy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(autonomy)
+    decided = autonomy.run_decide("stagger", 200, 600, 0.05)
+    ruled = autonomy.run(("knn_400", "stagger", 200, 600, 0.05))
+    for counts in (decided, ruled):
+        assert counts["n"] == 600 and 0 < counts["alone"] < 600 and counts["wrong_alone"] <= 0.05 * counts["alone"]
+    assert set(decided["reasons"]) <= set(REASONS) and decided["reasons"]["low_confidence"] > 0
+    summary = autonomy.summarise([decided, ruled, {**ruled, "model": "jm_recommended"}])
+    assert summary["per_stream"]["stagger"]["jm_decide"]["autonomy"] == decided["alone"] / 600
