@@ -66,9 +66,11 @@ class Decision:
     reasons: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.refer != bool(self.reasons) or any(reason not in REASONS for reason in self.reasons):
-            raise ValueError(f"a Decision refers exactly when it has reasons, each one of {list(REASONS)}; got "
-                             f"refer={self.refer!r}, reasons={self.reasons!r}")
+        reasons = tuple(self.reasons)
+        if self.refer != bool(reasons) or reasons != tuple(r for r in REASONS if r in reasons):
+            raise ValueError(f"a Decision refers exactly when it has reasons, each one of {list(REASONS)} once, in "
+                             f"that order; got refer={self.refer!r}, reasons={self.reasons!r}")
+        object.__setattr__(self, "reasons", reasons)  # frozen: a list given becomes the tuple it stands for
 
 
 @dataclass(frozen=True)

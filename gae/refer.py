@@ -137,18 +137,23 @@ class ReferralCalibrator(_Locked):
     a window of the old regime speaks for the new one.
 
     Args:
-        target_error: the error allowed among the decisions taken alone, in (0, 1).
+        target_error: the error allowed among the decisions taken alone, in (0, 1); None keeps
+            the window (the evidence a memory with a target may load) with no threshold (``inf``)
+            and no change test.
         window: the verified decisions it calibrates on (the newest).
         delta: the probability, in (0, 1), that the guarantee fails.
     """
 
-    def __init__(self, target_error: float, *, window: int = WINDOW, delta: float = DELTA) -> None:
-        self.target_error = check.check_real("target_error", target_error, low=0.0, high=1.0, low_open=True,
-                                             high_open=True)
+    def __init__(self, target_error: float | None, *, window: int = WINDOW, delta: float = DELTA) -> None:
+        self.target_error = None if target_error is None else check.check_real(
+            "target_error", target_error, low=0.0, high=1.0, low_open=True, high_open=True)
         self.window = check.check_int("window", window, low=1)
         self.delta = check.check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        high = min(CHANGE_RATIO * self.target_error, (1.0 + self.target_error) / 2)  # the error the test looks for
-        self._evidence = (math.log(high / self.target_error), math.log((1.0 - high) / (1.0 - self.target_error)))
+        self._evidence = (0.0, 0.0)  # nats an error and a right answer taken alone add to the change test
+        if self.target_error is not None:
+            target = self.target_error
+            high = min(CHANGE_RATIO * target, (1.0 + target) / 2)  # the error the test looks for
+            self._evidence = (math.log(high / target), math.log((1.0 - high) / (1.0 - target)))
         self._seen: deque[tuple[float, bool, bool, int]] = deque(maxlen=self.window)  # confidence, correct, alone, seq
         self._tally = np.zeros((2, len(GRID) + 1), dtype=np.int64)  # per level bucket: decisions, wrong ones
         self._change = 0.0  # the change test's statistic (nats)
@@ -171,7 +176,7 @@ class ReferralCalibrator(_Locked):
                 self._count(self._seen[0], -1)
             self._seen.append((confidence, correct, alone, seq))
             self._count(self._seen[-1], 1)
-            if alone:
+            if alone and self.target_error is not None:
                 self._change = max(0.0, self._change + self._evidence[0 if not correct else 1])
                 if self._change >= CHANGE_LEVEL:
                     self._seen.clear()
@@ -196,13 +201,21 @@ class ReferralCalibrator(_Locked):
         entries go, the later ones' numbers shift down as the memory's do, and the change
         statistic is that of the entries left."""
         with self._lock:
-            self._seen = deque(_renumbered(self._seen, seqs), maxlen=self.window)
-            self._recount()
-            change = 0.0
+            kept = _renumbered(self._seen, seqs)
+            removed = len(kept) != len(self._seen)
+            self._seen = deque(kept, maxlen=self.window)
+            if removed:  # (else only renumbered: the tally and the change test stand)
+                self._recount()
+                self._change, self._threshold = self._change_of_window(), None
+
+    def _change_of_window(self) -> float:
+        """The change statistic over the window's decisions taken alone, oldest first."""
+        change = 0.0
+        if self.target_error is not None:
             for _, correct, alone, _ in self._seen:
                 if alone:
                     change = max(0.0, change + self._evidence[0 if not correct else 1])
-            self._change, self._threshold = change, None
+        return min(change, math.nextafter(CHANGE_LEVEL, 0.0))  # (a restart happens at an observation)
 
     @property
     def threshold(self) -> float:
@@ -215,6 +228,8 @@ class ReferralCalibrator(_Locked):
     def _calibrate(self) -> float:
         """The lowest level of :data:`GRID` that passes (:func:`kl_passes`), from the tally: the
         decisions at least as confident as level ``j`` are those of the buckets past ``j``."""
+        if self.target_error is None:
+            return math.inf
         above = np.cumsum(self._tally[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (2, levels): decisions, wrong ones
         passing = np.flatnonzero(kl_passes(above[1], above[0], self.target_error, math.log(len(GRID) / self.delta)))
         return float(GRID[passing[0]]) if passing.size else math.inf
@@ -249,6 +264,8 @@ class ReferralCalibrator(_Locked):
         with self._lock:
             self._seen = deque(entries, maxlen=self.window)
             self._recount()
+            if state.get("target_error", self.target_error) != self.target_error:
+                change = self._change_of_window()  # the statistic was of another target: this one's, of the window
             self._change, self.restarts, self._threshold = change, restarts, None
 
 
@@ -264,7 +281,8 @@ class Referral(_Locked):
       moved by at least :data:`TRUST_MOVE` (total variation) over its last :data:`RECENT`
       verified decisions;
     - ``low_confidence``: the confidence is below :attr:`threshold`, the calibrator's with a
-      ``target_error``, else ``min_confidence``;
+      ``target_error``, else ``min_confidence`` (the calibrator keeps its window either way, so
+      a memory with a target that loads this one's state has the evidence);
     - ``small_margin``: the best two actions' probabilities are closer than ``min_margin``.
 
     The calibrator learns from the verified decisions no other reason referred (``eligible``),
@@ -280,8 +298,7 @@ class Referral(_Locked):
 
     def __init__(self, target_error: float | None = None, *, min_confidence: float = MIN_CONFIDENCE,
                  min_margin: float = MIN_MARGIN, window: int = WINDOW, delta: float = DELTA) -> None:
-        self.calibrator = None if target_error is None else ReferralCalibrator(target_error, window=window,
-                                                                               delta=delta)
+        self.calibrator = ReferralCalibrator(target_error, window=window, delta=delta)  # (None: evidence kept)
         self.min_confidence = check.check_real("min_confidence", min_confidence, low=0.0, high=1.0)
         self.min_margin = check.check_real("min_margin", min_margin, low=0.0, high=1.0)
         self._trust: dict[str | int, deque[tuple[int, tuple[float, ...]]]] = {}  # category -> (seq, trust row)
@@ -289,12 +306,12 @@ class Referral(_Locked):
 
     @property
     def target_error(self) -> float | None:
-        return None if self.calibrator is None else self.calibrator.target_error
+        return self.calibrator.target_error
 
     @property
     def threshold(self) -> float:
         """The lowest confidence a decision is taken alone at (``inf``: every one referred)."""
-        return self.min_confidence if self.calibrator is None else self.calibrator.threshold
+        return self.min_confidence if self.calibrator.target_error is None else self.calibrator.threshold
 
     def reasons(self, confidence: float, probs: Iterable[float], *, unseen: bool,
                 signals: Iterable[str] = ()) -> tuple[str, ...]:
@@ -327,7 +344,7 @@ class Referral(_Locked):
         ``(confidence, correct)`` when ``eligible`` (no reason but ``low_confidence`` referred it)
         with whether it was taken ``alone`` (no reason at all), the category's trust history
         ``trust`` (its weights after learning it) when given."""
-        if self.calibrator is not None and eligible:
+        if eligible:
             self.calibrator.observe(confidence, correct, seq, alone=alone)
         if trust is not None:
             with self._lock:
@@ -335,8 +352,7 @@ class Referral(_Locked):
 
     def unlearned(self, seqs: Sequence[int] | np.ndarray) -> None:
         """The learns of these sequence numbers were taken back: what they fed goes (see the module)."""
-        if self.calibrator is not None:
-            self.calibrator.unlearned(seqs)
+        self.calibrator.unlearned(seqs)
         with self._lock:
             for category, rows in list(self._trust.items()):
                 kept = [(seq, row) for row, seq in _renumbered([(row, seq) for seq, row in rows], seqs)]
@@ -348,7 +364,7 @@ class Referral(_Locked):
             trust = {"category": [c for c, rows in self._trust.items() for _ in rows],
                      "seq": [seq for rows in self._trust.values() for seq, _ in rows],
                      "row": [list(row) for rows in self._trust.values() for _, row in rows]}
-        return {"calibration": None if self.calibrator is None else self.calibrator.state(), "trust": trust}
+        return {"calibration": self.calibrator.state(), "trust": trust}
 
     def load_state(self, state: dict[str, Any] | None) -> None:
         """The state :meth:`state` wrote (None: one saved before referrals, nothing observed);
@@ -367,12 +383,11 @@ class Referral(_Locked):
                 raise ValueError(f"the referral state's trust holds a bad entry: {category!r}, {row!r:.200}")
             values = tuple(check.check_real("trust", value, low=0.0, high=1.0) for value in row)
             rows.setdefault(category, deque(maxlen=RECENT)).append((check.check_int("seq", seq, low=-1), values))
-        calibration = state.get("calibration")
-        if self.calibrator is not None:
-            probe = ReferralCalibrator(self.calibrator.target_error, window=self.calibrator.window,
-                                       delta=self.calibrator.delta)
-            probe.load_state(calibration or {})  # raises before anything changes
-            self.calibrator.load_state(calibration or {})
+        calibration = state.get("calibration") or {}  # (None: saved by a gae that kept none without a target)
+        probe = ReferralCalibrator(self.calibrator.target_error, window=self.calibrator.window,
+                                   delta=self.calibrator.delta)
+        probe.load_state(calibration)  # raises before anything changes
+        self.calibrator.load_state(calibration)
         with self._lock:
             self._trust = rows
 

@@ -367,6 +367,10 @@ def test_the_target_is_the_configs_and_servers_of_other_targets_share_a_store(tm
     assert ServerConfig.from_mapping({"judgment": {"target_error": 0.05}}).judgment.target_error == 0.05
     with pytest.raises(ValueError, match="target_error"):
         ServerConfig.from_mapping({"judgment": {"target_error": 1.5}})
+    old = ServerConfig.from_mapping({"refer": {"min_confidence": 0.8, "min_margin": 0.2}})  # the first release's table
+    assert (old.judgment.refer_confidence, old.judgment.refer_margin) == (0.8, 0.2)
+    with pytest.raises(ValueError, match=r"\[refer\] min_margin and \[judgment\] refer_margin are one setting"):
+        ServerConfig.from_mapping({"refer": {"min_margin": 0.2}, "judgment": {"refer_margin": 0.3}})
     first = service(tmp_path / "shared.db", config=off)
     teach(first, 20)
     second = service(tmp_path / "shared.db")  # the default target: the ledger does not check decide's options

@@ -14,7 +14,7 @@ import torch
 
 from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from gae.episodic.store import SQLiteStore
-from gae.refer import NOVEL_AFTER, REASONS, RECENT, Referral, novel_bound
+from gae.refer import NOVEL_AFTER, REASONS, RECENT, Referral, ReferralCalibrator, novel_bound
 
 ACTIONS = ["approve", "reject"]
 
@@ -314,3 +314,37 @@ def test_the_autonomy_measurement_counts_what_each_contestant_took_alone():
     assert set(decided["reasons"]) <= set(REASONS) and decided["reasons"]["low_confidence"] > 0
     summary = autonomy.summarise([decided, ruled, {**ruled, "model": "jm_recommended"}])
     assert summary["per_stream"]["stagger"]["jm_decide"]["autonomy"] == decided["alone"] / 600
+
+
+def test_a_writer_without_a_target_keeps_the_evidence_for_one_with_a_target(tmp_path):
+    """Memories of other targets may share a ledger: a snapshot written by one without a target
+    still holds the calibration window, so one with a target opened from it has the evidence."""
+    path = tmp_path / "shared.db"
+    off = JudgmentMemory(["a"], ACTIONS, 2, recommended(), store=SQLiteStore(path), snapshot_every=50)
+    feed(off, blobs(300))
+    assert off.referral.threshold == 0.6 and len(off.referral.calibrator) > 250  # evidence kept, not used
+    on = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05), store=SQLiteStore(path))
+    assert len(on.referral.calibrator) == len(off.referral.calibrator) and on.referral.threshold < 1.0
+    off.undo_(1)  # a deletion rebuilds everyone from the snapshot it writes
+    on.sync()
+    assert len(on.referral.calibrator) >= 250 and on.referral.threshold < 1.0
+
+
+def test_unlearning_nothing_of_the_window_changes_nothing():
+    calibrator = ReferralCalibrator(0.02, window=3)
+    for i, correct in enumerate([False, False, True, False]):
+        calibrator.observe(0.99, correct, i, alone=True)
+    before = calibrator.state()
+    calibrator.unlearned([])
+    assert calibrator.state() == before
+    calibrator.unlearned([0])  # evicted already: the window's entries only renumber, the change test stands
+    assert calibrator.state() == {**before, "seq": [0, 1, 2]}
+
+
+def test_a_knn_checkpoint_keeps_its_target(tmp_path):
+    from gae.traces.writer import build_memory, memory_config
+
+    knn = KNNMemory(factors=2, actions=ACTIONS, target_error=0.1)
+    assert build_memory(memory_config(knn)).referral.target_error == 0.1
+    plain = KNNMemory(factors=2, actions=ACTIONS)
+    assert "target_error" not in memory_config(plain)  # a header as before act or refer

@@ -24,6 +24,9 @@
     categories = ["billing"]
     actions = ["approve", "escalate"]
 
+A ``[refer]`` table (``min_confidence``, ``min_margin``: the first release's) is read as
+``[judgment] refer_confidence`` and ``refer_margin``.
+
 Without a ``[[memory]]`` for a set of factor names, the server opens a memory for it on first
 sight that grows its categories and actions as calls name them.
 """
@@ -46,6 +49,7 @@ else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extr
 
 TEXT_CAPACITY = 1_000_000
 TARGET_ERROR = 0.02  # the server's act-or-refer target by default: an agent asks "may I act?" first
+_REFER = {"min_confidence": "refer_confidence", "min_margin": "refer_margin"}  # [refer] key -> JudgmentConfig option
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,18 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
-        _known("the config", values, ("judgment", "text", "ledger", "limits", "memory"))
+        _known("the config", values, ("judgment", "refer", "text", "ledger", "limits", "memory"))
         judgment = JudgmentConfig.recommended().replace(target_error=TARGET_ERROR)
-        if "judgment" in values:
-            options = dict(_table("judgment", values["judgment"]))
-            _known("[judgment]", options, JudgmentConfig.options())
+        options = dict(_table("judgment", values.get("judgment", {})))
+        _known("[judgment]", options, JudgmentConfig.options())
+        refer = _table("refer", values.get("refer", {}))  # the first release's table, read as the options it became
+        _known("[refer]", refer, tuple(_REFER))
+        for key, value in refer.items():
+            if _REFER[key] in options:
+                raise ValueError(f"[refer] {key} and [judgment] {_REFER[key]} are one setting: give it once, in "
+                                 f"[judgment]")
+            options[_REFER[key]] = value
+        if options:
             if options.get("target_error") is False:  # TOML has no null: false turns the calibration off
                 options["target_error"] = None
             judgment = judgment.replace(**options)

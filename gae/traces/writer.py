@@ -101,8 +101,9 @@ def memory_config(memory: Memory) -> dict[str, Any]:
     if isinstance(memory, JudgmentMemory):
         return {"kind": kind, **names, **memory.config.to_dict()}
     if isinstance(memory, KNNMemory):
+        target = memory.referral.target_error  # (a header written before act or refer has none: None)
         return {"kind": kind, **names, "k": memory.k, "capacity": memory.capacity, "scoped": memory.scoped,
-                "respect_skip": memory.respect_skip}
+                "respect_skip": memory.respect_skip, **({} if target is None else {"target_error": target})}
     assert isinstance(memory, RetrievalMemory)
     scorer = memory.store.scorer
     weights = scorer.weights.detach().tolist()
