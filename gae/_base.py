@@ -44,7 +44,8 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
         self._init_pending(max_pending, pending_ttl)  # decide / verify (gae/lifecycle.py)
-        self.referral = Referral()  # act or refer (gae/refer.py); a subclass sets its own before it loads a state
+        self.referral = Referral()  # act or refer (gae/refer.py); a subclass with options sets its own before it
+        # loads a state (_fresh_referral: what an older pickle without one gets)
 
     n_factors: int
     _lock: threading.RLock  # see the class docstring; outside nn.Module's attributes, so not a buffer or module

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from gae.refer import Referral
+
 VIEWS = ("_host", "_judge_host")  # the attributes that hold single-decision views
 
 
@@ -58,9 +60,8 @@ class ViewsMixin(nn.Module):
         if "referral" not in self.__dict__:  # pickled before act or refer: nothing observed
             self.__dict__["referral"] = self._fresh_referral()
 
-    def _fresh_referral(self) -> Any:
+    def _fresh_referral(self) -> Referral:
         """The :class:`~gae.refer.Referral` this memory starts with (a subclass with options has its own)."""
-        from gae.refer import Referral  # (gae.refer imports nothing of the memories)
         return Referral()
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Any:

@@ -13,7 +13,8 @@ import numpy as np
 
 from gae import validation as check
 from gae.ledger import CLOSE, DECIDE, GROW, LEARN, Event, Ledger
-from gae.lifecycle import Decision, _Open, _plain_category, _source_id, referral_detail
+from gae.lifecycle import Decision, _Open, _plain_category, _source_id
+from gae.refer import verified_detail
 
 
 class DurableCallsMixin:
@@ -131,7 +132,8 @@ class DurableCallsMixin:
                 confirmed = d.action is not None and d.action == self._verified_name(action)
                 events.append(Event(LEARN, d.id, d.category, np.asarray(opened.row, dtype=np.float64),
                                     _plain_action(action), confirmed, outcome, d.source_id, d.version, at=stamp,
-                                    detail={"referral": {"confidence": d.confidence, **referral_detail(d)}}))
+                                    detail={"referral": {"confidence": d.confidence,
+                                                         **verified_detail(d.action is not None, d.reasons)}}))
             return [*events, *_closes(self._expiring(stamp), stamp, exclude=seen)]
 
         results = self._write_events(build)

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae.refer import REASONS, Referral
+from gae.refer import REASONS, Referral, verified_detail
 
 logger = logging.getLogger("gae.lifecycle")
 MAX_PENDING = 100_000  # open decisions a memory keeps by default
@@ -203,7 +203,7 @@ class LifecycleMixin:
                     self.learn_one(opened.row, action, decision.category, confirmed, outcome)
                 if not result.get("skipped", False):
                     self._observe_verified(decision.category, decision.confidence, confirmed,
-                                           referral_detail(decision), seq)
+                                           verified_detail(decision.action is not None, decision.reasons), seq)
             del self._open[decision.id]
             self._expire(stamp)
             return result
@@ -272,7 +272,8 @@ class LifecycleMixin:
 
     def _observe_verified(self, category: str | int, confidence: float, confirmed: bool, detail: dict[str, Any],
                           seq: int) -> None:
-        """A verified decision, learned as ``seq``, told to the referral (``detail``: :func:`referral_detail`)."""
+        """A verified decision, learned as ``seq``, told to the referral (``detail``:
+        :func:`gae.refer.verified_detail`)."""
         self.referral.observe(self._category_index(category), min(max(confidence, 0.0), 1.0), bool(confirmed),
                               eligible=bool(detail.get("eligible")), alone=bool(detail.get("alone")), seq=seq,
                               trust=self._trust_row(category))
@@ -404,15 +405,6 @@ class LifecycleMixin:
                                 category, version, float(created), source, bool(reasons[i]), tuple(reasons[i]))
             opened[key] = _Open(decision, np.array(factors, dtype=np.float64))
         return opened
-
-
-def referral_detail(decision: Decision) -> dict[str, Any]:
-    """What the referral learns from a verified decision besides its outcome and confidence:
-    whether the memory had an opinion and no reason but ``low_confidence`` referred it
-    (``eligible``, the calibrator's population), and whether it was taken alone (``alone``, the
-    change test's). A ledger's learn event carries it."""
-    return {"eligible": decision.action is not None and set(decision.reasons) <= {"low_confidence"},
-            "alone": not decision.refer}
 
 
 def _real(value: Any) -> bool:

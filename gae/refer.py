@@ -276,7 +276,7 @@ class Referral(_Locked):
 
     - ``unseen_category``: the memory has no opinion in the category yet (it abstained);
     - ``novel``: the memory says the case lies farther from every prototype of its category than
-      the category's running spread allows (:meth:`gae.JudgmentMemory.refer_signals`);
+      the category's running spread allows (``gae/judgment/referring.py``);
     - ``recent_change``: the category's change test is halfway to firing, or its trust weights
       moved by at least :data:`TRUST_MOVE` (total variation) over its last :data:`RECENT`
       verified decisions;
@@ -289,8 +289,8 @@ class Referral(_Locked):
     so its guarantee is about exactly the decisions taken alone: those with no reason at all.
 
     Args:
-        target_error: the error allowed among the decisions not referred (None: no calibration,
-            the fixed ``min_confidence``).
+        target_error: the error allowed among the decisions not referred (None: the fixed
+            ``min_confidence``; the calibrator still keeps its window).
         min_confidence: the confidence below which a decision is referred without a target.
         min_margin: see ``small_margin``; 0 turns it off.
         window, delta: the calibrator's (:class:`ReferralCalibrator`).
@@ -390,6 +390,15 @@ class Referral(_Locked):
         self.calibrator.load_state(calibration)
         with self._lock:
             self._trust = rows
+
+
+def verified_detail(decided: bool, reasons: Iterable[str]) -> dict[str, bool]:
+    """What :meth:`Referral.observe` takes from a verified decision besides its confidence and
+    outcome: whether the memory had an opinion (``decided``) and no reason but
+    ``low_confidence`` referred it (``eligible``, the calibrator's population), and whether it was
+    taken alone, no reason at all (``alone``, the change test's). A ledger's learn event carries it."""
+    given = set(reasons)
+    return {"eligible": bool(decided) and given <= {"low_confidence"}, "alone": not given}
 
 
 def _renumbered(entries: Iterable[tuple[Any, ...]], seqs: Sequence[int] | np.ndarray) -> list[tuple[Any, ...]]:
