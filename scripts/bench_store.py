@@ -53,9 +53,9 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
     sys.path.insert(0, str(ROOT))
 
 from gae import EpisodicMemory, RetrievalScorer  # noqa: E402
-from gae.episodic.store import SQLiteStore  # noqa: E402
-from gae.episodic.store.base import dumps_ids, split_scope  # noqa: E402
-from gae.episodic.store.integrity import row_checksum  # noqa: E402
+from gae.storage import SQLiteStore  # noqa: E402
+from gae.storage.base import dumps_ids, split_scope  # noqa: E402
+from gae.storage.integrity import row_checksum  # noqa: E402
 from training.cli import auto_cli  # noqa: E402
 from training.readme import markers, publish_section, record_path  # noqa: E402
 
@@ -168,7 +168,7 @@ def main(quick: bool = False, n: int = 100_000, dim: int = 384, queries: int = 6
     results["add_sqlite"] = fill(EpisodicMemory(dim, capacity=n, scorer=scorer, store=sqlite_store), data, batch,
                                  "SQLite")
     server = start_postgres(str(Path(folder) / "postgres"))
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     postgres = PostgresStore(server.get_uri())
     results["add_postgres"] = fill(EpisodicMemory(dim, capacity=n, scorer=scorer, store=postgres), data, batch,
@@ -305,7 +305,7 @@ def integrity_main(sizes: list[int], postgres_sizes: list[int], dim: int, batch:
         results["sqlite"].append(sqlite_costs(path, data, batch, repeats))
         path.unlink()
     if postgres_sizes:
-        from gae.episodic.store import PostgresStore
+        from gae.storage import PostgresStore
 
         server = start_postgres(str(Path(folder) / "postgres"))
         for n in postgres_sizes:

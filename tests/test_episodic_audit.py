@@ -12,7 +12,7 @@ import torch
 
 from gae import EpisodicMemory
 from gae.episodic.memory import MAX_AUDIT
-from gae.episodic.store import SQLiteStore
+from gae.storage import SQLiteStore
 
 DIM = 4
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from gae import EpisodicMemory
-from gae.episodic.store import SQLiteStore
+from gae.storage import SQLiteStore
 
 DIM = 16
 MARKER = "ZEBRAQUOKKA7781"
@@ -137,7 +137,7 @@ def test_postgres_refuses_erase_and_says_why_until_its_server_can_promise_it(pos
     import psycopg
     import torch
 
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     dsn, _ = postgres
     with psycopg.connect(dsn, autocommit=True) as admin:  # the server's default, whatever ran before
@@ -160,7 +160,7 @@ def test_postgres_refuses_erase_and_says_why_until_its_server_can_promise_it(pos
 
 
 def test_postgres_erase_leaves_no_trace_in_the_data_directory(postgres):
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     dsn, data = postgres
     store = PostgresStore(dsn, table="erased")
@@ -182,4 +182,33 @@ def test_postgres_erase_leaves_no_trace_in_the_data_directory(postgres):
     assert clean(data)
     assert MARKER not in repr(store.audit()) and store.audit()[-1].ids == (again,)
     assert len(EpisodicMemory(DIM, capacity=10_000, store=PostgresStore(dsn, table="erased"))) == 500
+    store.close()
+
+
+def test_postgres_erase_of_a_checksummed_table_leaves_no_trace(postgres):
+    """The ledger's erase (Store.erase on its tables): VACUUM FULL of those tables, then the WAL
+    purge, or a refusal naming what on the server prevents it."""
+    import psycopg
+
+    from gae.storage import TEXT, Column, PostgresStore, Table
+
+    dsn, data = postgres
+    notes = Table("notes", (Column("owner", TEXT, nullable=False), Column("body", TEXT)), key=("owner",))
+    store = PostgresStore(dsn, table="tabled")
+    store.insert(notes, [(f"filler {i}", "lorem ipsum " * 5) for i in range(300)])
+    store.insert(notes, [("secret", f"the {MARKER} secret")])
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET wal_recycle = on")
+        admin.execute("SELECT pg_reload_conf()")
+    store.delete(notes, "owner = ?", ("secret",))
+    with pytest.raises(RuntimeError, match="the deleted rows of tabled_notes are committed, but this server cannot "
+                                           "erase them from its files: wal_recycle is on"):
+        store.erase([notes])
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET wal_recycle = off")
+        admin.execute("SELECT pg_reload_conf()")
+    assert not clean(data)  # the control: deleted, and still in the server's files
+    with store.exclusive():
+        store.erase([notes])  # inside a write block: once it has committed
+    assert clean(data) and store.count(notes) == 300 and store.check().tables == {"notes": 300}
     store.close()

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from gae import AdmissionPolicy, EpisodicMemory
 from gae.episodic.records import COLUMNS as _COLUMNS
-from gae.episodic.store import Change, Rows, SQLiteStore
-from gae.episodic.store.base import SCHEMA_VERSION
+from gae.storage import Change, Rows, SQLiteStore
+from gae.storage.base import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 6
@@ -198,11 +198,11 @@ class FailingStore(SQLiteStore):
 
     def __init__(self, path, fail_at: int) -> None:
         super().__init__(path)
-        self.commits, self.fail_at = 0, fail_at
+        self.calls, self.fail_at = 0, fail_at
 
     def commit(self, change: Change) -> None:
-        self.commits += 1
-        if self.commits == self.fail_at:
+        self.calls += 1
+        if self.calls == self.fail_at:
             raise OSError("disk full")
         super().commit(change)
 
@@ -242,7 +242,7 @@ def test_a_store_of_this_schema_version_opens_and_a_newer_one_is_refused(tmp_pat
 WRITER = textwrap.dedent("""
     import sys, torch
     from gae import EpisodicMemory
-    from gae.episodic.store import SQLiteStore
+    from gae.storage import SQLiteStore
     memory = EpisodicMemory({dim}, capacity=50, store=SQLiteStore(sys.argv[1], synchronous="NORMAL"))
     gen = torch.Generator().manual_seed(0)
     for step in range(100000):

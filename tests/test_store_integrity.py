@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from gae import AdmissionPolicy, EpisodicMemory
-from gae.episodic.store import SQLiteStore, StoreCheck, StoreCorrupted
-from gae.episodic.store.base import SCHEMA_VERSION
-from gae.episodic.store.integrity import CHECKED, row_checksum
+from gae.storage import SQLiteStore, StoreCheck, StoreCorrupted
+from gae.storage.base import SCHEMA_VERSION
+from gae.storage.integrity import CHECKED, row_checksum
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -190,6 +190,27 @@ def test_check_finds_what_changed_behind_the_stores_back(tmp_path):
     connection.close()
     with pytest.raises(StoreCorrupted, match="meta value 'scope_names' does not match its checksum"):
         SQLiteStore(path).open(DIM)
+
+
+def test_check_covers_the_checksummed_tables_beside_the_memories(tmp_path):
+    from gae.storage import INT, TEXT, Column, Table
+
+    path = tmp_path / "memory.db"
+    written(path)
+    notes = Table("notes", (Column("n", INT, nullable=False), Column("body", TEXT)), key=("n",))
+    store = SQLiteStore(path)
+    store.insert(notes, [(i, f"note {i}") for i in range(5)])
+    report = store.check()
+    assert report.ok and report.rows == 30 and report.tables == {"notes": 5}
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE notes SET body = 'changed' WHERE n = 3")
+        connection.execute("UPDATE memories SET importance = importance / 2 WHERE seq = 7")
+    connection.close()
+    with pytest.raises(StoreCorrupted) as raised:
+        store.check()
+    assert raised.value.problems == ["row seq=7 does not match its checksum (its embedding, content or metadata "
+                                     "changed)", "table notes: row (n=3) does not match its checksum"]
+    store.close()
 
 
 def test_a_row_damaged_before_its_eviction_stays_reported(tmp_path):

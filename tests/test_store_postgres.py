@@ -23,8 +23,8 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
-from gae.episodic.store import PostgresStore, SQLiteStore  # noqa: E402
-from gae.episodic.store.base import SCHEMA_VERSION, AuditEntry, Change, Rows, Snapshot, StoreRetrieval  # noqa: E402
+from gae.storage import PostgresStore, SQLiteStore  # noqa: E402
+from gae.storage.base import SCHEMA_VERSION, AuditEntry, Change, Rows, Snapshot, StoreRetrieval  # noqa: E402
 
 DIM = 4
 SCOPES: list[Any] = ["alpha", 0, "beta,gamma", 7]  # names (one with a comma) and ints
@@ -454,9 +454,9 @@ def _busy_table(dsn: str) -> None:
 
 
 def test_check_passes_a_sound_table_and_finds_what_changed_behind_its_back(dsn: str) -> None:
-    from gae.episodic.store import StoreCorrupted
-    from gae.episodic.store.integrity import CHECKED, row_checksum
-    from gae.episodic.store.postgres_integrity import canonical
+    from gae.storage import StoreCorrupted
+    from gae.storage.integrity import CHECKED, row_checksum
+    from gae.storage.postgres_integrity import canonical
 
     _busy_table(dsn)
     store = PostgresStore(dsn)
@@ -485,8 +485,28 @@ def test_check_passes_a_sound_table_and_finds_what_changed_behind_its_back(dsn: 
         store.check()
 
 
+def test_check_covers_the_checksummed_tables_beside_the_memories(dsn: str) -> None:
+    """One check of a table that holds memories and a ledger-like table: both verified."""
+    from gae.storage import INT, TEXT, Column, StoreCorrupted, Table
+
+    _busy_table(dsn)
+    notes = Table("notes", (Column("n", INT, nullable=False), Column("body", TEXT)), key=("n",))
+    store = PostgresStore(dsn)
+    store.insert(notes, [(i, f"note {i}") for i in range(5)])
+    report = store.check()
+    assert report.ok and (report.rows, report.audit) == (8, 4) and report.tables == {"notes": 5}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memories_notes SET body = 'changed' WHERE n = 3")
+        conn.execute("UPDATE memories_audit SET reason = 'nothing to see' WHERE action = 'delete'")
+    with pytest.raises(StoreCorrupted) as raised:
+        store.check()
+    assert raised.value.problems[0].startswith("audit record n=")
+    assert raised.value.problems[1] == "table notes: row (n=3) does not match its checksum"
+    store.close()
+
+
 def test_a_schema_1_table_gains_the_checksums_it_would_have_written(dsn: str) -> None:
-    from gae.episodic.store import StoreCorrupted
+    from gae.storage import StoreCorrupted
 
     _busy_table(dsn)
     tables = ("memories", "memories_audit", "memories_meta")
@@ -637,7 +657,7 @@ def test_a_killed_writer_loses_nothing_on_postgres(dsn: str, tmp_path) -> None:
     script.write_text(
         "import sys, torch\n"
         "from gae import EpisodicMemory\n"
-        "from gae.episodic.store import PostgresStore\n"
+        "from gae.storage import PostgresStore\n"
         "memory = EpisodicMemory(4, capacity=30, store=PostgresStore(sys.argv[1]))\n"
         "gen = torch.Generator().manual_seed(0)\n"
         "for step in range(100000):\n"

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as nnf
 
 from gae import AdmissionPolicy, EpisodicMemory
-from gae.episodic.store import SQLiteStore
+from gae.storage import SQLiteStore
 
 DIM = 8
 THREADS = 8

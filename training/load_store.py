@@ -26,7 +26,7 @@ READ_SCOPE = "w0"
 
 
 def store_of(kind: str, where: str, table: str) -> Any:
-    from gae.episodic.store import PostgresStore, SQLiteStore
+    from gae.storage import PostgresStore, SQLiteStore
 
     return SQLiteStore(where) if kind == "sqlite" else PostgresStore(where, table=table)
 

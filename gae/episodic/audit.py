@@ -17,7 +17,7 @@ from torch import Tensor
 from gae import validation as check
 from gae.episodic.persistence import Persistence
 from gae.episodic.records import AuditRecord, AuditTrail
-from gae.episodic.store.base import AuditEntry
+from gae.storage.base import AuditEntry
 
 
 class AuditedPersistence(Persistence):

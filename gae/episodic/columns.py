@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -73,30 +73,6 @@ def scope_column(scope: Any, n: int, known: Sequence[str], device: torch.device)
     names = [*known, *new_names]
     column = torch.tensor([scope_index(s, names, "scope") for s in values], dtype=torch.int64, device=device)
     return column, new_names
-
-
-class ScopeLists(NamedTuple):
-    """``retrieve``'s ``scopes`` as plain values: one list shared by every query, or one per query."""
-
-    values: list[Any]  # names and ints; with per_query, one such list per query
-    per_query: bool
-
-
-def scope_lists(scopes: Any, n_queries: int) -> ScopeLists | None:
-    """``scopes`` of a retrieval over ``n_queries`` queries: None (every scope), a list shared by
-    every query (or a 1-D integer tensor or array), or one list per query (a list of lists or of
-    1-D tensors, or a 2-D tensor or array, one row per query). Entries are checked by the caller."""
-    if scopes is None:
-        return None
-    scopes = plain_ids("scopes", scopes, (1, 2), names=True)
-    if isinstance(scopes, (str, bytes, bytearray)) or not isinstance(scopes, Sequence):
-        raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
-    items = [plain_ids("scopes", s, (0, 1), names=True) for s in scopes]
-    if not (items and all(isinstance(s, (list, tuple)) for s in items)):
-        return ScopeLists(items, per_query=False)
-    if len(items) != n_queries:
-        raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(items)}")
-    return ScopeLists([[plain_ids("scopes", s, (0,), names=True) for s in row] for row in items], per_query=True)
 
 
 def source_rows(source_ids: Any, n: int) -> list[tuple[int, ...]]:

@@ -24,8 +24,8 @@ from gae.episodic.persistence import write_call
 from gae.episodic.records import COLUMNS, AuditTrail
 from gae.episodic.retrieving import SUBSET_FROM, RetrievingMixin
 from gae.episodic.scorer import RetrievalScorer
-from gae.episodic.store.base import Change, MemoryStore
 from gae.episodic.text import TextMixin
+from gae.storage.base import Change, MemoryStore
 
 __all__ = ["EVICTIONS", "MAX_AUDIT", "SUBSET_FROM", "EpisodicMemory"]
 EVICTIONS = ("lowest_score", "fifo", "importance_recency")
@@ -59,7 +59,7 @@ class EpisodicMemory(TextMixin, RetrievingMixin, AuditedPersistence):
     ``store`` also writes every record to its audit table, which keeps the whole trail
     (``store.audit()``) while a memory reopened on it holds the newest.
 
-    With a ``store`` (:class:`~gae.episodic.store.SQLiteStore`, :class:`~gae.episodic.store.PostgresStore`) the
+    With a ``store`` (:class:`~gae.storage.SQLiteStore`, :class:`~gae.storage.PostgresStore`) the
     store is the source of truth: each call that mutates the memory (``add``, ``delete``,
     ``expire``, ``admit_and_add``, evictions included) writes all it did, rows, tombstones,
     audit records and counters, in one transaction before it returns. If that write fails,
@@ -86,7 +86,7 @@ class EpisodicMemory(TextMixin, RetrievingMixin, AuditedPersistence):
         scorer: the :class:`~gae.RetrievalScorer`; default weights 0.60/0.25/0.15, tau 15 s.
         eviction: one of ``'lowest_score'``, ``'fifo'``, ``'importance_recency'``.
         device: where the tensor index lives.
-        store: a :class:`~gae.episodic.store.MemoryStore` to write through to and restore from. Default:
+        store: a :class:`~gae.storage.MemoryStore` to write through to and restore from. Default:
             None (in-process only).
         max_audit: the memory ids the audit records kept in memory may name in all, the newest
             records kept (an int >= 1), or None for every record. Default: 10,000.
@@ -132,7 +132,7 @@ class EpisodicMemory(TextMixin, RetrievingMixin, AuditedPersistence):
         if device is not None:
             self.scorer.to(device)
         if store is not None and not isinstance(store, MemoryStore):
-            raise TypeError(f"store must be a gae.episodic.store.MemoryStore or None, got {type(store).__name__}")
+            raise TypeError(f"store must be a gae.storage.MemoryStore or None, got {type(store).__name__}")
         self.store = store
         self.embedder = embedder
         self._pending: Change | None = None  # the mutations of the call under way, for the store

@@ -20,15 +20,15 @@ from torch import Tensor, nn
 
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.records import COLUMNS, AuditRecord, AuditTrail
-from gae.episodic.store.base import Change, MemoryStore, Rows, Snapshot
 from gae.state_dicts import check_state_dict, load_all_or_nothing
+from gae.storage.base import Change, MemoryStore, Rows, Snapshot
 
 Call = TypeVar("Call", bound=Callable[..., Any])
 
 
 def write_call(method: Call) -> Call:
     """A public call that changes the memory. With a store, the call runs holding the store's
-    write lock (:meth:`~gae.episodic.store.base.MemoryStore.exclusive`): it starts from the
+    write lock (:meth:`~gae.storage.base.MemoryStore.exclusive`): it starts from the
     store's latest state (:meth:`Persistence._fresh` reloads when another writer committed since)
     and no other writer commits until it has, so ids never collide, the version counts every
     writer's mutations in order, and each call lands whole or not at all. A writer that cannot get

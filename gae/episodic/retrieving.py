@@ -10,9 +10,10 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from gae import validation as check
-from gae.episodic.columns import scope_index, scope_lists
+from gae.episodic.columns import scope_index
 from gae.episodic.records import Retrieval
 from gae.episodic.scorer import _CHUNK, RetrievalScorer, TopK, top_k
+from gae.validation import scope_lists
 
 SUBSET_FROM = _CHUNK  # rows past which a retrieval that may see few of them scores only those
 

@@ -1,148 +1,176 @@
-"""Ledger: a decision memory's events, pending decisions and snapshots in one of the episodic stores.
+"""Ledger: a decision memory's events, pending decisions and snapshots in the tables of a store.
 
-Every write goes through :meth:`Ledger.writing` (the store's write lock, one transaction):
-what is appended there lands whole when the block ends, or nothing of it. Reads outside a
-write take the latest committed rows. Sequence numbers come from the ledger's ``head`` (the
-last one given), never from a table's largest row, so one deleted by ``forget_`` is never
-given again; the ``epoch`` moves whenever rows are deleted, telling every reader to rebuild.
+Every write goes through :meth:`Ledger.writing` (the store's write lock, one transaction): what
+is appended there lands whole when the block ends, or nothing of it. :meth:`Ledger.reading` is
+one consistent view of the committed rows, and reads outside either take the latest committed
+rows. Sequence numbers come from the ledger's ``head`` (the last one given), never from a
+table's largest row, so one deleted by ``forget_`` is never given again; the ``epoch`` moves
+whenever rows are deleted, telling every reader to rebuild.
+
+The rows live in the storage layer's checksummed tables (:mod:`gae.ledger.sql`): every row is
+verified when it is read, and a row that does not match its checksum, or holds what this module
+never writes (JSON that does not parse, factors that are not float64, a snapshot that does not
+load), raises :class:`~gae.storage.StoreCorrupted` naming the store, the table and the row.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from gae.ledger.sql import EVENT_COLUMNS, Dialect, dialect
+from gae.ledger.events import CLOSE, DECIDE, LEARN, Event
+from gae.ledger.sql import AUDIT, ERASED, EVENTS, META, PENDING, SNAPSHOTS, TABLES
+from gae.storage import Store, StoreCorrupted, Table
 
-DECIDE, LEARN, CLOSE, GROW = "decide", "learn", "close", "grow"  # the kinds of event
-
-
-@dataclass(frozen=True)
-class Event:
-    """One ledger row. ``decide``: a decision (``action`` its recommendation, ``detail`` its
-    ``confidence``, ``probs`` and the action ``names`` they are over); ``learn``: a verified
-    decision as learned (``action`` as given, ``confirmed`` the flag it was learned with);
-    ``close``: a decision closed without learning (``detail['reason']``: ``skipped`` or
-    ``expired``); ``grow``: names added (``detail['actions']``, ``detail['categories']``)."""
-
-    kind: str
-    decision_id: str | None = None
-    category: str | int | None = None
-    row: np.ndarray | None = None  # (K,) float64
-    action: str | int | None = None
-    confirmed: bool | None = None
-    outcome: str | None = None
-    source_id: int | None = None
-    decided_version: int | None = None
-    version: int | None = None
-    at: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    seq: int = 0  # given when appended
-
-    def values(self, ledger: str, seq: int) -> tuple[Any, ...]:
-        return (ledger, seq, self.kind, self.decision_id, _dump(self.category),
-                None if self.row is None else np.ascontiguousarray(self.row, dtype=np.float64).tobytes(),
-                _dump(self.action), None if self.confirmed is None else int(self.confirmed), self.outcome,
-                self.source_id, self.decided_version, self.version, self.at, json.dumps(self.detail))
-
-    @classmethod
-    def of(cls, record: Sequence[Any]) -> Event:
-        seq, kind, decision_id, category, factors, action, confirmed, outcome, source_id, decided, version, at, \
-            detail = record
-        return cls(kind, decision_id, _load(category), None if factors is None else
-                   np.frombuffer(bytes(factors), dtype=np.float64).copy(), _load(action),
-                   None if confirmed is None else bool(confirmed), outcome, source_id, decided, version, at,
-                   json.loads(detail) if detail else {}, int(seq))
+CHUNK = 500  # values per IN (...) list: far under every SQLite's limit on bound parameters
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """A memory's ``state_dict`` (without its pending decisions) after event ``seq``."""
+class Snapshot(NamedTuple):
+    """A memory's state after event ``seq`` (the dict given to :meth:`Ledger.write_snapshot`, loaded
+    with ``weights_only=True``) and its version then."""
 
     seq: int
     version: int
     state: dict[str, Any]
 
 
-def ledgers(store: Any) -> list[str]:
+def ledgers(store: Store) -> list[str]:
     """The names of the ledgers ``store`` holds, sorted (one holding no meta row yet is not listed)."""
-    sql = dialect(store)
-    with _thread_lock(store), sql.queue(), store.exclusive():
-        sql.create()
-        return sorted(str(name) for (name,) in sql.rows(f"SELECT DISTINCT ledger FROM {sql.table('meta')}"))
+    _check_store(store)
+    return sorted({row.ledger for row in store.select(META)})
 
 
-def _thread_lock(store: Any) -> threading.RLock:
-    """The one re-entrant lock of ``store`` for its ledgers' writers (``setdefault`` is atomic: one lock per store)."""
-    return store.__dict__.setdefault("_ledger_lock", threading.RLock())
+def _check_store(store: Any) -> None:
+    if not isinstance(store, Store):
+        raise TypeError(f"store must be a SQLiteStore or a PostgresStore of gae.storage, got {type(store).__name__}")
 
 
-def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)  # a name stays a str, an index an int
+def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), CHUNK):
+        yield values[start:start + CHUNK]
 
 
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
 
 
 class Ledger:
-    """The rows of ledger ``name`` in ``store`` (a :class:`~gae.episodic.store.SQLiteStore` or
-    :class:`~gae.episodic.store.PostgresStore`), its tables created on first use."""
+    """The rows of ledger ``name`` in ``store`` (a :class:`~gae.storage.SQLiteStore` or
+    :class:`~gae.storage.PostgresStore`), its tables created on first use (a store written by a
+    gae before the checksums gains them then).
 
-    def __init__(self, store: Any, name: str) -> None:
+    Thread safety: the store serializes the blocks of threads sharing it; a Ledger object keeps
+    what :meth:`changed` saw, so give each reader its own.
+
+    Args:
+        store: the store whose tables hold the ledger.
+        name: the ledger's name (several ledgers share a store's tables).
+    """
+
+    def __init__(self, store: Store, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"ledger must be a non-empty name, got {name!r}")
-        if getattr(store, "closed", False):
+        _check_store(store)
+        if store.closed:
             raise ValueError(f"{store!r} is closed: open a new store for the memory")
         self.store, self.name = store, name
-        self.sql: Dialect = dialect(store)
-        self._meta, self._events = self.sql.table("meta"), self.sql.table("events")
-        self._pending, self._snapshots = self.sql.table("pending"), self.sql.table("snapshots")
-        self._audit = self.sql.table("audit")
-        with self.writing():
-            self.sql.create()
+        self._data_version: int | None = None
+        store.create_tables(TABLES)
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """The store's write lock and one transaction: committed when the block ends, rolled back
-        if it raises. Threads sharing one store object (several memories on it) take turns first:
-        the store's own hold is one connection's, not one thread's."""
-        with _thread_lock(self.store), self.sql.queue(), self.store.exclusive():
+        """The store's write lock and one transaction (:meth:`~gae.storage.store.Store.exclusive`):
+        committed when the block ends, rolled back if it raises. Threads sharing one store object
+        (several memories on it) take turns, and so do processes."""
+        with self.store.exclusive():
             yield
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """One consistent view of the committed rows (the write lock, on stores whose reads need no other)."""
-        with self.writing():
+        """One consistent view of the committed rows (:meth:`~gae.storage.store.Store.reading`: a
+        read transaction, writers go on; inside :meth:`writing`, its view). No write may start in it."""
+        with self.store.reading():
             yield
+
+    def changed(self) -> bool:
+        """Whether another connection may have committed since this ledger object's last call
+        (always True the first time, and on a store that cannot tell: Postgres). Commits through
+        the same store object show in :meth:`commits` instead."""
+        version = self.store.data_version()
+        moved = version is None or version != self._data_version
+        self._data_version = version
+        return moved
+
+    def commits(self) -> int:
+        """Ledger commits made through this store object (how memories sharing one see each other's)."""
+        return self.store.commits
+
+    def count_commit(self) -> None:
+        """Inside :meth:`writing`: count this block's commit in :meth:`commits`."""
+        self.store.count_commit()
+
+    # -- decoding -----------------------------------------------------------------------------
+    def _damaged(self, table: Table, row: str, error: BaseException) -> StoreCorrupted:
+        """The error for a row that matched its checksum but cannot be decoded (written by a gae
+        before the checksums, damaged before they were added)."""
+        return StoreCorrupted(self.store.where, f"table {table.name}: row {row} of ledger {self.name!r} cannot be "
+                                                f"read: {type(error).__name__}: {error}")
+
+    def _json(self, table: Table, row: str, text: str | None) -> Any:
+        try:
+            return None if text is None else json.loads(text)
+        except ValueError as error:
+            raise self._damaged(table, row, error) from error
+
+    def _event(self, row: Any) -> Event:
+        """An event as its row holds it (the inverse of :meth:`_event_row`)."""
+        where = f"(seq={row.seq})"
+        factors = None
+        if row.factors is not None:
+            if len(row.factors) % 8:
+                raise self._damaged(EVENTS, where, ValueError(f"factors of {len(row.factors)} bytes are not float64"))
+            factors = np.frombuffer(row.factors, dtype=np.float64).copy()
+        detail = self._json(EVENTS, where, row.detail) if row.detail else {}
+        if not isinstance(detail, dict) or (row.confirmed is not None and row.confirmed not in (0, 1)):
+            raise self._damaged(EVENTS, where, ValueError(f"detail {detail!r}, confirmed {row.confirmed!r}"))
+        return Event(row.kind, row.decision_id, self._json(EVENTS, where, row.category), factors,
+                     self._json(EVENTS, where, row.action), None if row.confirmed is None else bool(row.confirmed),
+                     row.outcome, row.source_id, row.decided_version, row.version, row.at, detail, int(row.seq))
+
+    def _event_row(self, seq: int, event: Event) -> tuple[Any, ...]:
+        """The row of ``event`` under sequence number ``seq``: names and indices as JSON, the factors
+        as float64 bytes."""
+        factors = None if event.row is None else np.ascontiguousarray(event.row, dtype=np.float64).tobytes()
+        return (self.name, seq, event.kind, event.decision_id, _dump(event.category), factors, _dump(event.action),
+                None if event.confirmed is None else int(event.confirmed), event.outcome, event.source_id,
+                event.decided_version, event.version, event.at, json.dumps(event.detail))
 
     # -- meta ---------------------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
         """Every meta value of this ledger, decoded from JSON (empty for a new ledger)."""
-        return {key: json.loads(value) for key, value in
-                self.sql.rows(f"SELECT key, value FROM {self._meta} WHERE ledger = ?", (self.name,))}
+        return {row.key: self._json(META, f"(key={row.key!r})", row.value)
+                for row in self.store.select(META, "ledger = ?", (self.name,))}
 
     def set_meta(self, values: dict[str, Any]) -> None:
         """Inside :meth:`writing`: set meta values."""
-        self.sql.many(f"INSERT INTO {self._meta} (ledger, key, value) VALUES (?, ?, ?) ON CONFLICT (ledger, key) "
-                      "DO UPDATE SET value = excluded.value",
-                      [(self.name, key, json.dumps(value)) for key, value in values.items()])
+        self.store.insert(META, [(self.name, key, json.dumps(value)) for key, value in values.items()], upsert=True)
 
     def position(self) -> tuple[int, int]:
         """``(head, epoch)``: the last sequence number given and the deletions so far."""
-        found = dict(self.sql.rows(f"SELECT key, value FROM {self._meta} WHERE ledger = ? AND key IN ('head', "
-                                   "'epoch')", (self.name,)))
-        return int(found.get("head", 0)), int(found.get("epoch", 0))
+        found = {row.key: self._json(META, f"(key={row.key!r})", row.value) for row in self.store.select(
+            META, "ledger = ? AND key IN ('head', 'epoch')", (self.name,))}
+        head, epoch = found.get("head", 0), found.get("epoch", 0)
+        if not all(type(value) is int and value >= 0 for value in (head, epoch)):
+            raise self._damaged(META, "(key='head')", ValueError(f"head {head!r} and epoch {epoch!r} must be ints"))
+        return head, epoch
 
     # -- events ---------------------------------------------------------------------------------
     def append(self, events: Sequence[Event], head: int) -> int:
@@ -150,17 +178,12 @@ class Ledger:
         ``head + 1, ...``, the pending table kept with them. Returns the new head."""
         if not events:
             return head
-        placeholders = ", ".join("?" * (len(EVENT_COLUMNS) + 1))
-        self.sql.many(f"INSERT INTO {self._events} (ledger, {', '.join(EVENT_COLUMNS)}) VALUES ({placeholders})",
-                      [event.values(self.name, head + i + 1) for i, event in enumerate(events)])
+        self.store.insert(EVENTS, [self._event_row(head + i + 1, event) for i, event in enumerate(events)])
         for i, event in enumerate(events):  # in event order: an id closed, then given again, is pending again
             if event.kind == DECIDE:  # (an upsert: the latest decision of an id is the pending one, as in RAM)
-                self.sql.run(f"INSERT INTO {self._pending} (ledger, decision_id, seq) VALUES (?, ?, ?) ON CONFLICT "
-                             "(ledger, decision_id) DO UPDATE SET seq = excluded.seq",
-                             (self.name, event.decision_id, head + i + 1))
+                self.store.insert(PENDING, [(self.name, event.decision_id, head + i + 1)], upsert=True)
             elif event.kind in (LEARN, CLOSE) and event.decision_id:
-                self.sql.run(f"DELETE FROM {self._pending} WHERE ledger = ? AND decision_id = ?",
-                             (self.name, event.decision_id))
+                self.store.delete(PENDING, "ledger = ? AND decision_id = ?", (self.name, event.decision_id))
         head += len(events)
         self.set_meta({"head": head})
         return head
@@ -172,72 +195,88 @@ class Ledger:
             where += " AND seq < ?"
             params.append(before)
         if kinds is not None:
-            where += f" AND kind IN ({', '.join('?' * len(kinds))})"
+            where += f" AND kind IN ({_marks(kinds)})"
             params.extend(kinds)
-        return [Event.of(r) for r in self.sql.rows(
-            f"SELECT {', '.join(EVENT_COLUMNS)} FROM {self._events} WHERE {where} ORDER BY seq", tuple(params))]
+        return [self._event(row) for row in self.store.select(EVENTS, where, params, order="seq")]
 
     def pending(self) -> list[Event]:
         """The decide events of the decisions still pending, oldest first."""
-        columns = ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
-        return [Event.of(r) for r in self.sql.rows(
-            f"SELECT {columns} FROM {self._pending} p JOIN {self._events} e ON e.ledger = p.ledger AND e.seq = p.seq "
-            "WHERE p.ledger = ? ORDER BY p.seq", (self.name,))]
+        with self.store.reading():  # the pending rows and their events in one view
+            seqs = [row.seq for row in self.store.select(PENDING, "ledger = ?", (self.name,), order="seq")]
+            found: dict[int, Any] = {}
+            for chunk in _chunks(seqs):
+                found.update((row.seq, row) for row in self.store.select(
+                    EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk)))
+        missing = [seq for seq in seqs if seq not in found]
+        if missing:
+            raise StoreCorrupted(self.store.where, f"table {PENDING.name}: pending decisions of ledger {self.name!r} "
+                                                   f"point at events {missing[:10]}, which {EVENTS.name} lacks")
+        return [self._event(found[seq]) for seq in seqs]
 
     def decision(self, decision_id: str) -> Event | None:
         """The decide event of ``decision_id`` (the latest, for an id given again), if the ledger holds it."""
-        found = self.sql.rows(f"SELECT {', '.join(EVENT_COLUMNS)} FROM {self._events} WHERE ledger = ? AND "
-                              "decision_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
-                              (self.name, decision_id, DECIDE))
-        return Event.of(found[0]) if found else None
+        found = self.store.select(EVENTS, "ledger = ? AND decision_id = ? AND kind = ?",
+                                  (self.name, decision_id, DECIDE), order="seq DESC", limit=1)
+        return self._event(found[0]) if found else None
 
     def count(self, kind: str, reason: str | None = None) -> int:
+        """The events of ``kind`` (with ``detail`` ``{"reason": reason}``, when given), counted by the
+        database (``check()`` verifies the rows counted)."""
         where, params = "ledger = ? AND kind = ?", [self.name, kind]
         if reason is not None:
             where += " AND detail = ?"
             params.append(json.dumps({"reason": reason}))
-        return int(self.sql.rows(f"SELECT COUNT(*) FROM {self._events} WHERE {where}", tuple(params))[0][0])
+        return self.store.count(EVENTS, where, params)
 
     # -- snapshots ------------------------------------------------------------------------------
     def snapshot(self, before: int | None = None) -> Snapshot | None:
         """The latest snapshot (taken after an event ``< before``, when given), loaded with ``weights_only``."""
-        where, params = "ledger = ?", cast(list[Any], [self.name])
+        where = "ledger = ?"
+        params: list[Any] = [self.name]
         if before is not None:
-            where += " AND seq < ?"  # (params: a list of str and int)
+            where += " AND seq < ?"
             params.append(before)
-        found = self.sql.rows(f"SELECT seq, version, state FROM {self._snapshots} WHERE {where} ORDER BY seq DESC "
-                              "LIMIT 1", tuple(params))
+        found = self.store.select(SNAPSHOTS, where, params, order="seq DESC", limit=1)
         if not found:
             return None
-        seq, version, blob = found[0]
-        return Snapshot(int(seq), int(version), torch.load(io.BytesIO(bytes(blob)), weights_only=True))
+        row = found[0]
+        try:
+            state = torch.load(io.BytesIO(row.state), weights_only=True)
+        except Exception as error:  # noqa: BLE001 - torch raises what its unpickler and zip reader meet
+            raise self._damaged(SNAPSHOTS, f"(seq={row.seq})", error) from error
+        if not isinstance(state, dict):
+            raise self._damaged(SNAPSHOTS, f"(seq={row.seq})", TypeError(f"a {type(state).__name__}, not a dict"))
+        return Snapshot(int(row.seq), int(row.version), state)
 
     def write_snapshot(self, seq: int, version: int, state: dict[str, Any]) -> None:
-        """Inside :meth:`writing`: the state after event ``seq``."""
+        """Inside :meth:`writing`: the state after event ``seq`` (replacing one written there).
+        ``state`` must load back with ``torch.load(weights_only=True)`` (tensors, numbers, strings
+        and containers of them): one that would not is refused here, not when the ledger reopens."""
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        self.sql.run(f"DELETE FROM {self._snapshots} WHERE ledger = ? AND seq = ?", (self.name, seq))
-        self.sql.run(f"INSERT INTO {self._snapshots} (ledger, seq, version, state) VALUES (?, ?, ?, ?)",
-                     (self.name, seq, version, buffer.getvalue()))
+        data = buffer.getvalue()
+        try:
+            torch.load(io.BytesIO(data), weights_only=True)
+        except Exception as error:  # noqa: BLE001 - what the unpickler refuses, in its words
+            raise TypeError(f"state must load with torch.load(weights_only=True): {error}") from error
+        self.store.insert(SNAPSHOTS, [(self.name, seq, version, data)], upsert=True)
 
     # -- deleting -------------------------------------------------------------------------------
     def learned(self, source_ids: Sequence[int] | None = None, last: int | None = None) -> list[tuple[int, Any]]:
         """``(seq, source id)`` of the learn events with these source ids, or of the ``last`` ones, in order."""
         if source_ids is not None:
-            marks = ", ".join("?" * len(source_ids))
-            rows = self.sql.rows(f"SELECT seq, source_id FROM {self._events} WHERE ledger = ? AND kind = ? AND "
-                                 f"source_id IN ({marks}) ORDER BY seq", (self.name, LEARN, *source_ids))
+            rows = [row for chunk in _chunks(list(source_ids)) for row in self.store.select(
+                EVENTS, f"ledger = ? AND kind = ? AND source_id IN ({_marks(chunk)})", (self.name, LEARN, *chunk))]
         else:
-            rows = self.sql.rows(f"SELECT seq, source_id FROM {self._events} WHERE ledger = ? AND kind = ? "
-                                 "ORDER BY seq DESC LIMIT ?", (self.name, LEARN, last))
-        return sorted((int(seq), source) for seq, source in rows)
+            rows = self.store.select(EVENTS, "ledger = ? AND kind = ?", (self.name, LEARN), order="seq DESC",
+                                     limit=last)
+        return sorted((int(row.seq), row.source_id) for row in rows)
 
     def sourced(self, source_ids: Sequence[int]) -> list[tuple[int, Any]]:
         """``(seq, source id)`` of every decide and learn event with these source ids, in order."""
-        marks = ", ".join("?" * len(source_ids))
-        return [(int(seq), source) for seq, source in self.sql.rows(
-            f"SELECT seq, source_id FROM {self._events} WHERE ledger = ? AND kind IN (?, ?) AND "
-            f"source_id IN ({marks}) ORDER BY seq", (self.name, DECIDE, LEARN, *source_ids))]
+        return sorted((int(row.seq), row.source_id) for chunk in _chunks(list(source_ids)) for row in self.store.select(
+            EVENTS, f"ledger = ? AND kind IN (?, ?) AND source_id IN ({_marks(chunk)})",
+            (self.name, DECIDE, LEARN, *chunk)))
 
     def delete(self, seqs: Sequence[int], action: str, reason: str, actor: str) -> int:
         """Inside :meth:`writing`: delete these decide and learn events, each learn event's
@@ -245,46 +284,41 @@ class Ledger:
         the pending rows of the deleted decisions and every snapshot taken after the first
         deleted learn event; move the epoch; audit who, when, why and how many decisions (never
         what). Returns the learn events deleted."""
-        doomed, learned, paired = set(seqs), [], set()
-        marks = ", ".join("?" * len(seqs))
-        for seq, kind, decision_id in self.sql.rows(
-                f"SELECT seq, kind, decision_id FROM {self._events} WHERE ledger = ? AND seq IN ({marks})",
-                (self.name, *seqs)):
-            if kind != LEARN:
-                continue
-            learned.append(int(seq))
-            if decision_id is not None:
-                found = self.sql.rows(f"SELECT MAX(seq) FROM {self._events} WHERE ledger = ? AND decision_id = ? "
-                                      "AND kind = ? AND seq < ?", (self.name, decision_id, DECIDE, seq))
-                if found and found[0][0] is not None:
-                    paired.add(int(found[0][0]))
-        decisions = len(doomed - paired)  # each decision once: verified (its learn event), or decided and not
-        doomed |= paired
-        gone = [(self.name, seq) for seq in sorted(doomed)]
-        self.sql.many(f"DELETE FROM {self._events} WHERE ledger = ? AND seq = ?", gone)
-        self.sql.many(f"DELETE FROM {self._pending} WHERE ledger = ? AND seq = ?", gone)
-        if learned:
-            self.sql.run(f"DELETE FROM {self._snapshots} WHERE ledger = ? AND seq >= ?", (self.name, min(learned)))
-        head, epoch = self.position()
-        self.set_meta({"epoch": epoch + 1})
-        self.sql.run(f"INSERT INTO {self._audit} (ledger, at, actor, action, reason, count, seq) VALUES "
-                     "(?, ?, ?, ?, ?, ?, ?)", (self.name, time.time(), actor, action, reason, decisions, head))
+        doomed, learned, paired = set(seqs), [], set[int]()
+        with self.writing():
+            for chunk in _chunks(sorted(doomed)):
+                for row in self.store.select(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk)):
+                    if row.kind != LEARN:
+                        continue
+                    learned.append(int(row.seq))
+                    if row.decision_id is not None:
+                        found = self.store.select(EVENTS, "ledger = ? AND decision_id = ? AND kind = ? AND seq < ?",
+                                                  (self.name, row.decision_id, DECIDE, row.seq), order="seq DESC",
+                                                  limit=1)
+                        paired.update(int(decided.seq) for decided in found)
+            decisions = len(doomed - paired)  # each decision once: verified (its learn event), or decided and not
+            doomed |= paired
+            for chunk in _chunks(sorted(doomed)):
+                self.store.delete(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
+                self.store.delete(PENDING, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
+            if learned:
+                self.store.delete(SNAPSHOTS, "ledger = ? AND seq >= ?", (self.name, min(learned)))
+            head, epoch = self.position()
+            self.set_meta({"epoch": epoch + 1})
+            self.store.insert(AUDIT, [(self.name, time.time(), actor, action, reason, decisions, head)])
         return len(learned)
 
     def audit(self) -> list[dict[str, Any]]:
         """Every forget and undo, oldest first: ``at``, ``actor``, ``action``, ``reason``, ``count``
         and ``seq`` (the head then)."""
-        return [dict(zip(("at", "actor", "action", "reason", "count", "seq"), row, strict=True)) for row in
-                self.sql.rows(f"SELECT at, actor, action, reason, count, seq FROM {self._audit} WHERE ledger = ? "
-                              "ORDER BY seq, at", (self.name,))]
-
-    def commits(self) -> int:
-        """Ledger commits made through this store object (how memories sharing one see each other's)."""
-        return self.store.__dict__.get("_ledger_commits", 0)
-
-    def count_commit(self) -> None:
-        self.store.__dict__["_ledger_commits"] = self.commits() + 1
+        return [{"at": row.at, "actor": row.actor, "action": row.action, "reason": row.reason, "count": row.count,
+                 "seq": row.seq} for row in self.store.select(AUDIT, "ledger = ?", (self.name,), order="seq, at")]
 
     def erase(self) -> None:
-        """After the commit that deleted rows: make them unreadable from the store's files."""
-        self.sql.erase()
+        """After the commit that deleted rows: make them unreadable from the store's files
+        (:meth:`~gae.storage.store.Store.erase`; inside :meth:`writing`, once it has committed)."""
+        self.store.erase(ERASED)
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)  # a name stays a str, an index an int

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gae.episodic.store.base import split_scope
+from gae.storage.base import split_scope
 
 # the memories columns a row checksum covers, in its order (every column but the uuid)
 CHECKED = ("seq", "scope_type", "scope_id", "memory_type", "content", "embedding", "confidence", "sensitivity",

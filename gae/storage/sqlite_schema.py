@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from gae.episodic.store import sqlite_integrity
-from gae.episodic.store.base import SCHEMA_VERSION, NewerSchema, StoreCorrupted
-from gae.episodic.store.integrity import checksum
+from gae.storage import sqlite_integrity
+from gae.storage.base import SCHEMA_VERSION, NewerSchema, StoreCorrupted
+from gae.storage.integrity import checksum
 
 SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);

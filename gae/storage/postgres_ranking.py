@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gae.episodic.store import postgres_schema as schema
-from gae.episodic.store.base import split_scope
-from gae.episodic.store.postgres_vector import Vector
+from gae.storage import postgres_schema as schema
+from gae.storage.base import split_scope
+from gae.storage.postgres_vector import Vector
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gae.episodic.store.base import (
+from gae.storage.base import (
     SNAPSHOT_COLUMNS,
     AuditEntry,
     Snapshot,
@@ -22,8 +22,8 @@ from gae.episodic.store.base import (
     padded,
     rows_from_records,
 )
-from gae.episodic.store.integrity import checksum
-from gae.episodic.store.sqlite_integrity import AUDIT
+from gae.storage.integrity import checksum
+from gae.storage.sqlite_integrity import AUDIT
 
 
 def meta(conn: sqlite3.Connection, path: str, key: str) -> str:

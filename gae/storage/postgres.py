@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import time as _time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gae.episodic.store import postgres_erase
-from gae.episodic.store import postgres_integrity as integrity
-from gae.episodic.store import postgres_ranking as ranking
-from gae.episodic.store import postgres_schema as schema
-from gae.episodic.store.base import (
+from gae.storage import postgres_erase
+from gae.storage import postgres_integrity as integrity
+from gae.storage import postgres_ranking as ranking
+from gae.storage import postgres_schema as schema
+from gae.storage.base import (
     SCHEMA_VERSION,
     SNAPSHOT_COLUMNS,
     AuditEntry,
     Change,
     MemoryStore,
-    NewerSchema,
     Rows,
     Snapshot,
     StoreCheck,
-    StoreConflict,
-    StoreCorrupted,
     StoreRetrieval,
     check_flag,
     check_query,
@@ -36,8 +34,10 @@ from gae.episodic.store.base import (
     scope_filters,
     scope_keys,
 )
-from gae.episodic.store.integrity import checksum, row_checksum, written_columns
-from gae.episodic.store.postgres_vector import Vector, register_vector
+from gae.storage.errors import NewerSchema, StoreConflict, StoreCorrupted
+from gae.storage.integrity import checksum, row_checksum, written_columns
+from gae.storage.postgres_vector import Vector, register_vector
+from gae.storage.tables import BLOB, CATALOG, INT, REAL, TEXT, Table
 from gae.validation import check_int
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 class PostgresStore(MemoryStore):
     """A memory store in a Postgres database with the pgvector extension.
 
-    The same tables as :class:`~gae.episodic.store.SQLiteStore` (the columns of the original design, a
+    The same tables as :class:`~gae.storage.SQLiteStore` (the columns of the original design, a
     uuid ``id`` and the memory's integer id ``seq``; tombstones; an audit and a meta table),
     with the embedding as ``vector(dim)``. Indexes: a btree on (scope_type, scope_id,
     memory_type, valid_until), and over the live rows (``deleted_at IS NULL``, so tombstones
@@ -71,7 +71,12 @@ class PostgresStore(MemoryStore):
 
     Integrity: every row, audit record and meta value carries a checksum written with it;
     :meth:`open` refuses an unknown or newer schema version and meta values that do not match
-    theirs, and :meth:`check` verifies every checksum (and the btree indexes, with amcheck).
+    theirs, and :meth:`check` verifies every checksum (and the btree indexes, with amcheck), the
+    rows of every checksummed table (:meth:`~gae.storage.store.Store.create_tables`, named
+    ``<table>_<name>``) included.
+
+    Writers: every write block (:meth:`~gae.storage.store.Store.exclusive`) is one transaction
+    holding the table's advisory lock; a role that lacks a privilege raises PermissionError.
 
     Args:
         dsn: a libpq connection string or URI.
@@ -97,8 +102,12 @@ class PostgresStore(MemoryStore):
         memory = EpisodicMemory(384, store=store)
     """
 
+    _types = {INT: "bigint", REAL: "double precision", TEXT: "text", BLOB: "bytea"}
+    _row_match = "ctid = ?::tid"
+
     def __init__(self, dsn: str, *, table: str = "memories", actor: str = "gae", row_level_security: bool = False,
                  ef_search: int | None = None, candidates: int | None = None, timeout: float = 30.0) -> None:
+        super().__init__()
         if not isinstance(dsn, str) or not dsn:
             raise ValueError(f"dsn must be a non-empty connection string, got {dsn!r}")
         if not isinstance(table, str) or not schema.TABLE_NAME.fullmatch(table):
@@ -140,6 +149,10 @@ class PostgresStore(MemoryStore):
     def __repr__(self) -> str:
         return f"PostgresStore(dbname={self._dbname!r}, table={self.table!r}, dim={self.dim})"
 
+    @property
+    def where(self) -> str:
+        return self._where
+
     def _q(self, template: str, **extra: Any) -> sql.Composed:
         """A statement with the store's table names filled in (``{t}``, ``{meta}``, ...)."""
         return self._sql.SQL(template).format(**self._names, **extra)
@@ -154,8 +167,7 @@ class PostgresStore(MemoryStore):
         conn = self._conn
         created = False
         if not self._exists():
-            with conn.transaction():  # Postgres' DDL is transactional: every table or none
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))
+            with self.exclusive():  # Postgres' DDL is transactional: every table or none
                 if not self._exists():  # another process may have created it while we waited
                     for statement in filter(str.strip, schema.SCHEMA.split(";")):
                         conn.execute(self._q(statement, dim=self._sql.Literal(dim)))
@@ -173,7 +185,7 @@ class PostgresStore(MemoryStore):
             return None
         if self._schema_version() < SCHEMA_VERSION:
             self._migrate()
-        with self._reading("its meta table cannot be read"):
+        with self._refusing("its meta table cannot be read"):
             stored = int(self._meta("dim"))
         if stored != dim:
             raise ValueError(f"table {self.table!r} holds memories of dim={stored}, not dim={dim}")
@@ -199,17 +211,18 @@ class PostgresStore(MemoryStore):
     def _migrate(self) -> None:
         """Bring an older schema up to :data:`SCHEMA_VERSION`, holding the write lock. 1 -> 2: a
         checksum on every row, audit record and meta value, of the data as it is
-        (:func:`~gae.episodic.store.postgres_integrity.add_checksums`)."""
-        with self.exclusive(), self._reading("cannot add checksums to it"):
+        (:func:`~gae.storage.postgres_integrity.add_checksums`)."""
+        with self.exclusive(), self._refusing("cannot add checksums to it"):
             if self._schema_version() >= SCHEMA_VERSION:  # another process migrated it while this one waited
                 return
             integrity.add_checksums(self._conn, self._q)
             self._conn.execute(self._q("UPDATE {version} SET version = %s"), (SCHEMA_VERSION,))
 
     @contextmanager
-    def _reading(self, what: str) -> Iterator[None]:
+    def _refusing(self, what: str, statements: bool = False) -> Iterator[None]:
         """Raise what reading damaged data raises (the server's data_corrupted and index_corrupted,
-        undecodable values) as :class:`StoreCorrupted` saying ``what`` failed."""
+        and without ``statements`` undecodable values) as :class:`StoreCorrupted` saying ``what``
+        failed, and a privilege the role lacks as PermissionError."""
         import psycopg
 
         try:
@@ -217,10 +230,15 @@ class PostgresStore(MemoryStore):
         except (StoreCorrupted, NewerSchema):
             raise
         except psycopg.Error as error:
+            if error.sqlstate == "42501":  # insufficient_privilege
+                raise PermissionError(errno.EACCES, f"{self._where}: this role may not do it ({what}): "
+                                                    f"{error}") from error
             if error.sqlstate not in integrity.CORRUPTED:
                 raise
             raise StoreCorrupted(self._where, f"{what}: {error}") from error
         except (ValueError, KeyError, IndexError, TypeError) as error:  # json's errors are ValueErrors
+            if statements:
+                raise
             raise StoreCorrupted(self._where, f"{what}: {type(error).__name__}: {error}") from error
 
     def check(self, *, raises: bool = True) -> StoreCheck:
@@ -233,18 +251,32 @@ class PostgresStore(MemoryStore):
         check_flag("raises", raises)
         if self.closed:
             raise RuntimeError(f"{self._where}: the store is closed; open a new PostgresStore to check it")
-        if not self._exists():
-            raise ValueError(f"{self._where} holds no store: nothing to check")
         began = _time.perf_counter()
-        version = self._schema_version()
-        if version < SCHEMA_VERSION:
-            report = StoreCheck(self._where, 0, 0, (), (f"checksums: schema version {version} has none (open(dim) "
-                                                        "adds them)",), (), _time.perf_counter() - began)
-        else:
-            register_vector(self._conn)
-            rows, audit, checks, skipped, problems = integrity.verify(self._conn, self._q, self.table)
-            report = StoreCheck(self._where, rows, audit, tuple(checks), tuple(skipped), tuple(problems),
-                                _time.perf_counter() - began)
+        with self._lock:
+            stored = self._exists()
+            catalog = self._columns(self._physical(CATALOG.name)) is not None
+            if not stored and not catalog:
+                raise ValueError(f"{self._where} holds no store: nothing to check")
+            rows = audit = 0
+            checks: list[str] = []
+            skipped: list[str] = []
+            problems: list[str] = []
+            if stored:
+                version = self._schema_version()
+                if version < SCHEMA_VERSION:
+                    skipped.append(f"checksums: schema version {version} has none (open(dim) adds them)")
+                else:
+                    register_vector(self._conn)
+                    others = [self._physical(name) for name in self._catalogued()]
+                    rows, audit, checks, skipped, problems = integrity.verify(self._conn, self._q, self.table, others)
+            tables: dict[str, int] = {}
+            try:
+                with self._refusing("the server cannot read it"), self.reading():
+                    tables = self._check_tables(checks, skipped, problems)
+            except StoreCorrupted as error:
+                problems += error.problems
+        report = StoreCheck(self._where, rows, audit, tuple(checks), tuple(skipped), tuple(problems),
+                            _time.perf_counter() - began, tables)
         if report.problems and raises:
             raise StoreCorrupted(self._where, report.problems)
         return report
@@ -268,7 +300,7 @@ class PostgresStore(MemoryStore):
         self._conn.execute("SELECT set_config('gae.scopes', %s, false)", (setting,))
 
     def stored_version(self) -> int:
-        with self._reading("its meta table cannot be read"):
+        with self._refusing("its meta table cannot be read"):
             return int(self._meta("version"))
 
     def _meta(self, key: str) -> str:
@@ -279,25 +311,23 @@ class PostgresStore(MemoryStore):
 
     def _snapshot(self, audit_last: int | None = None) -> Snapshot:
         assert self.dim is not None
-        with self._conn.transaction():  # one consistent view of rows, audit and counters
-            if not self._held:  # (holding the write lock, nobody else writes: the view is consistent as it is)
-                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with self.reading():  # one consistent view of rows, audit and counters
             records = self._conn.execute(self._q(f"SELECT {SNAPSHOT_COLUMNS} FROM {{t}} WHERE deleted_at IS NULL "
                                                  "ORDER BY seq"), binary=True).fetchall()
             audit = self.audit(audit_last)
-            with self._reading("its meta table cannot be read"):
+            with self._refusing("its meta table cannot be read"):
                 meta = {}
                 for key, value, stored in self._conn.execute(self._q("SELECT key, value, checksum FROM {meta}")):
                     if stored is None or checksum(b"meta", (key, value)) != stored:
                         raise StoreCorrupted(self._where, f"meta value {key!r} does not match its checksum")
                     meta[key] = value
-        with self._reading("its rows cannot be read"):
+        with self._refusing("its rows cannot be read"):
             live = rows_from_records(records, self.dim)
             return Snapshot(self.dim, live, audit, int(meta["version"]), int(meta["next_id"]),
                             json.loads(meta["scope_names"]))
 
     # -- writing -----------------------------------------------------------------------------
-    def _lock(self, cur: psycopg.Cursor[Any]) -> None:
+    def _take_lock(self, cur: psycopg.Cursor[Any]) -> None:
         """Take the table's write lock (an advisory transaction lock), waiting up to ``timeout``."""
         from psycopg import errors
 
@@ -315,7 +345,14 @@ class PostgresStore(MemoryStore):
     def _hold(self) -> Iterator[None]:
         """A transaction with the table's advisory lock, committed when the block ends."""
         with self._conn.transaction(), self._conn.cursor() as cur:
-            self._lock(cur)
+            self._take_lock(cur)
+            yield
+
+    @contextmanager
+    def _read_view(self) -> Iterator[None]:
+        """A ``REPEATABLE READ, READ ONLY`` transaction: one snapshot while others write."""
+        with self._conn.transaction():
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
 
     def _erase_now(self) -> None:
@@ -354,18 +391,19 @@ class PostgresStore(MemoryStore):
 
     def erasure_problems(self) -> list[str]:
         """Why :meth:`purge` could not promise that deleted data leaves the server's files
-        (:func:`~gae.episodic.store.postgres_erase.erasure_problems`); empty when it can."""
+        (:func:`~gae.storage.postgres_erase.erasure_problems`); empty when it can."""
         return postgres_erase.erasure_problems(self._conn)
 
     def purge(self) -> None:
         """Make everything deleted so far unreadable from the server's files
-        (:func:`~gae.episodic.store.postgres_erase.purge`: ``VACUUM FULL`` of the table, then the
+        (:func:`~gae.storage.postgres_erase.purge`: ``VACUUM FULL`` of the table, then the
         WAL switched and checkpointed twice); RuntimeError naming what stands in the way first."""
-        problems = self.erasure_problems() + postgres_erase.snapshot_problems(self._conn)
-        if problems:
-            raise RuntimeError(f"table {self.table!r}: purge cannot promise erasure now (any delete is committed; "
-                               "purge() once this is fixed erases it): " + "; ".join(problems))
-        postgres_erase.purge(self._conn, self._q("VACUUM FULL {t}"))
+        with self._lock:
+            problems = self.erasure_problems() + postgres_erase.snapshot_problems(self._conn)
+            if problems:
+                raise RuntimeError(f"table {self.table!r}: purge cannot promise erasure now (any delete is committed; "
+                                   "purge() once this is fixed erases it): " + "; ".join(problems))
+            postgres_erase.purge(self._conn, [self._q("VACUUM FULL {t}")])
 
     def _insert(self, cur: psycopg.Cursor[Any], rows: Rows) -> None:
         """INSERT in one pipelined batch (COPY would be faster, but Postgres refuses it under
@@ -388,13 +426,13 @@ class PostgresStore(MemoryStore):
     # -- reading -------------------------------------------------------------------------------
     def audit(self, last: int | None = None) -> list[AuditEntry]:
         limit = None if last is None else check_int("last", last, low=0)  # Postgres: LIMIT NULL, no limit
-        with self._reading("its audit table cannot be read"):
+        with self._refusing("its audit table cannot be read"):
             return [AuditEntry(a, t, tuple(i), r, v, actor) for a, t, i, r, v, actor, _ in self._conn.execute(
                 self._q("SELECT * FROM (SELECT action, time, ids, reason, version, actor, n FROM {audit} "
                         "ORDER BY n DESC LIMIT %s) AS newest ORDER BY n"), (limit,))]
 
     def _ranking(self, pooled: bool, scoped: bool, texted: bool) -> sql.Composed:
-        """One query's ranking statement (:func:`~gae.episodic.store.postgres_ranking.compose`), composed once."""
+        """One query's ranking statement (:func:`~gae.storage.postgres_ranking.compose`), composed once."""
         if (key := (pooled, scoped, texted)) not in self._statements:
             self._statements[key] = ranking.compose(self._q, *key)
         return self._statements[key]
@@ -407,7 +445,7 @@ class PostgresStore(MemoryStore):
         of the stored embedding with the unit query, as in SQLiteStore.
 
         ``exact=True`` scores every row that passes the filters. ``exact=False`` (default) scores a
-        candidate pool (:mod:`~gae.episodic.store.postgres_ranking`) and falls back to the exact ranking
+        candidate pool (:mod:`~gae.storage.postgres_ranking`) and falls back to the exact ranking
         for a query whose pool cannot be shown to hold its top ``k`` (and always with a negative
         weight), so that it differs from the exact ranking only where the HNSW index misses a neighbour.
         """
@@ -423,8 +461,7 @@ class PostgresStore(MemoryStore):
         pooled = not exact and min(weights) >= 0 and w_text >= 0
         result = padded(n_queries, k)
         conn = self._conn
-        with conn.transaction():  # every query of the batch sees the same rows
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with self.reading():  # every query of the batch sees the same rows
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
                          (str(self.ef_search or min(candidates, 1000)),))
             for q, (scopes_q, text_q) in enumerate(zip(allowed, texts, strict=True)):
@@ -444,5 +481,75 @@ class PostgresStore(MemoryStore):
         return result
 
     def close(self) -> None:
-        self.closed = True
-        self._conn.close()
+        """Close the connection (the data stays)."""
+        with self._lock:
+            self.closed = True
+            self._conn.close()
+
+    # -- the table API's statements (gae.storage.store.Store) --------------------------------------------------
+    def data_version(self) -> int | None:
+        return None  # Postgres keeps no such counter: every reader reads the head again
+
+    def _erase(self, tables: Sequence[Table]) -> None:
+        """``VACUUM FULL`` of the tables, then the WAL switched and checkpointed twice
+        (:func:`~gae.storage.postgres_erase.purge`); a server that cannot promise it says why."""
+        problems = self.erasure_problems() + postgres_erase.snapshot_problems(self._conn)
+        names = ", ".join(self._physical(t.name) for t in tables)
+        if problems:
+            raise RuntimeError(f"{self._where}: the deleted rows of {names} are committed, but this server cannot "
+                               "erase them from its files: " + "; ".join(problems))
+        postgres_erase.purge(self._conn, [self._sql.SQL("VACUUM FULL {}").format(
+            self._sql.Identifier(self._physical(t.name))) for t in tables])
+
+    def _guard(self, what: str) -> AbstractContextManager[None]:
+        return self._refusing(what, statements=True)
+
+    def _physical(self, name: str) -> str:
+        return f"{self.table}_{name}"
+
+    def _catalogued(self) -> list[str]:
+        """The names of the checksummed tables the catalog lists (none without a catalog)."""
+        if self._columns(self._physical(CATALOG.name)) is None:
+            return []
+        return [name for (name,) in self._conn.execute(f"SELECT name FROM {self._physical(CATALOG.name)}")]
+
+    def _columns(self, physical: str) -> list[str] | None:
+        found = [name for (name,) in self._conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum", (physical,))]
+        return found or None
+
+    @staticmethod
+    def _statement(statement: str) -> str:
+        return statement.replace("%", "%%").replace("?", "%s")
+
+    @staticmethod
+    def _bytes(row: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+
+    def _run(self, statement: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(self._statement(statement), tuple(params)).rowcount
+
+    def _rows(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return [self._bytes(row) for row in self._conn.execute(self._statement(statement), tuple(params)).fetchall()]
+
+    def _many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(self._statement(statement), rows)
+
+    def _stream(self, statement: str) -> Iterator[tuple[Any, ...]]:
+        with self._conn.cursor("gae_check_table") as cur:  # streamed from the server
+            cur.itersize = integrity.BATCH
+            cur.execute(self._statement(statement), ())
+            for row in cur:
+                yield self._bytes(row)
+
+    def _batches(self, physical: str, names: Sequence[str]) -> Iterator[list[tuple[Any, ...]]]:
+        # a cursor's rows are those of its snapshot: the updates between batches do not show in it
+        with self._conn.cursor("gae_adopt_table") as cur:
+            cur.execute(self._statement(f"SELECT ctid::text, {', '.join(names)} FROM {physical}"), ())
+            while batch := cur.fetchmany(integrity.BATCH):
+                yield [self._bytes(row) for row in batch]
+
+    def _integrity_problems(self) -> list[str]:
+        return []  # Postgres has no check of a table's rows (amcheck checks indexes; check() runs it)

@@ -1,4 +1,4 @@
-"""The Postgres schema of :class:`~gae.episodic.store.postgres.PostgresStore`: its tables,
+"""The Postgres schema of :class:`~gae.storage.postgres.PostgresStore`: its tables,
 indexes and row-level security policy, as templates filled with the store's table names."""
 
 import re

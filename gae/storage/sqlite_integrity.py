@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from gae.episodic.store.integrity import AUDIT_CHECKED, CHECKED, checksum, row_checksum, row_problem
+from gae.storage.integrity import AUDIT_CHECKED, CHECKED, checksum, row_checksum, row_problem
 
 ROW = ", ".join(CHECKED)
 AUDIT = ", ".join(AUDIT_CHECKED)
@@ -18,6 +18,17 @@ def busy(error: sqlite3.DatabaseError) -> bool:
     """A lock or an interrupt, not damage."""
     return isinstance(error, sqlite3.OperationalError) and any(
         word in str(error) for word in ("locked", "busy", "interrupted"))
+
+
+def mistake(error: sqlite3.DatabaseError) -> bool:
+    """The caller's error, not damage: a constraint a write broke, a statement SQLite cannot
+    parse, a closed connection or wrong bindings (a table's columns are verified before its
+    statements run, so an unknown column is the statement's)."""
+    if isinstance(error, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return True
+    return isinstance(error, sqlite3.OperationalError) and any(
+        words in str(error) for words in ("syntax error", "no such column", "no such function", "unrecognized token",
+                                          "incomplete input"))
 
 
 def add_checksums(conn: sqlite3.Connection) -> None:

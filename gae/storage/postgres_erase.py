@@ -9,6 +9,7 @@ recycles them (renamed, with their bytes) or keeps them for an archive, standbys
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -54,11 +55,12 @@ def snapshot_problems(conn: psycopg.Connection[Any]) -> list[str]:
     return problems
 
 
-def purge(conn: psycopg.Connection[Any], vacuum_full: sql.Composed) -> None:
-    """``vacuum_full`` (the table's ``VACUUM FULL``), then the WAL switched and checkpointed twice:
+def purge(conn: psycopg.Connection[Any], vacuums: Sequence[sql.Composed]) -> None:
+    """``vacuums`` (each table's ``VACUUM FULL``), then the WAL switched and checkpointed twice:
     the segment in use when the rows were deleted is closed, then past a checkpoint, and removed.
     On an autocommit connection, outside any transaction (VACUUM cannot run inside one)."""
-    conn.execute(vacuum_full)
+    for vacuum_full in vacuums:
+        conn.execute(vacuum_full)
     for _ in range(2):
         conn.execute("SELECT pg_switch_wal()")
         conn.execute("CHECKPOINT")

@@ -17,15 +17,15 @@ from __future__ import annotations
 import abc
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from gae.episodic.columns import scope_lists
-from gae.validation import plain_ids
+from gae.storage.errors import NewerSchema, StoreConflict, StoreCorrupted  # noqa: F401 - the interface's errors
+from gae.storage.store import Store
+from gae.validation import plain_ids, scope_lists
 
 SCHEMA_VERSION = 2  # bump with a migration in each store's _migrate when the tables change (2: checksums)
 MEMORY_TYPES = ("episode", "semantic")
@@ -88,32 +88,6 @@ class Change:
     base_version: int | None = None  # the stored version this change was made on; None: do not check
 
 
-class StoreConflict(RuntimeError):
-    """A commit found the store at another version than the one its change was made on: another
-    writer committed first. Nothing of the change was written. (A memory writes holding the
-    store's lock from its reload on, so it never meets one: this is the store's second line.)"""
-
-
-class StoreCorrupted(ValueError):
-    """A store's file (or table) is damaged, or holds what no gae wrote: opening refuses it, and
-    ``check()`` raises it. The message names the store (``where``: the SQLite file's path, or the
-    Postgres table) and every problem found (``problems``); nothing was changed."""
-
-    def __init__(self, where: str, problems: str | Sequence[str]) -> None:
-        self.where = where
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        shown = self.problems[:10]
-        more = f"; and {len(self.problems) - len(shown)} more" if len(self.problems) > len(shown) else ""
-        super().__init__(f"{where} is damaged: " + "; ".join(shown) + more)
-
-    def __reduce__(self) -> tuple[Any, ...]:  # pickled with its arguments, not its message
-        return type(self), (self.where, self.problems)
-
-
-class NewerSchema(ValueError):
-    """A store written by a newer gae (or with a damaged version number): refused as such, not as damage."""
-
-
 @dataclass(frozen=True)
 class StoreCheck:
     """What ``check()`` verified of a store, and what it found wrong (:attr:`ok`: nothing).
@@ -124,6 +98,7 @@ class StoreCheck:
         checks: what was verified, in words. skipped: what could not be, and why.
         problems: each problem found (empty: the store is sound as far as ``checks`` go).
         seconds: how long the check took.
+        tables: the rows verified in each checksummed table the store's catalog lists, by name.
     """
 
     where: str
@@ -133,6 +108,7 @@ class StoreCheck:
     skipped: tuple[str, ...]
     problems: tuple[str, ...]
     seconds: float
+    tables: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -281,20 +257,17 @@ def dumps_ids(ids: Sequence[int]) -> str:
     return json.dumps([int(i) for i in ids])
 
 
-class MemoryStore(abc.ABC):
-    """Where an :class:`~gae.EpisodicMemory` keeps its memories durably.
+class MemoryStore(Store):
+    """Where an :class:`~gae.EpisodicMemory` keeps its memories durably: a :class:`~gae.storage.store.Store`
+    (connection, transactions, locks, checksummed tables) with the episodic tables.
 
     A store holds one memory of one embedding width (``dim``, fixed at the first
-    :meth:`open`). Implementations: :class:`~gae.episodic.store.SQLiteStore` (embedded, the default)
-    and :class:`~gae.episodic.store.PostgresStore` (a Postgres server with pgvector).
+    :meth:`open`). Implementations: :class:`~gae.storage.SQLiteStore` (embedded, the default)
+    and :class:`~gae.storage.PostgresStore` (a Postgres server with pgvector).
     """
 
     dim: int | None
     erases: bool = False  # commit honours Change.erase and purge() exists (MemoryStore.purge)
-    closed: bool = False  # close() was called: a memory keeps serving its index, and cannot write
-    _rollback_hooks: list[Callable[[], None]] | None = None  # inside exclusive(): what to call should it roll back
-    _held = False  # inside exclusive(): the write lock is this connection's
-    _erase_after = False  # an erasing change committed in the current hold: complete it when the hold ends
 
     @abc.abstractmethod
     def open(self, dim: int, audit_last: int | None = None) -> Snapshot | None:
@@ -325,56 +298,6 @@ class MemoryStore(abc.ABC):
     def stored_version(self) -> int:
         """The version counter as committed now (another writer's commits included)."""
 
-    def on_rollback(self, hook: Callable[[], None]) -> None:
-        """Inside :meth:`exclusive`: call ``hook`` if the block's transaction does not land (a
-        memory marks its index stale). Outside it, a commit is final: nothing to do."""
-        if self._rollback_hooks is not None:
-            self._rollback_hooks.append(hook)
-
-    def _rolled_back(self) -> None:
-        """Run and forget the hooks of a hold that did not land."""
-        hooks, self._rollback_hooks = self._rollback_hooks or [], None
-        for hook in hooks:
-            hook()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """A block that holds the store's write lock (:meth:`_hold`): its reads see the latest
-        committed state, no other writer commits until it ends, and its commits land when it ends,
-        or none of them if it raises (then the memories that committed in it are marked stale,
-        :meth:`on_rollback`). An erasing change is completed after it (:meth:`_erase_now`: no
-        transaction may be open). Re-entrant."""
-        if self._held:
-            yield
-            return
-        self._rollback_hooks = []
-        try:
-            with self._hold():
-                self._held = True
-                try:
-                    yield
-                finally:
-                    self._held = False
-        except BaseException:  # the block raised, or its commit failed: nothing of it landed
-            self._erase_after = False
-            self._rolled_back()
-            raise
-        finally:
-            self._rollback_hooks = None
-        if self._erase_after:
-            self._erase_after = False
-            self._erase_now()
-
-    @abc.abstractmethod
-    def _hold(self) -> AbstractContextManager[None]:
-        """One transaction holding the write lock (waiting up to the store's ``timeout``, then
-        TimeoutError): committed when the block ends, rolled back if it raises."""
-
-    @abc.abstractmethod
-    def _erase_now(self) -> None:
-        """After an erasing commit, outside any transaction: what makes the deleted data
-        unreadable from the store's files."""
-
     @abc.abstractmethod
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
                  weights: tuple[float, float, float] = (0.60, 0.25, 0.15), tau: float = 15.0,
@@ -391,13 +314,14 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     def check(self, *, raises: bool = True) -> StoreCheck:
         """Verify the whole store: the database's own integrity check, and that every row, audit
-        record and meta value is the one written (its checksum). Returns a :class:`StoreCheck`;
+        record and meta value is the one written (its checksum), the rows of every checksummed
+        table (:meth:`~gae.storage.store.Store.create_tables`) included. Returns a :class:`StoreCheck`;
         with ``raises`` (default) a problem raises :class:`StoreCorrupted` naming it instead.
         Changes nothing."""
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release the connection (the data stays)."""
+        """Release the connection and everything else the store opened (the data stays)."""
 
     @abc.abstractmethod
     def purge(self) -> None:

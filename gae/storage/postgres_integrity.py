@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gae.episodic.store.integrity import (
+from gae.storage.integrity import (
     AUDIT_CHECKED,
     CHECKED,
     EMBEDDING,
@@ -40,7 +40,7 @@ BATCH = 1000
 
 
 def canonical(record: Sequence[Any]) -> list[Any]:
-    """A memories record read in binary (:data:`~gae.episodic.store.integrity.CHECKED` order) as
+    """A memories record read in binary (:data:`~gae.storage.integrity.CHECKED` order) as
     its checksum sees it: the embedding as little-endian float32 bytes, ``source_ids`` as JSON text."""
     values = list(record)
     values[EMBEDDING] = embedding_bytes(values[EMBEDDING])
@@ -49,7 +49,7 @@ def canonical(record: Sequence[Any]) -> list[Any]:
 
 
 def audit_values(record: Sequence[Any]) -> list[Any]:
-    """An audit record (:data:`~gae.episodic.store.integrity.AUDIT_CHECKED` order) as its checksum sees it."""
+    """An audit record (:data:`~gae.storage.integrity.AUDIT_CHECKED` order) as its checksum sees it."""
     values = list(record)
     values[2] = json.dumps(values[2])
     return values
@@ -58,7 +58,7 @@ def audit_values(record: Sequence[Any]) -> list[Any]:
 def tombstone(cur: psycopg.Cursor[Any], q: Compose, action: str, time: float, seqs: Sequence[int]) -> None:
     """Tombstone the rows ``seqs`` (``action``: evict, expire or delete, which also drops the
     content and embedding), each with its new checksum (see
-    :func:`~gae.episodic.store.integrity.tombstoned`), inside the open write transaction."""
+    :func:`~gae.storage.integrity.tombstoned`), inside the open write transaction."""
     from psycopg import sql
 
     erase = action == "delete"
@@ -98,10 +98,12 @@ def add_checksums(conn: psycopg.Connection[Any], q: Compose) -> None:
             last = found[-1][0]
 
 
-def verify(conn: psycopg.Connection[Any], q: Compose, table: str) -> tuple[int, int, list[str], list[str], list[str]]:
+def verify(conn: psycopg.Connection[Any], q: Compose, table: str,
+           others: Sequence[str] = ()) -> tuple[int, int, list[str], list[str], list[str]]:
     """Every row's, audit record's and meta value's checksum, in one consistent read-only view,
-    then amcheck's btree checks where the extension is installed. Returns the rows and audit
-    records verified, what was checked, what was skipped and why, and the problems found."""
+    then amcheck's btree checks where the extension is installed (of the indexes of ``others``,
+    the store's checksummed tables, too). Returns the rows and audit records verified, what was
+    checked, what was skipped and why, and the problems found."""
     import psycopg
 
     checks: list[str] = []
@@ -145,14 +147,14 @@ def verify(conn: psycopg.Connection[Any], q: Compose, table: str) -> tuple[int, 
         if not pages:
             skipped.append("page checksums: the server runs without data_checksums (initdb --data-checksums), so "
                            "a damaged page that still parses is found only by the row checksums")
-        _amcheck(conn, table, checks, skipped, problems)
+        _amcheck(conn, [table, f"{table}_meta", f"{table}_audit", *others], checks, skipped, problems)
     skipped.append("the HNSW and full-text (GIN) indexes: Postgres has no check for them (REINDEX rebuilds them)")
     return rows, audit, checks, skipped, problems
 
 
-def _amcheck(conn: psycopg.Connection[Any], table: str, checks: list[str], skipped: list[str],
+def _amcheck(conn: psycopg.Connection[Any], tables: Sequence[str], checks: list[str], skipped: list[str],
              problems: list[str]) -> None:
-    """amcheck's ``bt_index_check(index, heapallindexed => true)`` on every btree index of the store's tables."""
+    """amcheck's ``bt_index_check(index, heapallindexed => true)`` on every btree index of ``tables``."""
     import psycopg
 
     if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'").fetchone() is None:
@@ -162,7 +164,7 @@ def _amcheck(conn: psycopg.Connection[Any], table: str, checks: list[str], skipp
     indexes = [name for (name,) in conn.execute(
         "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'btree' AND i.indrelid = ANY(%s::regclass[]) ORDER BY 1",
-        ([table, f"{table}_meta", f"{table}_audit"],)).fetchall()]
+        (list(tables),)).fetchall()]
     for name in indexes:
         try:
             with conn.transaction():

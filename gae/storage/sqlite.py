@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import time as _time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from gae.episodic.store import sqlite_integrity, sqlite_read, sqlite_schema
-from gae.episodic.store.base import (
+from gae.storage import sqlite_integrity, sqlite_read, sqlite_schema
+from gae.storage.base import (
     SCHEMA_VERSION,
     AuditEntry,
     Change,
     MemoryStore,
-    NewerSchema,
     Rows,
     Snapshot,
     StoreCheck,
-    StoreConflict,
-    StoreCorrupted,
     StoreRetrieval,
     check_flag,
     check_query,
@@ -31,7 +29,8 @@ from gae.episodic.store.base import (
     dumps_ids,
     scope_filters,
 )
-from gae.episodic.store.integrity import (
+from gae.storage.errors import NewerSchema, StoreConflict, StoreCorrupted
+from gae.storage.integrity import (
     CHECKED,
     checksum,
     row_checksum,
@@ -39,9 +38,13 @@ from gae.episodic.store.integrity import (
     tombstoned,
     written_columns,
 )
+from gae.storage.sqlite_lock import WriterQueue
+from gae.storage.tables import BLOB, INT, REAL, TEXT, Table
 from gae.validation import check_int
 
 _ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_integrity.SHOWN
+# the tables of the episodic memory (and SQLite's own): check() knows them without the catalog
+_EPISODIC = {"schema_version", "meta", "memories", "audit", "sqlite_sequence", "sqlite_stat1"}
 
 
 class SQLiteStore(MemoryStore):
@@ -71,9 +74,18 @@ class SQLiteStore(MemoryStore):
 
     Integrity: constructing the store on an existing file first checks what is cheap (SQLite's
     header and the file's size against it, ``PRAGMA quick_check``, the schema version) and refuses
-    a damaged file with :class:`~gae.episodic.store.StoreCorrupted`, before anything writes to
+    a damaged file with :class:`~gae.storage.StoreCorrupted`, before anything writes to
     it; every row, audit record and meta value carries a checksum, which :meth:`check` verifies
-    with ``PRAGMA integrity_check`` and the full-text index's own check.
+    with ``PRAGMA integrity_check`` and the full-text index's own check, as it verifies every row
+    of every checksummed table (:meth:`~gae.storage.store.Store.create_tables`).
+
+    Permissions: a store writes its file and creates ``<path>-wal``, ``<path>-shm`` and
+    ``<path>.ledger-lock`` beside it, so a file or a directory it may not write raises
+    PermissionError naming the path and the permission missing (not StoreCorrupted).
+
+    Writers: every write block (:meth:`~gae.storage.store.Store.exclusive`) first takes the
+    exclusive ``flock`` of ``<path>.ledger-lock`` (:mod:`~gae.storage.sqlite_lock`), then
+    ``BEGIN IMMEDIATE``; :meth:`close` closes both the connection and that file.
 
     Args:
         path: the database file (created if missing), or ``':memory:'``.
@@ -86,9 +98,12 @@ class SQLiteStore(MemoryStore):
     """
 
     erases = True
+    _types = {INT: "BIGINT", REAL: "DOUBLE PRECISION", TEXT: "TEXT", BLOB: "BLOB"}
+    _row_match = "rowid = ?"
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL", actor: str = "gae",
                  erase_timeout: float = 30.0, timeout: float = 30.0) -> None:
+        super().__init__()
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
         if not isinstance(actor, str) or not actor:
@@ -100,14 +115,21 @@ class SQLiteStore(MemoryStore):
         self.path = str(path)
         self.actor = str(actor)  # a plain str: it is part of each audit record's checksum
         self.erase_timeout = float(erase_timeout)
+        self._check_permissions()
         existing = self._check_file()
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout)
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                         timeout=self.timeout)
+        except sqlite3.Error as error:
+            raise self._refusal(error, "SQLite cannot open it") from error
+        self._queue = WriterQueue(self.path) if self._on_disk() else None
         try:
             if existing:
                 self._check_database()
-            self._wal()
-            self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
+            with self._refusing("SQLite cannot switch it to write-ahead logging"):
+                self._wal()
+                self._conn.execute(f"PRAGMA synchronous={synchronous}")
+                self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
         except BaseException:
             self._conn.close()
             raise
@@ -117,11 +139,45 @@ class SQLiteStore(MemoryStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, dim={self.dim})"
 
-    # -- integrity -------------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        return self.path
+
+    def _on_disk(self) -> bool:
+        return self.path not in ("", ":memory:") and not self.path.startswith("file:")
+
+    # -- permissions and integrity -------------------------------------------------------------------
+    def _check_permissions(self) -> None:
+        """PermissionError naming what this process may not do that a store must: read and write
+        the file, and create files beside it (the write-ahead log, its index, the writers' lock
+        file). A missing folder raises FileNotFoundError."""
+        if not self._on_disk():
+            return
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(errno.ENOENT, f"the folder of the SQLite store does not exist: {folder}", self.path)
+        if os.path.exists(self.path):
+            missing = [what for what, mode in (("read", os.R_OK), ("write", os.W_OK)) if not os.access(self.path, mode)]
+            if missing:
+                raise PermissionError(errno.EACCES, f"this process may not {' or '.join(missing)} the SQLite store's "
+                                                    f"file (it needs to read and write it)", self.path)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, f"this process may not create files in the folder {folder} of the "
+                                                "SQLite store (it needs write permission there for its write-ahead "
+                                                "log, the log's index and its writers' lock file)", self.path)
+
+    def _refusal(self, error: sqlite3.Error, what: str) -> Exception:
+        """What to raise for ``error``: PermissionError for SQLite's permission codes, StoreCorrupted otherwise."""
+        name = getattr(error, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")):
+            return PermissionError(errno.EACCES, f"SQLite may not open or write the store ({what}: {error})",
+                                   self.path)
+        return StoreCorrupted(self.path, f"{what}: {error}")
+
     def _check_file(self) -> bool:
-        """Refuse a file whose header or size is wrong (:func:`~gae.episodic.store.integrity.sqlite_file_problems`),
+        """Refuse a file whose header or size is wrong (:func:`~gae.storage.integrity.sqlite_file_problems`),
         reading it only. True when the file exists and is not empty (a store or something else)."""
-        if self.path in ("", ":memory:") or self.path.startswith("file:") or not os.path.isfile(self.path):
+        if not self._on_disk() or not os.path.isfile(self.path):
             return False
         problems = sqlite_file_problems(self.path)
         if problems:
@@ -133,7 +189,7 @@ class SQLiteStore(MemoryStore):
         conn = self._conn
         conn.execute("PRAGMA query_only = ON")
         try:
-            with self._reading("SQLite cannot read it"):
+            with self._refusing("SQLite cannot read it"):
                 found = [row[0] for row in conn.execute(f"PRAGMA quick_check({_SHOWN})")]
                 if found != ["ok"]:
                     raise StoreCorrupted(self.path, [f"quick_check: {line}" for line in found])
@@ -143,17 +199,19 @@ class SQLiteStore(MemoryStore):
             conn.execute("PRAGMA query_only = OFF")
 
     @contextmanager
-    def _reading(self, what: str) -> Iterator[None]:
+    def _refusing(self, what: str, statements: bool = False) -> Iterator[None]:
         """Raise what reading a damaged store raises (SQLite's errors, undecodable values) as
-        :class:`StoreCorrupted` saying ``what`` failed; a lock stays what it is."""
+        :class:`StoreCorrupted` saying ``what`` failed, and SQLite's permission errors as
+        PermissionError; a lock stays what it is, and with ``statements`` (statements on tables
+        whose columns were verified) a broken constraint or a mistake in a statement too."""
         try:
             yield
         except (StoreCorrupted, NewerSchema):
             raise
         except sqlite3.DatabaseError as error:
-            if sqlite_integrity.busy(error):
+            if sqlite_integrity.busy(error) or (statements and sqlite_integrity.mistake(error)):
                 raise
-            raise StoreCorrupted(self.path, f"{what}: {error}") from error
+            raise self._refusal(error, what) from error
         except (ValueError, TypeError, KeyError, IndexError, UnicodeError) as error:  # json's errors are ValueErrors
             raise StoreCorrupted(self.path, f"{what}: {type(error).__name__}: {error}") from error
 
@@ -175,44 +233,59 @@ class SQLiteStore(MemoryStore):
         checks: list[str] = []
         skipped: list[str] = []
         rows = audit = 0
+        tables: dict[str, int] = {}
         try:
-            with self._reading("SQLite cannot read it"), self._read_transaction():
+            with self._refusing("SQLite cannot read it"), self.reading():
                 found = [row[0] for row in self._conn.execute("PRAGMA integrity_check(100)")]
                 checks.append("PRAGMA integrity_check")
                 problems += [] if found == ["ok"] else [f"integrity_check: {line}" for line in found]
-                stored = "memories" in self._tables()
+                names = self._tables()
+                stored = "memories" in names
                 version = self._schema_version() if stored else 0
-                if not stored:
+                if not names:
                     skipped.append("checksums: the file holds no store yet")
+                elif not stored:
+                    pass  # no memories: the checksummed tables are all there is (_check_tables)
                 elif version < 2:
                     skipped.append(f"checksums: schema version {version} has none (open(dim) adds them)")
                 else:
                     rows, audit = sqlite_integrity.verify(self._conn, problems)
                     checks.append("row, audit and meta checksums")
+                tables = self._check_tables(checks, skipped, problems)
             if stored:
-                with self._reading("its full-text index cannot be read"), self.exclusive():
+                with self._refusing("its full-text index cannot be read"), self.exclusive():
                     problems += sqlite_integrity.check_text(self._conn)
                     checks.append("full-text index (FTS5 integrity-check, live rows' content)")
         except StoreCorrupted as error:
             problems += error.problems
         report = StoreCheck(self.path, rows, audit, tuple(checks), tuple(skipped), tuple(problems),
-                            _time.perf_counter() - began)
+                            _time.perf_counter() - began, tables)
         if problems and raises:
             raise StoreCorrupted(self.path, problems)
         return report
 
     @contextmanager
-    def _read_transaction(self) -> Iterator[None]:
-        """One read transaction (a consistent view while others write), unless the write lock is held."""
-        if self._held:
-            yield
-            return
-        self._conn.execute("BEGIN")
+    def _read_view(self) -> Iterator[None]:
+        """``BEGIN`` ... ``COMMIT``: in WAL mode, one snapshot of the committed pages while others write."""
+        with self._refusing("SQLite cannot read it"):
+            self._conn.execute("BEGIN")
         try:
             yield
-        finally:
+        except BaseException:
+            self._end()
+            raise
+        with self._refusing("SQLite cannot read it"):
             if self._conn.in_transaction:
                 self._conn.execute("COMMIT")
+
+    def _end(self) -> None:
+        """After a block that raised: roll its transaction back, if SQLite has not already (an
+        error of the rollback, on a damaged file, must not hide the block's own)."""
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     def _wal(self) -> None:
         """``journal_mode=WAL``. Connections switching a new file at once get "locked" at once
@@ -235,22 +308,17 @@ class SQLiteStore(MemoryStore):
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be an int >= 1, got {dim!r}")
         if "memories" not in self._tables():
-            self._begin_write()  # SQLite's DDL is transactional: all tables or none
-            if "memories" in self._tables():  # another process created them while this one waited
-                self._conn.execute("COMMIT")
-                return self.open(dim, audit_last)
-            try:
-                sqlite_schema.create(self._conn, dim)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-            self.dim = dim
-            return None
+            created = False
+            with self.exclusive():  # SQLite's DDL is transactional: all tables or none
+                if "memories" not in self._tables():  # (another process may have created them while this one waited)
+                    sqlite_schema.create(self._conn, dim)
+                    created = True
+            if created:
+                self.dim = dim
+                return None
         if self._schema_version() < SCHEMA_VERSION:
             self._migrate()
-        with self._reading("its meta table cannot be read"):
+        with self._refusing("its meta table cannot be read"):
             stored = int(self._meta("dim"))
         if stored != dim:
             raise ValueError(f"{self.path} holds memories of dim={stored}, not dim={dim}")
@@ -258,8 +326,8 @@ class SQLiteStore(MemoryStore):
         return self._snapshot(audit_last)
 
     def _migrate(self) -> None:
-        """Bring an older schema up to :data:`SCHEMA_VERSION` (:func:`~gae.episodic.store.sqlite_schema.migrate`)."""
-        with self.exclusive(), self._reading("cannot add checksums to it"):
+        """Bring an older schema up to :data:`SCHEMA_VERSION` (:func:`~gae.storage.sqlite_schema.migrate`)."""
+        with self.exclusive(), self._refusing("cannot add checksums to it"):
             sqlite_schema.migrate(self._conn, self.path)
 
     def _meta(self, key: str) -> str:
@@ -267,7 +335,7 @@ class SQLiteStore(MemoryStore):
 
     def _snapshot(self, audit_last: int | None = None) -> Snapshot:
         assert self.dim is not None
-        with self._reading("its rows cannot be read"), self._read_transaction():  # one consistent read
+        with self._refusing("its rows cannot be read"), self.reading():  # one consistent read
             return self._read_snapshot(audit_last)
 
     def _read_snapshot(self, audit_last: int | None) -> Snapshot:
@@ -313,19 +381,26 @@ class SQLiteStore(MemoryStore):
 
     @contextmanager
     def _hold(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises)."""
-        try:
-            self._begin_write()
-            yield
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
-        finally:
-            self._cache = None
+        """The writers' queue (:class:`~gae.storage.sqlite_lock.WriterQueue`), then ``BEGIN
+        IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises)."""
+        with self._queue.held() if self._queue is not None else nullcontext():
+            try:
+                self._begin_write()
+                yield
+                with self._refusing("SQLite cannot commit to it"):
+                    self._conn.execute("COMMIT")
+            except BaseException:
+                self._end()
+                raise
+            finally:
+                self._cache = None
 
     def _erase_now(self) -> None:
+        self._truncate_wal()
+
+    def _erase(self, tables: Sequence[Table]) -> None:
+        """Freed pages are zeroed as they are freed (``secure_delete``): the WAL's old page images
+        go with a truncating checkpoint."""
         self._truncate_wal()
 
     def _begin_write(self) -> None:
@@ -339,18 +414,19 @@ class SQLiteStore(MemoryStore):
                                "nothing of this call was written") from error
 
     def stored_version(self) -> int:
-        with self._reading("its meta table cannot be read"):
+        with self._refusing("its meta table cannot be read"):
             return int(self._meta("version"))
 
     def _truncate_wal(self) -> None:
         """Copy the WAL into the file and truncate it: the old page images, which hold what was
         deleted, are gone. SQLite's busy handler waits up to ``erase_timeout`` for readers that
         still use them (the connection's own ``timeout`` is set back after)."""
-        self._conn.execute(f"PRAGMA busy_timeout = {int(self.erase_timeout * 1000)}")
-        try:
-            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        finally:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        with self._lock:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(self.erase_timeout * 1000)}")
+            try:
+                busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         if busy:
             raise TimeoutError(f"{self.path}: the delete is committed, but a reader still uses the write-ahead "
                                f"log after {self.erase_timeout:g} s, so the deleted data may remain in "
@@ -360,11 +436,16 @@ class SQLiteStore(MemoryStore):
         """Make everything deleted so far unreadable from the store's files: rewrite the database
         (``VACUUM``, which leaves no freed page or cell behind, even of rows deleted by a gae that
         did not zero freed space), rebuild the full-text index and truncate the WAL."""
-        if "memories" in self._tables():
-            self._conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
-        self._conn.execute("VACUUM")
-        self._cache = None
-        self._truncate_wal()
+        with self._lock:
+            if self._held or self._viewing:
+                raise RuntimeError(f"{self.path}: purge() rewrites the file and cannot run inside a write or read "
+                                   "block of the store")
+            self._check_open()
+            if "memories" in self._tables():
+                self._conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
+            self._conn.execute("VACUUM")
+            self._cache = None
+            self._truncate_wal()
 
     def _insert(self, rows: Rows) -> None:
         (scopes, contents, sensitivities, memory_types, embedding, confidence, valid_from, valid_until, importance,
@@ -397,7 +478,7 @@ class SQLiteStore(MemoryStore):
     # -- reading -------------------------------------------------------------------------------
     def audit(self, last: int | None = None) -> list[AuditEntry]:
         limit = -1 if last is None else check_int("last", last, low=0)  # SQLite: -1, no limit
-        with self._reading("its audit table cannot be read"):
+        with self._refusing("its audit table cannot be read"):
             return sqlite_read.audit(self._conn, limit)
 
     def _live(self) -> dict[str, Any]:
@@ -412,7 +493,7 @@ class SQLiteStore(MemoryStore):
         return live
 
     def _text_scores(self, text: str) -> dict[int, float]:
-        with self._reading("its full-text index cannot be read"):
+        with self._refusing("its full-text index cannot be read"):
             return sqlite_read.text_scores(self._conn, text)
 
     def retrieve(self, queries: Any, now: float, k: int = 5, scopes: Any = None, *,
@@ -426,10 +507,61 @@ class SQLiteStore(MemoryStore):
         n_queries = unit.shape[0]
         allowed = scope_filters(scopes, n_queries)
         texts = check_weights(weights, tau, w_text, text, n_queries)
-        with self._reading("its rows cannot be read"):
+        with self._refusing("its rows cannot be read"):
             live = self._live()
         return sqlite_read.rank(live, unit, now, k, allowed, texts, weights, tau, w_text, self._text_scores)
 
     def close(self) -> None:
-        self.closed = True
-        self._conn.close()
+        """Close the connection and the writers' lock file (the data stays)."""
+        with self._lock:
+            self.closed = True
+            self._conn.close()
+            if self._queue is not None:
+                self._queue.close()
+
+    # -- the table API's statements (gae.storage.store.Store) --------------------------------------------------
+    def data_version(self) -> int | None:
+        with self._lock, self._refusing("SQLite cannot read it"):
+            self._check_open()
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _guard(self, what: str) -> AbstractContextManager[None]:
+        return self._refusing(what, statements=True)
+
+    def _physical(self, name: str) -> str:
+        return name
+
+    def _columns(self, physical: str) -> list[str] | None:
+        found = [row[1] for row in self._conn.execute(f"PRAGMA table_info({physical})")]
+        return found or None
+
+    def _run(self, statement: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(statement, tuple(params)).rowcount
+
+    def _rows(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn.execute(statement, tuple(params)).fetchall()
+
+    def _many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(statement, rows)
+
+    def _stream(self, statement: str) -> Iterator[tuple[Any, ...]]:
+        return iter(self._conn.execute(statement))
+
+    def _batches(self, physical: str, names: Sequence[str]) -> Iterator[list[tuple[Any, ...]]]:
+        last = None  # in slices of the rowid: no cursor reads a table while it is updated
+        while True:
+            after = "" if last is None else "WHERE rowid > ? "
+            found = self._conn.execute(f"SELECT rowid, {', '.join(names)} FROM {physical} {after}ORDER BY rowid "
+                                       "LIMIT 1000", () if last is None else (last,)).fetchall()
+            if not found:
+                return
+            yield found
+            last = found[-1][0]
+
+    def _integrity_problems(self) -> list[str]:
+        found = [row[0] for row in self._conn.execute(f"PRAGMA integrity_check({_SHOWN})")]
+        return [] if found == ["ok"] else [f"integrity_check: {line}" for line in found]
+
+    def _unlisted(self, catalogued: set[str]) -> set[str]:
+        return {name for name in self._tables() - _EPISODIC - catalogued - {"gae_tables"}
+                if not name.startswith("memories_text")}
