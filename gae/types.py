@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -73,6 +74,50 @@ class LearnEvents(NamedTuple):
 
         return cls(flags(), flags(), flags(), flags(), torch.zeros(n), torch.zeros(n), flags(),
                    torch.full((n,), -1, dtype=torch.int64), flags(), flags())
+
+
+class CaseState(NamedTuple):
+    """What a memory's state says about one case and its category, beside its answer
+    (:meth:`gae.DecisionMemory.inspect_one`): what a :class:`~gae.Decider` refers a decision on.
+
+    Attributes:
+        novelty: the squared distance from the case to its category's nearest prototype, each
+            criterion in units of the category's running variance (a judgment memory with
+            ``learning='lvq'``); ``inf`` where the category has no prototype, ``nan`` where the
+            memory keeps no spread.
+        support: how many decisions the category's spread rests on (0 without one).
+        change: how far the category's change test has gone toward its threshold (1: it fires;
+            ``drift_mode='adaptive'``), 0 without one.
+        trust: the category's trust in each judge (a judgment memory with judges, rows summing
+            to 1; uniform before it learned), None without judges.
+    """
+
+    novelty: float
+    support: int
+    change: float
+    trust: tuple[float, ...] | None
+
+
+class Assessment(NamedTuple):
+    """One decision as a memory assesses it (:meth:`gae.DecisionMemory.assess_one`): what a
+    :class:`~gae.Decider` answers ``decide`` with.
+
+    Attributes:
+        action: the recommended action's index, -1 where the memory abstains.
+        confidence: its probability (0 on abstention).
+        probs: every action's probability, in index order (all 0 where the memory has no
+            opinion in the category).
+        row: (K,) float64, the factors as the memory checked them, as ``learn_one`` checks them
+            (a copy: what a Decider keeps of a decision until it is verified).
+        state: what the memory's state says about the case (:class:`CaseState`), when asked
+            for and the memory keeps any of it (``inspects``); else None.
+    """
+
+    action: int
+    confidence: float
+    probs: list[float]
+    row: np.ndarray
+    state: CaseState | None = None
 
 
 class Retrieved(NamedTuple):

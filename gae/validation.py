@@ -12,7 +12,7 @@ import math
 import numbers
 import reprlib
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import torch
@@ -244,6 +244,22 @@ def _preview(values: Tensor | np.ndarray) -> str:
     return f"{flat[:6].tolist()}{' ...' if flat.shape[0] > 6 else ''}"
 
 
+def source_id(value: Any) -> int | None:
+    """One decision's source id: None, or an int in [0, 2**63) (a NumPy integer too).
+
+    Raises:
+        TypeError: not an integer (a bool, a float, text), naming the value.
+        ValueError: out of range, naming the value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"source_id must be an int >= 0 or None, got {value!r}")
+    if not 0 <= int(value) < 2**63:
+        raise ValueError(f"source_id must be an int in [0, 2**63) or None, got {value!r}")
+    return int(value)
+
+
 def source_ids(value: Any) -> Tensor:
     """The source ids of ``forget_`` as a 1-D int64 tensor: an int, a list of ints, or an integer
     tensor or array (0-D or 1-D, any device).
@@ -291,3 +307,27 @@ def check_out(out: Any, x: Tensor, needs_grad: bool, n_actions: int, dtype: torc
             one, other = sorted((first, second), key=lambda name: name == "x")  # x named last
             raise ValueError(f"out.{one} overlaps {'x' if other == 'x' else 'out.' + other}: "
                              "give each output its own memory")
+
+
+class ScopeLists(NamedTuple):
+    """``retrieve``'s ``scopes`` as plain values: one list shared by every query, or one per query."""
+
+    values: list[Any]  # names and ints; with per_query, one such list per query
+    per_query: bool
+
+
+def scope_lists(scopes: Any, n_queries: int) -> ScopeLists | None:
+    """``scopes`` of a retrieval over ``n_queries`` queries: None (every scope), a list shared by
+    every query (or a 1-D integer tensor or array), or one list per query (a list of lists or of
+    1-D tensors, or a 2-D tensor or array, one row per query). Entries are checked by the caller."""
+    if scopes is None:
+        return None
+    scopes = plain_ids("scopes", scopes, (1, 2), names=True)
+    if isinstance(scopes, (str, bytes, bytearray)) or not isinstance(scopes, Sequence):
+        raise TypeError(f"scopes must be None, a list of scopes or one list per query, got {scopes!r}")
+    items = [plain_ids("scopes", s, (0, 1), names=True) for s in scopes]
+    if not (items and all(isinstance(s, (list, tuple)) for s in items)):
+        return ScopeLists(items, per_query=False)
+    if len(items) != n_queries:
+        raise ValueError(f"scopes must have one list per query ({n_queries}), got {len(items)}")
+    return ScopeLists([[plain_ids("scopes", s, (0,), names=True) for s in row] for row in items], per_query=True)

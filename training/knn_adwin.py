@@ -8,12 +8,13 @@ detector is river's :class:`river.drift.ADWIN`, an optional dependency (``pip in
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from gae import KNNMemory
+from gae.models.base import refuse_serving
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names, names_by_keyword
 
@@ -111,7 +112,10 @@ class ADWINKNNMemory(KNNMemory):
     @names_by_keyword
     def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 1000,
                  categories: Names | None = None, scoped: bool = False, delta: float = 0.002,
-                 respect_skip: bool = False) -> None:
+                 respect_skip: bool = False, **serving: Any) -> None:
+        refuse_serving(type(self).__name__, serving)
+        if serving:
+            raise TypeError(f"ADWINKNNMemory() got unexpected keyword argument(s) {sorted(serving)}")
         if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta < 1.0:
             raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
         super().__init__(factors=factors, actions=actions, k=k, capacity=capacity, categories=categories, scoped=scoped,
@@ -120,16 +124,31 @@ class ADWINKNNMemory(KNNMemory):
         self.detector = _adwin(self.delta)
         self.cuts = []
 
+    def settings(self) -> dict[str, Any]:
+        """:meth:`KNNMemory.settings` and ``delta``: what a ledger records."""
+        return {**super().settings(), "delta": self.delta}
+
+    def empty_like(self, categories: Sequence[str] | None = None,
+                   actions: Sequence[str] | None = None) -> ADWINKNNMemory:
+        """A memory with this one's factors and settings, a fresh detector and no cuts, that has
+        learned nothing, in RAM, on the CPU."""
+        blank = ADWINKNNMemory(factors=self.factor_names, actions=self.action_names if actions is None else actions,
+                               k=self.k, capacity=self.capacity,
+                               categories=self.category_names if categories is None else categories,
+                               scoped=self.scoped, delta=self.delta, respect_skip=self.respect_skip)
+        blank.backend = self.backend
+        return blank
+
     @property
     def num_cuts(self) -> int:
         """How many times the window was cut."""
         return len(self.cuts)
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
-                  outcome: str | None = None) -> dict[str, Any]:
+                  outcome: str | None = None, *, source_id: int | None = None) -> dict[str, Any]:
         """Learn one decision through :meth:`prequential_`, so the detector sees it (the checked
         path of every gae decision memory: KNNMemory's single-decision path would bypass it)."""
-        return super(KNNMemory, self).learn_one(factors, action, category, confirmed, outcome)
+        return super(KNNMemory, self).learn_one(factors, action, category, confirmed, outcome, source_id=source_id)
 
     def _prequential(self, x, category, action, confirmed, skip, source_ids=None) -> StreamStep:
         """Chunks of the k-NN's own engine, scored ahead of the detector: when it fires inside a
@@ -184,10 +203,11 @@ class ADWINKNNMemory(KNNMemory):
             raise ValueError(f"{prefix}_extra_state['cuts'] must be a list of decision numbers (ints >= 0), "
                              f"got {cuts!r}")
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False, *,
+                        quiet: bool = False):
         """:meth:`KNNMemory.load_state_dict`, then a fresh detector (its window is not saved)."""
         with self._lock:  # the load and the fresh detector, one call for the other threads
-            result = super().load_state_dict(state_dict, strict, assign)
+            result = super().load_state_dict(state_dict, strict, assign, quiet=quiet)
             self.detector = _adwin(self.delta)
             return result
 

@@ -36,15 +36,24 @@ class Explanation:
         action: (B,) int64, the recommended action, -1 where the memory abstains.
         confidence: (B,) float, its probability (0 on abstention).
         probs: (B, A) float, the softmax over actions (with judges: their mixture).
-        distance: (B, A) float, the weighted squared distance to each action's nearest prototype
-            (weighted by the metric, :func:`gae.judgment.rule.metric`: the attention, and with
-            ``learning='lvq'`` the relevances over the running variances); ``inf`` where the
-            action has none. ``logit = -distance / tau``.
+        distance: (B, A) float, the weighted squared distance to each action's nearest prototype,
+            ``sum_k weight[k] * (x[k] - prototype[k]) ** 2``; ``inf`` where the action has none.
+            ``logit = -distance / tau``.
         contributions: (B, A, K) float, each criterion's share of that distance,
-            ``metric[k] * (x[k] - prototype[k]) ** 2``; sums to ``distance`` over K.
-        attention: (B, K) float, the criterion weights of each decision's category.
-        relevance: (B, K) float, the criterion relevances ``learning='lvq'`` learned for each
-            decision's category (summing to 1); uniform with the gated rule, which has none.
+            ``weight[k] * (x[k] - prototype[k]) ** 2``; sums to ``distance`` over K.
+        weight: (B, K) float, the one weight each criterion has in the distance, for each
+            decision's category: the memory's metric (:meth:`~gae.JudgmentMemory.metric`,
+            :func:`gae.judgment.rule.metric`). With the gated rule it is the attention; with
+            ``learning='lvq'`` it has three parts, ``attention * relevance / spread``.
+        attention: (B, K) float, a part of ``weight``: the criterion attention of each
+            decision's category (learned by gradient; all ones until then).
+        relevance: (B, K) float, a part of ``weight`` with ``learning='lvq'``: the relevances it
+            learned for each decision's category (summing to 1); uniform with the gated rule,
+            which has none and leaves them out of ``weight``.
+        spread: (B, K) float, a part of ``weight`` with ``learning='lvq'``: what each squared
+            difference is divided by, the category's running variance in the config's ``units``
+            (:func:`gae.judgment.rule.spread`), so a distance is measured in the data's own
+            units; ones with the gated rule.
         nearest: (B, A) int64, the prototype slot each action scored with, -1 where none.
         margin: (B,) float, the distance of the second-best action's prototype minus the best's
             (``inf`` when fewer than two actions have a prototype, ``nan`` when none does).
@@ -74,8 +83,10 @@ class Explanation:
     probs: Tensor
     distance: Tensor
     contributions: Tensor
+    weight: Tensor
     attention: Tensor
     relevance: Tensor
+    spread: Tensor
     nearest: Tensor
     margin: Tensor
     displacement: Tensor
@@ -119,10 +130,14 @@ class Explanation:
             head += (f"; the prototypes recommend {self.action_names[own]} ({margin})" if judged else "") + (
                 f"; learning it as {self.action_names[own]} {learning} ({displacement})")
         factors = list(self.factor_names)
-        rows = [["action", "prototype", "distance", "prob", *factors],
-                ["attention", "", "", "", *(f"{float(w):.3f}" for w in self.attention[b])]]
-        if self.lvq:
-            rows.append(["relevance", "", "", "", *(f"{float(w):.3f}" for w in self.relevance[b])])
+        rows = [["action", "prototype", "distance", "prob", *factors]]
+        if self.lvq:  # the weight and its parts: weight = attention x relevance / spread
+            rows += [["weight", "", "", "", *(f"{float(w):.4g}" for w in self.weight[b])],
+                     ["= attention", "", "", "", *(f"{float(w):.3f}" for w in self.attention[b])],
+                     ["x relevance", "", "", "", *(f"{float(w):.3f}" for w in self.relevance[b])],
+                     ["/ spread", "", "", "", *(f"{float(w):.4g}" for w in self.spread[b])]]
+        else:  # one part: the attention
+            rows.append(["weight (attention)", "", "", "", *(f"{float(w):.3f}" for w in self.weight[b])])
         for a, name in enumerate(self.action_names):
             probability = f"{float(self.votes[b, 0, a]):.3f}"  # the prototypes' own
             if int(self.nearest[b, a]) < 0:
@@ -168,14 +183,16 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
     gate's view measures the prototypes themselves, unweighted, as learning would.
     """
     alpha = attention[category]  # (B, K)
-    weights = rule.metric(attention, state, config)[category]  # (B, K)
-    if config.lvq:
+    weights = rule.metric(attention, state, config)[category]  # (B, K): alpha * relevance / spread with lvq
+    lvq = config.learning == "lvq"
+    if lvq:
         relevance = rule.relevances(state.relevance_logits)[category]
+        spread = rule.spread(state.input_variances, config)[category]
     else:
-        relevance = torch.full_like(alpha, 1.0 / alpha.shape[1])
+        relevance, spread = torch.full_like(alpha, 1.0 / alpha.shape[1]), torch.ones_like(alpha)
     estimates = rule.scoring_estimates(state, config)
     sq_diff, distance = rule.distances(x, estimates[category], weights)  # (B, A, P, K), (B, A, P)
-    scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)[category]
+    scoring = rule.scoring_mask(state.initialized, state.wins, config.slots.spawn_support)[category]
     distance, nearest = distance.masked_fill(~scoring, float("inf")).min(-1)  # (B, A)
     present = torch.isfinite(distance)
     nearest = torch.where(present, nearest, -1)
@@ -183,10 +200,10 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
     actions = torch.arange(state.centroids.shape[1], device=x.device)
     contributions = sq_diff[rows, actions, nearest.clamp(min=0)] * weights[:, None, :]
     contributions = contributions.masked_fill(~present[..., None], float("nan"))
-    out = rule.output((-distance / config.tau).masked_fill(~present, float("-inf")), config.min_confidence)
+    out = rule.output((-distance / config.rule.tau).masked_fill(~present, float("-inf")), config.rule.min_confidence)
     # learning the recommendation would move its nearest prototype in use (the prototypes themselves, also
     # while tracking prototypes score in drift_mode='adaptive'), by the unweighted distance
-    if config.lvq:  # its rule's distance: the metric's
+    if lvq:  # its rule's distance: the metric's
         length = rule.distances(x, state.centroids[category], weights)[1]
     else:
         length = rule.distances(x, state.centroids[category], torch.ones_like(alpha))[1].sqrt()
@@ -194,12 +211,16 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
     recommended = out.action.clamp(min=0)
     displacement, taught = length[rows.squeeze(1), recommended].min(-1)
     displacement = torch.where(out.action >= 0, displacement, float("nan"))
-    spawns = (displacement > config.spawn_threshold) & (config.prototypes > 1) & (not config.lvq)
-    gated = (displacement > config.drift_threshold) & ~spawns & (not config.lvq)
+    spawns = (displacement > config.slots.spawn_threshold) & (config.slots.prototypes > 1) & (not lvq)
+    gated = (displacement > config.rule.drift_threshold) & ~spawns & (not lvq)
     if config.adaptive:  # a promoted prototype restarting (no weight yet) is not gated
         cell = (category, recommended, taught)
         gated &= ~(state.following[cell] & (state.follow_weight[cell] == 0))
-    return Explanation(out.action, out.confidence, out.probs, distance, contributions, alpha, relevance, nearest,
-                       margins(distance), displacement, gated, spawns, category, *names, ("prototypes",),
-                       out.probs[:, None, :], torch.ones_like(out.confidence)[:, None], out.action, lvq=config.lvq)
+    category_names, action_names, factor_names = names
+    return Explanation(out.action, out.confidence, out.probs, distance, contributions, weight=weights, attention=alpha,
+                       relevance=relevance, spread=spread, nearest=nearest, margin=margins(distance),
+                       displacement=displacement, gated=gated, spawns=spawns, category=category,
+                       category_names=category_names, action_names=action_names, factor_names=factor_names,
+                       judge_names=("prototypes",), votes=out.probs[:, None, :],
+                       trust=torch.ones_like(out.confidence)[:, None], prototypes_action=out.action, lvq=lvq)
 

@@ -4,7 +4,7 @@
 first of them (its base); :class:`History` adds the gate, promotion and recycle logs and what
 is built from them: a prototype's trace, ``undo_`` and ``forget_`` by replaying the log. A
 replay learns through a function the memory hands in (``relearn``), so this module never
-imports the memory. :class:`~gae.judgment.history_api.HistoryMixin` is the memory's public face of it.
+imports the memory. :class:`~gae.JudgmentMemory`'s ``undo_``, ``forget_``, ``trace`` and logs are its public face.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ class History:
         call; with the memory and its ``relearn``, fold the log if it is over ``max_events``."""
         staged = self.staged
         if staged is not None and staged.n:
-            self._append(*staged.take(), source_ids=None)
+            r = staged.take()
+            self._append(r.first, r.x, r.category, r.action, r.confirmed, r.given, r.step, r.promotions, r.logits,
+                         source_ids=r.source_ids)
         if module is not None and relearn is not None:
             self._fold_if_full(module, relearn)
 
@@ -204,6 +206,8 @@ class History:
         if source_ids is None:  # never reused, even after a forget_ shifts the sequence numbers
             source_ids = torch.arange(log.next_source, log.next_source + n)
         source_ids = source_ids.to("cpu").long()
+        if bool((source_ids < 0).any()):  # staged rows learned without one among rows given one
+            source_ids = default_sources(source_ids, log.next_source)
         if not self.replaying:  # a replay learns logged ids again: nothing new to count
             log.next_source = max(log.next_source, int(source_ids.max()) + 1)
         assert step.before is not None
@@ -346,6 +350,17 @@ class History:
         weights = eta * keep_after
         order = torch.argsort(weights, descending=True, stable=True)[:top]
         return Trace(events["source_id"][mine][order], weights[order].float(), events["seq"][mine][order])
+
+
+def default_sources(source_ids: Tensor, next_source: int) -> Tensor:
+    """``source_ids`` with each -1 (a row learned without one) given the next default id, row by row:
+    each given id moves the next default past it, as learning the rows one call at a time would."""
+    filled = source_ids.tolist()
+    for i, source in enumerate(filled):
+        if source < 0:
+            filled[i] = next_source
+        next_source = max(next_source, filled[i] + 1)
+    return torch.tensor(filled, dtype=torch.int64)
 
 
 RELEARNED = ("x", "category", "action", "confirmed", "given", "skipped", "source_id")  # what a replay learns again

@@ -72,13 +72,13 @@ def miss(x: Tensor, c: int, a: int, weights: Tensor, state: JudgmentState, confi
     own = lengths[a][own_slots].min()
     nearer = state.initialized[c] & (lengths < own)
     nearer[a] = False
-    state.wins[c][nearer] *= _f32(1.0) - _f32(config.miss_penalty)
+    state.wins[c][nearer] *= _f32(1.0) - _f32(config.lvq.miss_penalty)
 
 
 def lvq_rate(count: Tensor, config: JudgmentConfig) -> Tensor:
     """The step size of a prototype with ``count`` updates: ``max(1 / (count + 1), rate_floor)``,
     the running mean of its decisions until the rate reaches the floor, then tracking."""
-    return torch.maximum(_f32(1.0) / (count.to(torch.float32) + _f32(1.0)), _f32(config.rate_floor))
+    return torch.maximum(_f32(1.0) / (count.to(torch.float32) + _f32(1.0)), _f32(config.lvq.rate_floor))
 
 
 def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Tensor, state: JudgmentState,
@@ -119,7 +119,7 @@ def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Ten
         step = lam * gradient
     else:
         step = _f32(2.0) * ((d_rival / total) * (lam * g_own / total) - (d_own / total) * (lam * g_rival / total))
-    state.relevance_logits[c] -= _f32(config.relevance_rate) * step
+    state.relevance_logits[c] -= _f32(config.lvq.relevance_rate) * step
 
 
 def rival_action(logits: Tensor, a: int) -> int:
@@ -140,7 +140,7 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
     touch), whether it was set to ``x``, spawned or recycled, and its row before the update."""
     observe(x, c, state)
     weights = metric(alpha, state, config)[c]
-    if state.centroids.shape[2] > 1 and config.miss_penalty > 0:
+    if state.centroids.shape[2] > 1 and config.lvq.miss_penalty > 0:
         miss(x, c, a, weights, state, config)
     in_use = state.initialized[c, a].nonzero().squeeze(-1)
     wrong = recommended != a
@@ -152,9 +152,9 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
         j = int(lengths.argmin())
         target, distance = int(in_use[j]), lengths[j]
         rival = rival_action(logits, a)
-        if config.relevance_rate > 0 and rival >= 0:
+        if config.lvq.relevance_rate > 0 and rival >= 0:
             relevance_step(x, c, a, target, rival, int(nearest[rival]), alpha, state, config)
-        spawned = state.centroids.shape[2] > 1 and wrong and float(distance) > config.spawn_threshold
+        spawned = state.centroids.shape[2] > 1 and wrong and float(distance) > config.slots.spawn_threshold
         fresh = spawned
         if spawned:
             target, recycled = take_slot(c, a, state)
@@ -166,8 +166,8 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
         eta = lvq_rate(state.counts[c, a, target], config)
         step_toward(x, c, a, target, eta, state, config)
     credit(c, a, target, state, config)
-    if wrong and recommended >= 0 and config.push_rate > 0:  # away from x: a negative step
+    if wrong and recommended >= 0 and config.rule.push_rate > 0:  # away from x: a negative step
         q = int(nearest[recommended])
-        rate = _f32(config.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
+        rate = _f32(config.rule.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
         push_away(x, c, recommended, q, rate, state, config)
     return target, eta, distance, fresh, spawned, recycled, before

@@ -18,6 +18,7 @@ a spread at least :data:`VARIANCE_FLOOR`, and every weight of the metric at most
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
@@ -52,7 +53,7 @@ def spread(variances: Tensor, config: JudgmentConfig) -> Tensor:
     ``units='criterion'`` its criterion's running variance, with ``units='category'`` the
     category's mean running variance over its criteria (one scale, the criteria's ratios kept);
     plus :data:`VARIANCE_FLOOR`."""
-    if config.units == "category":
+    if config.lvq.units == "category":
         return variances.mean(-1, keepdim=True).expand(variances.shape) + VARIANCE_FLOOR
     return variances + VARIANCE_FLOOR
 
@@ -68,15 +69,15 @@ def metric(alpha: Tensor, state: JudgmentState, config: JudgmentConfig) -> Tenso
     gated rule; with ``learning='lvq'``, :math:`w_c = \alpha_c \lambda_c / (v_c + \epsilon)`: the
     attention times the learned relevances (:func:`relevances`) over each category's running
     variance (plus :data:`VARIANCE_FLOOR`), so a distance is measured in the data's own units."""
-    if not config.lvq:
+    if config.learning != "lvq":
         return alpha
     return alpha * relevances(state.relevance_logits) / spread(state.input_variances, config)
 
 
 # -- the prototype slots ---------------------------------------------------------------------------
 def clipped(row: Tensor, config: JudgmentConfig) -> Tensor:
-    """``row`` clamped to ``config.clip`` when it is set."""
-    return row.clamp(*config.clip) if config.clip is not None else row
+    """``row`` clamped to ``config.rule.clip`` when it is set."""
+    return row.clamp(*config.rule.clip) if config.rule.clip is not None else row
 
 
 def taught_slot(x: Tensor, c: int, a: int, state: JudgmentState) -> tuple[int, Tensor]:
@@ -125,7 +126,7 @@ def credit(c: int, a: int, p: int, state: JudgmentState, config: JudgmentConfig)
     decay by ``win_decay`` and ``p`` wins one."""
     state.counts[c, a, p] += 1
     if state.centroids.shape[2] > 1:
-        state.wins[c, a] *= _f32(1.0) - _f32(config.win_decay)
+        state.wins[c, a] *= _f32(1.0) - _f32(config.slots.win_decay)
         state.wins[c, a, p] += 1.0
 
 
@@ -137,3 +138,19 @@ def push_away(x: Tensor, c: int, a: int, p: int, rate: Tensor, state: JudgmentSt
     prototype without bound."""
     row = state.centroids[c, a, p]
     state.centroids[c, a, p] = clipped(row - rate * (x - row), config).clamp(-STATE_LIMIT, STATE_LIMIT)
+
+
+def novelty(x: Tensor, centroids: Tensor, initialized: Tensor, variances: Tensor) -> Tensor:
+    r"""How far a case lies from what its category has seen: its squared distance to the nearest
+    prototype, each criterion in units of the category's running variance,
+
+    .. math:: \nu = \min_{a, p \,:\, \mathrm{initialized}} \sum_k \frac{(x_k - \mu_{a,p,k})^2}{v_k + \epsilon}
+
+    in float64 (``inf`` when no prototype exists). ``x``: (K,); ``centroids``: (A, P, K),
+    ``initialized``: (A, P) and ``variances``: (K,) of the case's category."""
+    used = initialized.reshape(-1)
+    if not bool(used.any()):
+        return x.new_tensor(float("inf"), dtype=torch.float64)
+    spread = variances.double() + VARIANCE_FLOOR
+    cents = centroids.reshape(-1, centroids.shape[-1])[used].double()
+    return (((x.double() - cents) ** 2) / spread).sum(-1).min()

@@ -151,8 +151,8 @@ def score(x: Tensor, category: Tensor, estimates: Tensor, scoring: Tensor, alpha
         slot logits (``-inf`` where a slot does not score).
     """
     sq_diff, distance = distances(x, estimates[category], alpha[category])
-    logits = slot_logits(distance, scoring[category], config.tau)
-    return output(logits.amax(-1), config.min_confidence), sq_diff, logits
+    logits = slot_logits(distance, scoring[category], config.rule.tau)
+    return output(logits.amax(-1), config.rule.min_confidence), sq_diff, logits
 
 
 def score_decision(x: Tensor, c: int, estimates: Tensor, scoring: Tensor, alpha: Tensor,
@@ -186,8 +186,8 @@ def weigh_evidence(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha
     ``S_c`` returns to 0 a new run starts: its evidence and run means are reset.
     """
     gap = logit_gap(-distances(x[None], state.shadow_centroids[c, a, p][None], alpha[c][None])[1][0]
-                    / _f32(config.tau), proto_logit)
-    step = gap.clamp(-config.evidence_clip, config.evidence_clip) - _f32(config.evidence_allowance)
+                    / _f32(config.rule.tau), proto_logit)
+    step = gap.clamp(-config.drift.evidence_clip, config.drift.evidence_clip) - _f32(config.drift.evidence_allowance)
     statistic = state.promotion_statistic
     statistic[c] = torch.clamp(statistic[c] + step, min=0.0)
     if statistic[c] == 0:
@@ -203,9 +203,9 @@ def lead_step(x: Tensor, c: int, a: int, p: int, proto_logit: Tensor, alpha: Ten
     (\text{tracking}_{c,a,p}) - \mathrm{logit}(\mu_{c,a,p}), \pm e_{clip}) - L_c)`; while
     :math:`L_c > 0` the category scores with its tracking prototypes."""
     gap = logit_gap(-distances(x[None], state.tracking_centroids[c, a, p][None], alpha[c][None])[1][0]
-                    / _f32(config.tau), proto_logit)
-    clipped_gap = gap.clamp(-config.evidence_clip, config.evidence_clip)
-    state.tracking_lead[c] += _f32(config.lead_rate) * (clipped_gap - state.tracking_lead[c])
+                    / _f32(config.rule.tau), proto_logit)
+    clipped_gap = gap.clamp(-config.drift.evidence_clip, config.drift.evidence_clip)
+    state.tracking_lead[c] += _f32(config.drift.lead_rate) * (clipped_gap - state.tracking_lead[c])
 
 
 def follow_step(c: int, a: int, p: int, disp: Tensor, state: JudgmentState,
@@ -215,11 +215,11 @@ def follow_step(c: int, a: int, p: int, disp: Tensor, state: JudgmentState,
     weight to protect; :math:`W \leftarrow W + w`, :math:`\eta = w / W`; it hands over to the seed
     rule when :math:`\eta_{confirmed} (W + 1) \ge 1`. Returns ``(eta, gated)``."""
     weight, gated = _f32(1.0), False
-    if float(disp) > config.drift_threshold and state.follow_weight[c, a, p] > 0:  # a restart: nothing to damp
-        weight, gated = _f32(config.gate_damping), True
+    if float(disp) > config.rule.drift_threshold and state.follow_weight[c, a, p] > 0:  # a restart: nothing to damp
+        weight, gated = _f32(config.rule.gate_damping), True
     state.follow_weight[c, a, p] += weight
     eta = weight / state.follow_weight[c, a, p]
-    if _f32(config.eta_confirmed) * (state.follow_weight[c, a, p] + _f32(1.0)) >= 1.0:
+    if _f32(config.rule.eta_confirmed) * (state.follow_weight[c, a, p] + _f32(1.0)) >= 1.0:
         state.following[c, a, p] = False
     return eta, gated
 
@@ -232,9 +232,9 @@ def track(x: Tensor, c: int, a: int, p: int, fresh: bool, state: JudgmentState, 
     if fresh:
         tracking[c, a, p] = clipped(x.clone(), config)
         return
-    eta = _f32(config.tracking_eta)
-    if float((x - tracking[c, a, p]).pow(2).sum().sqrt()) > config.drift_threshold:
-        eta = eta * _f32(config.gate_damping)
+    eta = _f32(config.drift.tracking_eta)
+    if float((x - tracking[c, a, p]).pow(2).sum().sqrt()) > config.rule.drift_threshold:
+        eta = eta * _f32(config.rule.gate_damping)
     tracking[c, a, p] = clipped(tracking[c, a, p] + eta * (x - tracking[c, a, p]), config)
 
 
@@ -251,14 +251,14 @@ def shadow_and_promotion(x: Tensor, c: int, a: int, p: int, fresh: bool, state: 
         shadow[c, a, p] = clipped(x.clone(), config)
         state.following[c, a, p], state.follow_weight[c, a, p], run_count[c, a, p] = False, 0.0, 0
     else:
-        shadow[c, a, p] = clipped(shadow[c, a, p] + _f32(config.shadow_eta) * (x - shadow[c, a, p]), config)
+        shadow[c, a, p] = clipped(shadow[c, a, p] + _f32(config.drift.shadow_eta) * (x - shadow[c, a, p]), config)
     if state.promotion_statistic[c] > 0:
         run_count[c, a, p] += 1
         if run_count[c, a, p] == 1:
             run_mean[c, a, p] = x
         else:
             run_mean[c, a, p] += _f32(1.0) / run_count[c, a, p].to(torch.float32) * (x - run_mean[c, a, p])
-    if float(state.promotion_statistic[c]) <= config.promotion_threshold:
+    if float(state.promotion_statistic[c]) <= config.drift.promotion_threshold:
         return None
     live, from_run = state.initialized[c], run_count[c] > 0
     promoted = clipped(torch.where(from_run[..., None], run_mean[c], shadow[c]), config)
@@ -267,7 +267,7 @@ def shadow_and_promotion(x: Tensor, c: int, a: int, p: int, fresh: bool, state: 
     state.centroids[c][live] = promoted[live]
     weight = torch.where(from_run, run_count[c].to(torch.float32), 0.0)  # a shadow: restarts, no weight
     state.follow_weight[c][live] = weight[live]
-    state.following[c][live] = (_f32(config.eta_confirmed) * (weight + _f32(1.0)) < 1.0)[live]
+    state.following[c][live] = (_f32(config.rule.eta_confirmed) * (weight + _f32(1.0)) < 1.0)[live]
     run_count[c][live] = 0
     state.promotion_statistic[c], state.promotion_evidence[c], state.tracking_lead[c] = 0.0, 0, 0.0
     return evidence
@@ -302,23 +302,23 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
     sq_diff, nearest = torch.empty(n, n_actions, n_factors), torch.empty(n, n_actions, dtype=torch.int64)
     before, events = torch.zeros(n, n_factors), LearnEvents.empty(n)
     promo_statistic, promo_evidence, promo_shift = torch.zeros(n), torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n)
-    tau = _f32(config.tau)
+    tau = _f32(config.rule.tau)
     multi = state.centroids.shape[2] > 1
     for b in range(n):
         c, a = int(category[b]), int(action[b])
         tracked = config.adaptive and bool(state.tracking_lead[c] > 0)
         estimates = state.tracking_centroids if tracked else state.centroids
-        scoring = scoring_mask(state.initialized, state.wins, config.spawn_support)
+        scoring = scoring_mask(state.initialized, state.wins, config.slots.spawn_support)
         out, nearest[b], sq_diff[b] = score_decision(x[b], c, estimates, scoring, metric(alpha, state, config),
                                                      config)
-        if config.lvq:  # in the metric's units, so that the attention's gradient sees what scored
+        if config.learning == "lvq":  # in the metric's units, so that the attention's gradient sees what scored
             sq_diff[b] *= units(state, c, config)
         logits[b], probs[b], out_action[b], confidence[b] = (t[0] for t in out)
         recommended = int(out_action[b])
         if skip[b]:
             events.skipped[b] = True
             continue
-        if config.lvq:
+        if config.learning == "lvq":
             target, eta, disp, fresh, spawned, recycled, before[b] = lvq.lvq_step(
                 x[b], c, int(action[b]), recommended, nearest[b], logits[b], alpha, state, config)
             events.initialized[b] = fresh and not spawned
@@ -327,9 +327,9 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
             events.applied[b], events.eta[b], events.prototype[b] = True, eta, target
             continue
         is_confirmed = bool(confirmed[b]) if given[b] else recommended == a
-        eta = _f32(config.eta_confirmed if is_confirmed else config.eta_override)
+        eta = _f32(config.rule.eta_confirmed if is_confirmed else config.rule.eta_override)
         target, disp = taught_slot(x[b], c, a, state)
-        spawn = target >= 0 and multi and float(disp) > config.spawn_threshold
+        spawn = target >= 0 and multi and float(disp) > config.slots.spawn_threshold
         follow = False
         if config.adaptive and target >= 0 and not spawn:
             proto_logit = -distances(x[b][None], state.centroids[c, a, target][None], alpha[c][None])[1][0] / tau
@@ -351,13 +351,13 @@ def prequential(state: JudgmentState, config: JudgmentConfig, alpha: Tensor, x: 
             events.displacement[b] = disp
             if follow:
                 eta, events.gated[b] = follow_step(c, a, target, disp, state, config)
-            elif float(disp) > config.drift_threshold:  # the gate: float32 displacement, float64 threshold
-                eta, events.gated[b] = eta * _f32(config.gate_damping), True
+            elif float(disp) > config.rule.drift_threshold:  # the gate: float32 displacement, float64 threshold
+                eta, events.gated[b] = eta * _f32(config.rule.gate_damping), True
             step_toward(x[b], c, a, target, eta, state, config)
         credit(c, a, target, state, config)
         events.applied[b], events.eta[b], events.prototype[b] = True, eta, target
-        if config.push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
-            push_away(x[b], c, recommended, int(nearest[b, recommended]), _f32(config.push_rate), state, config)
+        if config.rule.push_rate > 0 and not is_confirmed and recommended >= 0 and recommended != a:
+            push_away(x[b], c, recommended, int(nearest[b, recommended]), _f32(config.rule.push_rate), state, config)
         if config.adaptive:
             track(x[b], c, a, target, fresh, state, config)
             promotion = shadow_and_promotion(x[b], c, a, target, fresh, state, config)

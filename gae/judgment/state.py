@@ -90,8 +90,8 @@ BUFFERS = (*JudgmentState._fields[:4], "num_decisions", *_ADAPTIVE, *_LVQ, "trus
 
 def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentConfig) -> dict[str, tuple]:
     """``name -> (shape, dtype)`` of every buffer of a memory of these sizes and options."""
-    cells = (n_categories, n_actions, config.prototypes)
-    on = config.adaptive
+    cells = (n_categories, n_actions, config.slots.prototypes)
+    on, lvq = config.adaptive, config.learning == "lvq"
 
     def per_prototype(*rest: int, used: bool = True) -> tuple[int, ...]:
         return (*cells, *rest) if used else (0, 0, 0, *(0 for _ in rest))
@@ -101,7 +101,7 @@ def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentCo
         "centroids": (per_prototype(n_factors), f32),
         "initialized": (per_prototype(), boolean),
         "counts": (per_prototype(), i64),
-        "wins": (per_prototype(used=config.prototypes > 1), f32),
+        "wins": (per_prototype(used=config.slots.prototypes > 1), f32),
         "num_decisions": ((), i64),
         "shadow_centroids": (per_prototype(n_factors, used=on), f32),
         "promotion_statistic": ((n_categories if on else 0,), f32),
@@ -112,10 +112,10 @@ def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentCo
         "run_counts": (per_prototype(used=on), i64),
         "tracking_centroids": (per_prototype(n_factors, used=on), f32),
         "tracking_lead": ((n_categories if on else 0,), f32),
-        "input_counts": ((n_categories if config.lvq else 0,), i64),
-        "input_means": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
-        "input_variances": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
-        "relevance_logits": ((n_categories, n_factors) if config.lvq else (0, 0), f32),
+        "input_counts": ((n_categories if lvq else 0,), i64),
+        "input_means": ((n_categories, n_factors) if lvq else (0, 0), f32),
+        "input_variances": ((n_categories, n_factors) if lvq else (0, 0), f32),
+        "relevance_logits": ((n_categories, n_factors) if lvq else (0, 0), f32),
         **_judges().layout(config.judged(), n_categories, n_actions, n_factors),  # trust_weights, then each judge's
     }
 

@@ -27,6 +27,7 @@ two agree bit for bit.
 """
 
 from gae.judgment.kernels.learning import STALE, learn_one, prequential
-from gae.judgment.kernels.scoring import NOT_FINITE, Options, score, score_one, score_one_at
+from gae.judgment.kernels.scoring import NOT_FINITE, Options, novelty, score, score_one, score_one_at
 
-__all__ = ["NOT_FINITE", "STALE", "Options", "learn_one", "prequential", "score", "score_one", "score_one_at"]
+__all__ = ["NOT_FINITE", "STALE", "Options", "learn_one", "novelty", "prequential", "score", "score_one",
+           "score_one_at"]

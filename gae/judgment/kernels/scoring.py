@@ -54,11 +54,13 @@ class Options(NamedTuple):
     @classmethod
     @functools.lru_cache(maxsize=64)  # once per config: a config is immutable, and this runs every call
     def of(cls, config: JudgmentConfig) -> Options:
-        low, high = config.clip if config.clip is not None else (0.0, 0.0)
-        values = {name: float(getattr(config, name)) for name in cls._fields if hasattr(config, name)
-                  and name not in ("clip", "adaptive", "lvq", "pooled")}
-        return cls(**values, clip=config.clip is not None, clip_low=low, clip_high=high, adaptive=config.adaptive,
-                   lvq=config.lvq, pooled=config.units == "category")
+        """The config's numbers by their flat names (``tau`` of ``config.rule.tau``), its modes as flags."""
+        clip = config.rule.clip
+        low, high = clip if clip is not None else (0.0, 0.0)
+        flags = ("clip", "clip_low", "clip_high", "adaptive", "lvq", "pooled")
+        values = {name: float(config.option(name)) for name in cls._fields if name not in flags}
+        return cls(**values, clip=clip is not None, clip_low=low, clip_high=high, adaptive=config.adaptive,
+                   lvq=config.learning == "lvq", pooled=config.lvq.units == "category")
 
 
 VARIANCE_FLOOR32 = np.float32(1e-6)  # rule.VARIANCE_FLOOR
@@ -317,17 +319,20 @@ def score(x, category, estimates, initialized, wins, alpha, options, out):  # pr
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support, min_confidence, row, alpha,
-              logits, relevance_logits, variances, pooled):  # pragma: no cover
+              logits, relevance_logits, variances, pooled, probs, limit):  # pragma: no cover
     """One decision's factors ``x`` (any real dtype, rounded to float32 here as the checked path
-    does): (action, or -1 to abstain, or NOT_FINITE; confidence). The attention
+    does): (action, or -1 to abstain, or NOT_FINITE for a NaN, an Inf or a value past ``limit``
+    in size (``inf``: none; a decision to be learned: the learning limit); confidence). The attention
     ``K softmax(criterion_logits[c])`` is computed here from the live parameter
     (``rule.attention``), so no cached copy can go stale; with ``learning='lvq'`` (non-empty
     ``relevance_logits``) it is made the metric's row (``rule.metric``). ``row`` (K,), ``alpha``
-    (1, K) and ``logits`` (A,) are float32 scratch space, overwritten."""
+    (1, K), ``logits`` (A,) and ``probs`` (A,) are float32 scratch space, overwritten: ``logits``
+    with the decision's logits, ``probs`` with their softmax (``rule.output``; all 0 when no action
+    has a prototype), whose recommended action's entry is the confidence, exactly."""
     n_actions, n_slots, n_factors = estimates.shape[1], estimates.shape[2], estimates.shape[3]
     for k in range(n_factors):
         row[k] = np.float32(x[k])  # a value beyond float32 becomes inf, refused below
-        if not math.isfinite(row[k]):
+        if not math.isfinite(row[k]) or abs(x[k]) > limit:
             return NOT_FINITE, 0.0
     top = criterion_logits[c, 0]  # alpha's row 0: category c's
     for k in range(1, n_factors):
@@ -356,22 +361,28 @@ def score_one(x, c, estimates, initialized, wins, criterion_logits, tau, support
             best_logit = logits[a]
             best = a
     if best < 0:
+        for a in range(n_actions):
+            probs[a] = 0.0
         return -1, 0.0
     z = np.float32(0.0)
     for a in range(n_actions):
-        z += np.float32(math.exp(logits[a] - best_logit))
+        probs[a] = np.float32(math.exp(logits[a] - best_logit))
+        z += probs[a]
     confidence = np.float32(1.0) / z
+    for a in range(n_actions):
+        probs[a] *= confidence  # (the best one's exp is 1: its probability is the confidence itself)
     if confidence < min_confidence:
         return -1, 0.0
     return best, float(confidence)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def score_one_at(x, c, adaptive, tau, support, min_confidence, pooled, addresses, shapes):  # pragma: no cover
+def score_one_at(x, c, limit, adaptive, tau, support, min_confidence, pooled, addresses, shapes):  # pragma: no cover
     """:func:`score_one` with the state given by address (a :class:`gae.compiled.ArrayTable` of
     centroids, initialized, wins, tracking_centroids, tracking_lead and criterion_logits, then its
-    float32 scratch row, alpha and logits, then relevance_logits and input_variances): category ``c``
-    scores with its tracking prototypes while they lead (``rule.scoring_estimates``)."""
+    float32 scratch row, alpha and logits, then relevance_logits and input_variances, then the
+    scratch probs): category ``c`` scores with its tracking prototypes while they lead
+    (``rule.scoring_estimates``)."""
     s = shapes
     lead = view(addresses[4], (s[4, 0],), np.float32)
     which = 3 if adaptive and lead[c] > 0 else 0
@@ -381,4 +392,25 @@ def score_one_at(x, c, adaptive, tau, support, min_confidence, pooled, addresses
                      view(addresses[5], (s[5, 0], s[5, 1]), np.float32), tau, support, min_confidence,
                      view(addresses[6], (s[6, 0],), np.float32), view(addresses[7], (s[7, 0], s[7, 1]), np.float32),
                      view(addresses[8], (s[8, 0],), np.float32), view(addresses[9], (s[9, 0], s[9, 1]), np.float32),
-                     view(addresses[10], (s[10, 0], s[10, 1]), np.float32), pooled)
+                     view(addresses[10], (s[10, 0], s[10, 1]), np.float32), pooled,
+                     view(addresses[11], (s[11, 0],), np.float32), limit)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def novelty(x, c, centroids, initialized, variances, floor):  # pragma: no cover
+    """:func:`gae.judgment.primitives.novelty` of case ``x`` (float64) in category ``c``; -1 when
+    ``x`` holds a NaN or an Inf (the caller's checked path says which)."""
+    for k in range(x.shape[0]):
+        if not math.isfinite(x[k]):
+            return -1.0
+    best = np.inf
+    n_actions, n_slots, n_factors = centroids.shape[1], centroids.shape[2], centroids.shape[3]
+    for a in range(n_actions):
+        for p in range(n_slots):
+            if initialized[c, a, p]:
+                total = 0.0
+                for k in range(n_factors):
+                    d = x[k] - np.float64(centroids[c, a, p, k])
+                    total += d * d / (np.float64(variances[c, k]) + floor)
+                best = min(best, total)
+    return best

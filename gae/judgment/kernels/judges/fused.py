@@ -1,5 +1,5 @@
 """Every judge of a memory in one compiled call, for the single-decision path
-(:class:`gae.judgment.online_judges.JudgeHost`).
+(:class:`gae.judgment.judged.JudgeHost`).
 
 Calling each judge's kernel from Python costs more than the kernel itself (each call unboxes a
 dozen arrays), so :func:`decide` does one decision's whole work in one call, in the order the

@@ -3,7 +3,7 @@
 :class:`RetrievalHost` keeps NumPy views of the store's buffers and scorer between calls,
 scratch tensors shaped as the checked path's intermediates, and the kernels' entry points; the
 kernels and why their answers are the checked path's to the last bit are in
-:mod:`gae.baselines.retrieval_kernels`.
+:mod:`gae.models.retrieval_kernels`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gae.baselines.retrieval_kernels import (
+from gae.compiled import entry_point
+from gae.episodic.records import COLUMNS
+from gae.episodic.scorer import _CHUNK
+from gae.models.retrieval_kernels import (
     BAD_LABEL,
     FLOAT32_MAX,
     INCOMPLETE,
@@ -32,9 +35,6 @@ from gae.baselines.retrieval_kernels import (
     scatter_votes,
     top_k_rows,
 )
-from gae.compiled import entry_point
-from gae.episodic.records import COLUMNS
-from gae.episodic.scorer import _CHUNK
 from gae.validation import LEARN_LIMIT
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,11 +11,10 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae._base import INCORRECT, DecisionMemory
-from gae.baselines.retrieval_engine import RetrievalHost
 from gae.episodic import EpisodicMemory
 from gae.episodic.scorer import RetrievalScorer
-from gae.lifecycle import MAX_PENDING
+from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
+from gae.models.retrieval_engine import RetrievalHost
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
@@ -33,7 +33,7 @@ class RetrievalMemory(DecisionMemory):
     The clock is the decision count: decision ``t`` happens at ``t * seconds_per_decision``.
 
     On a CPU module ``score_one`` and ``learn_one`` take a compiled single-decision path
-    (:mod:`gae.baselines.retrieval_engine`) that works in place on the store's buffers and
+    (:mod:`gae.models.retrieval_engine`) that works in place on the store's buffers and
     answers and stores exactly what :meth:`prequential_` on a batch of one does, to the last bit.
 
     Thread safety: one memory may be shared by threads. Every public call (``score_one``,
@@ -78,14 +78,18 @@ class RetrievalMemory(DecisionMemory):
     def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 400,
                  categories: Names | None = None, scoped: bool = False, scorer: RetrievalScorer | None = None,
                  seconds_per_decision: float = 1.0, center: float = 0.5, respect_skip: bool = True,
-                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
-        super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
+                 grow: bool = False, **serving: Any) -> None:
+        refuse_serving(type(self).__name__, serving)
+        if serving:
+            raise TypeError(f"RetrievalMemory() got unexpected keyword argument(s) {sorted(serving)}")
+        super().__init__()
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.respect_skip = bool(respect_skip)
         self.grow = bool(grow)
         self.seconds_per_decision = check.check_real("seconds_per_decision", seconds_per_decision, low=0.0,
                                                      low_open=True)
         self.center = check.check_real("center", center, low=-float("inf"))
+        self.capacity = capacity
         self.store = EpisodicMemory(self.n_factors, capacity, scorer=scorer, eviction="lowest_score")
         self.labels: dict[int, int] = {}  # action of each stored memory id (pruned as the store evicts)
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
@@ -153,6 +157,7 @@ class RetrievalMemory(DecisionMemory):
         are an error and change nothing. Returns how many went."""
         with self._lock:
             removed = self.store.delete(ids, now=self._now(), reason=reason)
+            self._edited()
             alive = set(self.store._column("ids").tolist())
             self.labels = {i: a for i, a in self.labels.items() if i in alive}
             return removed
@@ -202,7 +207,7 @@ class RetrievalMemory(DecisionMemory):
     def score_one(self, factors, category: str | int = "general") -> tuple[str | None, float]:
         """Score one decision: ``(action name or None when abstaining, confidence)``. On a CPU
         module this runs the compiled single-decision path on the store's own buffers
-        (:mod:`gae.baselines.retrieval_engine`), the checked path's answer to the last bit;
+        (:mod:`gae.models.retrieval_engine`), the checked path's answer to the last bit;
         anything unusual takes the checked path."""
         lock = self._lock  # acquire() and release() cost half a `with` block, on every call
         lock.acquire()  # the host's scratch space is the memory's: one call at a time
@@ -217,18 +222,20 @@ class RetrievalMemory(DecisionMemory):
             lock.release()
 
     def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
-                  outcome: str | None = None) -> dict[str, Any]:
+                  outcome: str | None = None, *, source_id: int | None = None) -> dict[str, Any]:
         """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module it is stored
         in place as :meth:`prequential_` on a batch of one would store it (same rows, ids, evictions,
-        version and audit); anything unusual takes that checked path."""
+        version and audit); anything unusual takes that checked path. It keeps no log of sources:
+        ``source_id`` is checked and not kept."""
         with self._lock:
-            if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+            if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
+                    and (source_id is None or (source_id.__class__ is int and 0 <= source_id < 2**63))):
                 skip = outcome == INCORRECT
                 one = self._one(factors, category, action, True)
                 host = None if one is None else self._host.get(self)
                 if host is not None and one is not None and host.learn(self, one[0], one[1], one[2], skip):
                     return self._stored(skip and self.respect_skip)
-            return super().learn_one(factors, action, category, confirmed, outcome)
+            return super().learn_one(factors, action, category, confirmed, outcome, source_id=source_id)
 
     def _one(self, factors: Any, category: Any, action: Any, learn: bool) -> tuple[np.ndarray, int, int] | None:
         """``(factors as an array of K real numbers, category index, action index)`` of one decision
@@ -257,10 +264,36 @@ class RetrievalMemory(DecisionMemory):
         self.store.__dict__["_lock"] = self._lock
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values()),
-                **self._pending_state(), "referral": self.referral.state()}
+        return {**self._names_state(), "label_ids": list(self.labels), "labels": list(self.labels.values())}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.referral.load_state(state.get("referral"))  # checked whole first
         self.labels = dict(zip(state["label_ids"], state["labels"], strict=True))
-        self._load_pending_state(state)
+
+    # -- what a Decider builds on -----------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """What a ledger records: the vote, the store's size and scoring, the clock and the centring."""
+        scorer = self.store.scorer
+        return {"k": self.k, "capacity": self.capacity, "scoped": self.scoped, "respect_skip": self.respect_skip,
+                "seconds_per_decision": self.seconds_per_decision, "center": self.center,
+                "weights": [float(w) for w in scorer.weights.tolist()], "tau": float(scorer.tau),
+                "learnable": isinstance(scorer.weights, torch.nn.Parameter)}
+
+    def empty_like(self, categories: Sequence[str] | None = None,
+                   actions: Sequence[str] | None = None) -> RetrievalMemory:
+        blank = RetrievalMemory(factors=self.factor_names, actions=self.action_names if actions is None else actions,
+                                k=self.k, capacity=self.capacity,
+                                categories=self.category_names if categories is None else categories,
+                                scoped=self.scoped, scorer=copy.deepcopy(self.store.scorer),
+                                seconds_per_decision=self.seconds_per_decision, center=self.center,
+                                respect_skip=self.respect_skip, grow=self.grow)
+        blank.backend = self.backend
+        return blank
+
+    def explain(self, factors: Any, category: Any = "general") -> Retrieved:
+        """The stored memories the vote comes from, with their scores and the three score terms, for
+        a batch (``factors`` (B, K), ``category`` a (B,) tensor) or one decision: :meth:`neighbours`."""
+        with self._lock:
+            if isinstance(factors, Tensor) and factors.dim() == 2:
+                return self.neighbours(factors, category)
+            x = self._one_factor_row(factors)
+            return self.neighbours(x, torch.tensor([self._category_index(category)], device=x.device))

@@ -1,5 +1,5 @@
 """The compiled kernels (numba) of :class:`gae.RetrievalMemory`'s single-decision path; their
-host is :mod:`gae.baselines.retrieval_engine`.
+host is :mod:`gae.models.retrieval_engine`.
 
 The checked path scores and stores through :meth:`gae.EpisodicMemory.retrieve` and
 :meth:`gae.EpisodicMemory.add`, batched torch code. Here each kernel mirrors steps of it, named

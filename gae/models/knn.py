@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gae import durable
 from gae import validation as check
-from gae._base import INCORRECT, DecisionMemory
-from gae.baselines.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
-from gae.lifecycle import MAX_PENDING
-from gae.refer import Referral
-from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
+from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
+from gae.models.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
+from gae.types import Assessment, LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
 _QUERY_CHUNK = 4096  # queries scored at once in forward: bounds the (chunk, N) distance matrix
@@ -57,9 +55,6 @@ class KNNMemory(DecisionMemory):
         scoped: restrict neighbours to the decision's category (needs ``categories``). Default: False.
         respect_skip: do not store decisions marked ``skip``. Default: False.
         grow: ``learn_one`` adds an action or category name it has not met (``add_actions_``). Default: False.
-        target_error: ``decide`` refers decisions so that the error among those it does not
-            refer stays at most this, calibrated online on the verified ones
-            (:class:`~gae.refer.Referral`, as ``JudgmentConfig.target_error``). Default: None.
 
     Attributes:
         store_factors: buffer (capacity, K) float32.
@@ -88,22 +83,15 @@ class KNNMemory(DecisionMemory):
     @check.names_by_keyword
     def __init__(self, *, factors: Names, actions: Names, k: int = 5, capacity: int = 200,
                  categories: Names | None = None, scoped: bool = False, respect_skip: bool = False,
-                 grow: bool = False, max_pending: int = MAX_PENDING, pending_ttl: float | None = None,
-                 store: Any = None, ledger: str = "knn", snapshot_every: int = durable.SNAPSHOT_EVERY,
-                 durable_decisions: bool = True, target_error: float | None = None) -> None:
-        super().__init__(max_pending=max_pending, pending_ttl=pending_ttl)
-        self.referral = Referral(target_error)  # as a judgment memory's JudgmentConfig.target_error
+                 grow: bool = False, **serving: Any) -> None:
+        refuse_serving(type(self).__name__, serving)
+        if serving:
+            raise TypeError(f"KNNMemory() got unexpected keyword argument(s) {sorted(serving)}")
+        super().__init__()
         self._init_neighbours(factors, actions, categories, k, capacity, scoped)
         self.capacity = capacity
         self.respect_skip = bool(respect_skip)
         self.grow = bool(grow)
-        opened = None
-        if store is not None:  # a ledger's own names (gae/durable.py)
-            given = self._names()
-            opened, names = durable.prepare(store, ledger, type(self).__name__, given, self._ledger_settings(),
-                                            self.grow)
-            self._set_action_names(cast(tuple, names["actions"]))
-            self._set_category_names(names["categories"])
         self.register_buffer("store_factors", torch.zeros(capacity, self.n_factors))
         self.register_buffer("store_actions", torch.zeros(capacity, dtype=torch.int64))
         self.register_buffer("store_categories", torch.zeros(capacity, dtype=torch.int64))
@@ -111,21 +99,28 @@ class KNNMemory(DecisionMemory):
         self.register_buffer("ring", torch.zeros(2, dtype=torch.int64))
         self.register_buffer("num_decisions", torch.zeros((), dtype=torch.int64))
         self._host = KNNHost()  # the single-decision path's views of the ring
-        if opened is not None:
-            self._attach(opened, snapshot_every, durable_decisions, given)
 
-    def _ledger_settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
+        """``k``, ``capacity``, ``scoped`` and ``respect_skip``: what a ledger records."""
         return {"k": self.k, "capacity": self.capacity, "scoped": self.scoped, "respect_skip": self.respect_skip}
 
-    def _explain_past(self, past: KNNMemory, row: np.ndarray, category: str | int) -> Retrieved:
-        """The traces ``past`` (the k-NN when it decided) voted with: :meth:`neighbours`."""
-        return past.neighbours(torch.as_tensor(row).unsqueeze(0), torch.tensor([past._category_index(category)]))
+    def empty_like(self, categories: Sequence[str] | None = None, actions: Sequence[str] | None = None) -> KNNMemory:
+        blank = KNNMemory(factors=self.factor_names, actions=self.action_names if actions is None else actions,
+                          k=self.k, capacity=self.capacity,
+                          categories=self.category_names if categories is None else categories, scoped=self.scoped,
+                          respect_skip=self.respect_skip, grow=self.grow)
+        blank.backend = self.backend
+        return blank
 
-    def _blank(self, categories: tuple[str, ...] | None, actions: tuple[str, ...]) -> KNNMemory:
-        return KNNMemory(factors=self.factor_names, actions=actions, k=self.k, capacity=self.capacity,
-                         categories=categories, scoped=self.scoped, respect_skip=self.respect_skip, grow=self.grow,
-                         max_pending=self.max_pending, pending_ttl=self.pending_ttl,
-                         target_error=self.referral.target_error)
+    def explain(self, factors: Any, category: Any = "general") -> Retrieved:
+        """The stored traces the memory votes with for a batch (``factors`` (B, K) with ``category``
+        a (B,) tensor of indices) or one decision (its K factors, ``category`` a name or index):
+        :meth:`neighbours`."""
+        with self._lock:
+            if isinstance(factors, Tensor) and factors.dim() == 2:
+                return self.neighbours(factors, category)
+            x = self._one_factor_row(factors)
+            return self.neighbours(x, torch.tensor([self._category_index(category)], device=x.device))
 
     def __len__(self) -> int:
         return int(self.ring[0])
@@ -169,6 +164,7 @@ class KNNMemory(DecisionMemory):
             for buffer in (self.store_factors, self.store_actions, self.store_categories, self.store_steps):
                 buffer.index_fill_(0, forgotten, 0)
             self.ring[0] = n
+            self._edited()
             return size - n
 
     def forward(self, x: Tensor, category: Tensor) -> MemoryOutput:
@@ -227,27 +223,36 @@ class KNNMemory(DecisionMemory):
         finally:
             lock.release()
 
-    def _scores_one(self, row: np.ndarray | Tensor, category: str | int) -> tuple[int, float, list[float]]:
-        """``decide``'s scores on the single-decision path, when it takes them (the batch of one
-        holds every action's probability)."""
-        done = self._one(row, category, None, False, False) if isinstance(row, np.ndarray) else None
-        if done is None:
-            return super()._scores_one(row, category)
-        return int(done[5][0]), float(done[6][0]), done[4][0].tolist()
-
-    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
-                  outcome: str | None = None) -> dict[str, Any]:
-        """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one
-        compiled call that scores and stores it in place in the memory's ring, exactly as
-        :meth:`prequential_` on a batch of one; anything unusual takes that checked path."""
+    def assess_one(self, factors, category: str | int = "general", inspect: bool = False) -> Assessment:
+        """One decision's :class:`~gae.types.Assessment` (see :meth:`DecisionMemory.assess_one`):
+        one compiled call on a CPU module (the batch of one holds every action's probability). A
+        k-NN keeps nothing to inspect: ``state`` is None."""
         lock = self._lock
         lock.acquire()
         try:
-            if (outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool):
+            row = self._learnable_row(factors)
+            done = None if row is None else self._one(row, category, None, False, False)
+            if row is None or done is None:
+                return super().assess_one(factors, category, inspect)
+            return Assessment(int(done[5][0]), float(done[6][0]), done[4][0].tolist(), row)
+        finally:
+            lock.release()
+
+    def learn_one(self, factors, action: str | int, category: str | int = "general", confirmed: bool | None = True,
+                  outcome: str | None = None, *, source_id: int | None = None) -> dict[str, Any]:
+        """Learn one decision (see :meth:`DecisionMemory.learn_one`). On a CPU module this is one
+        compiled call that scores and stores it in place in the memory's ring, exactly as
+        :meth:`prequential_` on a batch of one; anything unusual takes that checked path. A k-NN
+        keeps no log: ``source_id`` is checked and not kept."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            if ((outcome is None or outcome.__class__ is str) and (confirmed is None or confirmed.__class__ is bool)
+                    and (source_id is None or (source_id.__class__ is int and 0 <= source_id < 2**63))):
                 done = self._one(factors, category, action, outcome == INCORRECT, True)
                 if done is not None:
                     return self._stored(bool(done[8][0]))
-            return super().learn_one(factors, action, category, confirmed, outcome)
+            return super().learn_one(factors, action, category, confirmed, outcome, source_id=source_id)
         finally:
             lock.release()
 

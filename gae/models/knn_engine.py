@@ -3,7 +3,7 @@
 :func:`knn_vote` scores a batch against the stored traces (plain tensor maths, any device).
 
 The ring buffer is small, so the loop runs as a compiled kernel
-(:func:`gae.baselines.knn_kernels.knn_loop`) on CPU copies; :func:`knn_prequential_reference`
+(:func:`gae.models.knn_kernels.knn_loop`) on CPU copies; :func:`knn_prequential_reference`
 is the plain torch transcription of the same rule that the tests hold it equal to. The
 functions take CPU tensors of the right dtype, trust them (the module validates), and update
 the state in place.
@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 from torch._C import TensorBase
 
-from gae.baselines.knn_kernels import knn_loop, knn_one
 from gae.compiled import entry_point
+from gae.models.knn_kernels import knn_loop, knn_one
 from gae.types import LearnEvents, MemoryOutput, Retrieved
 
 BACKENDS = ("compiled", "reference")
@@ -170,7 +170,7 @@ def knn_prequential_reference(state: KNNState, x, category, action, skip, first_
 class KNNHost:
     """The single-decision path of :class:`gae.KNNMemory`: NumPy views of its ring (kept between
     calls, rebuilt when a buffer is replaced), a preallocated batch of one and the compiled
-    entry point of :func:`~gae.baselines.knn_kernels.knn_one` for them."""
+    entry point of :func:`~gae.models.knn_kernels.knn_one` for them."""
 
     def __init__(self) -> None:
         self.touched: tuple[Tensor, ...] = ()

@@ -1,10 +1,23 @@
-"""What every decision memory shares: names, boundary checks, the single-decision API and safe loading."""
+"""DecisionMemory: what every decision memory shares, the one base of the models.
+
+A decision memory is an :class:`torch.nn.Module` that scores, learns, explains and forgets:
+:class:`~gae.JudgmentMemory`, :class:`~gae.KNNMemory` and :class:`~gae.RetrievalMemory`. This
+base holds what every harness uses of them: their names, the boundary checks, the batched
+``prequential_`` / ``learn_``, the single-decision ``score_one`` / ``learn_one`` and what a
+:class:`~gae.Decider` builds on (``assess_one``, ``factor_row``, ``category_index``,
+``settings``, ``empty_like``), growing vocabularies, an all-or-nothing ``load_state_dict``, and
+the copies and single-decision views each change of its tensors drops. It imports no storage:
+serving a memory to agents (pending decisions, act or refer, a durable ledger) is the Decider's.
+"""
 
 from __future__ import annotations
 
+import copy
+import math
 import numbers
 import threading
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -12,23 +25,38 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae._views import ViewsMixin
-from gae.durable import DurableMixin
-from gae.lifecycle import MAX_PENDING, LifecycleMixin
-from gae.refer import Referral
 from gae.state_dicts import check_state_dict, load_all_or_nothing
-from gae.types import LearnEvents, StreamStep
+from gae.types import Assessment, CaseState, LearnEvents, StreamStep
 
 INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
 FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
+VIEWS = ("_host", "_judge_host")  # the attributes that hold single-decision views
+# what a Decider serves now, and was a memory's own before it: the sentence each old call answers with
+MOVED = {name: f"Decider(memory).{name}" for name in (
+    "decide", "verify", "verify_many", "pending", "explain_decision", "sync", "referral", "max_pending",
+    "pending_ttl", "expired_decisions", "ledger_version", "snapshot_every", "durable_decisions")}
+# the extra state a memory saved before the Decider held its decisions and referral (read by Decider.load_state_dict)
+DECIDER_STATE = ("pending", "expired_decisions", "referral")
+# constructor arguments that configured serving, now the Decider's
+SERVING = ("store", "ledger", "snapshot_every", "durable_decisions", "max_pending", "pending_ttl", "target_error",
+           "refer_confidence", "refer_margin")
 
 
-class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
-    """Base of :class:`~gae.JudgmentMemory` and :class:`~gae.KNNMemory`.
+def refuse_serving(owner: str, given: Mapping[str, Any]) -> None:
+    """TypeError for a constructor argument that configures serving (a store, act or refer, pending
+    decisions): one sentence naming the Decider's call."""
+    moved = [name for name in SERVING if name in given]
+    if moved:
+        named = ", ".join(f"{name}=..." for name in moved)
+        raise TypeError(f"{owner}({named}): serving a memory moved to gae.Decider: Decider({owner}(...), {named})")
+
+
+class DecisionMemory(nn.Module):
+    """Base of :class:`~gae.JudgmentMemory`, :class:`~gae.KNNMemory` and :class:`~gae.RetrievalMemory`.
 
     Subclasses set ``category_names`` (or None when categories are ignored),
-    ``action_names`` and ``n_factors``, and implement ``forward`` and ``_prequential``
-    on inputs that have already been validated.
+    ``action_names`` and ``n_factors``, and implement ``forward``, ``_prequential``,
+    ``explain``, ``settings`` and ``empty_like`` on inputs that have already been validated.
 
     Thread safety: every memory holds one re-entrant lock (``_lock``, a
     :class:`threading.RLock`) that each public call holds from its checks to its last write,
@@ -40,17 +68,30 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
     locked: pickle a memory while no other thread learns it. A copy gets a lock of its own.
     """
 
-    def __init__(self, *, max_pending: int = MAX_PENDING, pending_ttl: float | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.__dict__["_lock"] = threading.RLock()  # outside nn.Module's attribute machinery
-        self._init_pending(max_pending, pending_ttl)  # decide / verify (gae/lifecycle.py)
-        self.referral = Referral()  # act or refer (gae/refer.py); a subclass with options sets its own before it
-        # loads a state (_fresh_referral: what an older pickle without one gets)
 
     n_factors: int
     _lock: threading.RLock  # see the class docstring; outside nn.Module's attributes, so not a buffer or module
     backend: str = "compiled"
     grow: bool = False  # learn_one adds an action or category it has not met (see add_actions_)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The memory's re-entrant lock (see the class docstring): hold it to make several calls one
+        step that no other thread's call interleaves with (a :class:`~gae.Decider` holds it around
+        each of its calls)."""
+        return self._lock
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in MOVED:
+                raise AttributeError(f"{type(self).__name__}.{name} moved to gae.Decider, which serves a memory to "
+                                     f"agents: {MOVED[name]}") from None
+            raise
 
     # -- names (each with a dict of positions: the single-decision paths look names up per call)
     @property
@@ -143,14 +184,15 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
 
     def learn_one(self, factors: Sequence[float] | Tensor | np.ndarray, action: str | int,
                   category: str | int = "general", confirmed: bool | None = True,
-                  outcome: str | None = None) -> dict[str, Any]:
+                  outcome: str | None = None, *, source_id: int | None = None) -> dict[str, Any]:
         """Learn one verified decision; ``outcome='__incorrect__'`` marks it uncertain (skipped).
 
         Returns a dict like the original: ``{'skipped': True}`` or the gate's verdict with
         ``gated``, ``eta``, ``disp`` and ``initialized``. A memory built with ``grow=True``
-        adds an action or category name it has not met (:meth:`add_actions_`).
+        adds an action or category name it has not met (:meth:`add_actions_`). ``source_id``:
+        where the decision came from (``forget_`` removes by it; default its sequence number).
         """
-        return self._learn_checked(factors, action, category, confirmed, outcome, None)
+        return self._learn_checked(factors, action, category, confirmed, outcome, source_id)
 
     def _learn_checked(self, factors: Any, action: str | int, category: str | int, confirmed: bool | None,
                        outcome: str | None, source_id: int | None) -> dict[str, Any]:
@@ -167,7 +209,7 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
             action_index = torch.tensor([check.lookup("action", action, self.action_names)], device=device)
             confirmed_t = None if confirmed is None else torch.tensor([bool(confirmed)], device=device)
             skip = torch.tensor([outcome == INCORRECT], device=device)
-            sources = None if source_id is None else torch.tensor([source_id], device=device)
+            sources = None if source_id is None else torch.tensor([check.source_id(source_id)], device=device)
             events = self.learn_(x, category_index, action_index, confirmed_t, skip, sources)
         if bool(events.skipped[0]):
             return {"skipped": True}
@@ -221,6 +263,9 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
         """For the single-decision paths: one decision's factors as a C-contiguous float64 row (a
         list of numbers converted in one step), or None when the checked path must look at them
         (other shapes, complex, object or string values, a tensor that needs a gradient, ...)."""
+        if factors.__class__ is np.ndarray and factors.dtype is FLOAT64 and factors.shape == (self.n_factors,) \
+                and factors.flags.c_contiguous:
+            return factors  # (a checked row, as factor_row gives: the common case of a Decider's calls)
         try:
             if factors.__class__ is list:
                 row = np.array(factors)  # floats, the common case, come as float64: naming it costs more
@@ -357,6 +402,137 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
     def _action_name(self, index: int) -> str | None:
         return None if index < 0 else self._action_names[index]
 
+
+    # -- what a Decider builds on ----------------------------------------------------------
+    def factor_row(self, factors: Sequence[float] | Tensor | np.ndarray) -> np.ndarray:
+        """One decision's factors as a float64 NumPy row (a copy), checked as ``learn_one`` checks
+        them (finite, within the learning limit, K of them) and refused when the memory cannot
+        learn as it is: what a Decider keeps of a decision until it is verified. Raises
+        ValueError / TypeError naming the problem."""
+        self._check_learnable()
+        row = self._learnable_row(factors)
+        if row is not None:
+            return row
+        return self._one_factor_row(factors, check.LEARN_LIMIT)[0].detach().to("cpu", torch.float64).numpy()
+
+    def _learnable_row(self, factors: Any) -> np.ndarray | None:
+        """:meth:`factor_row` on the fast path: a float64 copy when the factors convert in one step
+        and are finite within the learning limit, else None (the checked path says what is wrong)."""
+        row = self._fast_row(factors)
+        if row is not None and row.size:
+            if factors.__class__ is list:  # its numbers summed and compared in Python cost less than in NumPy
+                if math.isfinite(sum(factors)) and -check.LEARN_LIMIT <= min(factors) and max(factors) <= \
+                        check.LEARN_LIMIT:  # (a NaN or an inf makes the sum NaN or inf)
+                    return row  # (a new array)
+            elif np.abs(row).max() <= check.LEARN_LIMIT:  # (False for NaN and inf)
+                return row.copy()  # (the fast row may be the caller's own array)
+        return None
+
+    def assess_one(self, factors: Sequence[float] | Tensor | np.ndarray, category: str | int = "general",
+                   inspect: bool = False) -> Assessment:
+        """One decision's :class:`~gae.types.Assessment`: what ``score_one`` answers (the action
+        as an index, -1 to abstain), every action's probability, the factors checked as
+        ``learn_one`` checks them (a decision that could never be learned is refused now: ValueError
+        / TypeError naming the problem, also when the memory cannot learn as it is), and with
+        ``inspect`` what the memory's state says of the case (:meth:`inspect_one`, where it
+        :attr:`inspects`). A memory built with ``grow=True`` abstains in a category it has not met,
+        probabilities all 0. The batched ``forward`` here; a memory with a single-decision path
+        answers there."""
+        with self._lock:
+            row = self.factor_row(factors)
+            if self._unseen(category):
+                return Assessment(-1, 0.0, [0.0] * len(self.action_names), row)
+            x = self._one_factor_row(row)
+            with torch.no_grad():
+                out = self(x, torch.tensor([self._category_index(category)], device=x.device))
+            state = self.inspect_one(row, category) if inspect and self.inspects else None
+            return Assessment(int(out.action[0]), float(out.confidence[0]), out.probs[0].tolist(), row, state)
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next decision learned takes (``num_decisions`` as an int): what
+        ``trace``, ``forget_`` and a Decider's act or refer key decisions by."""
+        return int(cast(Tensor, self._buffers["num_decisions"]))  # (the buffer itself: per verify, no __getattr__)
+
+    def category_index(self, category: str | int) -> int:
+        """The index of a category name or index (ValueError / TypeError for one the memory does
+        not have; a memory that ignores categories takes any name as 0 and any index as itself)."""
+        if category.__class__ is str:
+            index = self._category_positions.get(category)
+            if index is not None:
+                return index
+        return self._category_index(category)
+
+    @property
+    def inspects(self) -> bool:
+        """Whether :meth:`inspect_one` has anything to say of this memory (a spread, a change test or
+        judges): a caller may skip it otherwise."""
+        return False
+
+    def inspect_one(self, factors: Sequence[float] | Tensor | np.ndarray,
+                    category: str | int = "general") -> CaseState:
+        """What the memory's state says about one case and its category (:class:`~gae.types.CaseState`):
+        its novelty, the support of the category's spread, the progress of its change test and its
+        trust in each judge. A memory that keeps none of them answers ``nan``, 0, 0 and None."""
+        with self._lock:
+            self._one_factor_row(factors)
+            self._category_index(category)
+            return CaseState(math.nan, 0, 0.0, None)
+
+    def trust_one(self, category: str | int = "general") -> tuple[float, ...] | None:
+        """The category's trust in each judge (:attr:`~gae.types.CaseState.trust`), None without judges."""
+        self._category_index(category)
+        return None
+
+    def action_index(self, action: str | int) -> int:
+        """The index of an action name or index (ValueError / TypeError for one the memory does not have)."""
+        if action.__class__ is str:
+            index = self._action_positions.get(action)
+            if index is not None:
+                return index
+        return check.lookup("action", action, self.action_names)
+
+    def settings(self) -> dict[str, Any]:
+        """What must be the same for two memories to learn alike (JSON values): a ledger records
+        them, and a Decider opened on it with other settings is refused."""
+        raise NotImplementedError
+
+    @classmethod
+    def default_settings(cls) -> dict[str, Any]:
+        """Each setting's value for a ledger written before the setting existed."""
+        return {}
+
+    def empty_like(self, categories: Sequence[str] | None = None,
+                   actions: Sequence[str] | None = None) -> DecisionMemory:
+        """A memory with this one's factors and settings (and these names, default its own) that
+        has learned nothing, in RAM, on the CPU."""
+        raise NotImplementedError
+
+    def explain(self, factors: Any, category: Any = "general") -> Any:
+        """Every number behind the memory's answer for a decision (or a batch), nothing learned."""
+        raise NotImplementedError
+
+    def note_rebuilt_(self, version: int) -> None:
+        """After a Decider rebuilt this memory's state from its ledger without some decisions
+        (``forget_``, ``undo_``): move :attr:`version` past ``version`` where it only grows."""
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever the memory learns or forgets."""
+        raise NotImplementedError
+
+    @property
+    def state_mark(self) -> tuple[int, int, int, int]:
+        """What changes whenever the memory's state does, cheaply: its :attr:`version`, the states
+        loaded and the edits made into it (a window cut, a delete), and its vocabulary's sizes. A
+        holder (a Decider on a ledger) compares it to tell whether another caller changed the memory."""
+        return (self.version, self.__dict__.get("_edits", 0), len(self._action_names),
+                len(self._category_names or ()))
+
+    def _edited(self) -> None:
+        """Count a change of the state that :attr:`version` does not (a load, a window cut, a delete)."""
+        self.__dict__["_edits"] = self.__dict__.get("_edits", 0) + 1
+
     # -- names travel with the state ---------------------------------------------------
     factor_names: tuple[str, ...]
 
@@ -365,11 +541,11 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
                 "action_names": list(self.action_names), "factor_names": list(self.factor_names)}
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**self._names_state(), **self._pending_state(), "referral": self.referral.state()}
+        return self._names_state()
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.referral.load_state(state.get("referral"))  # checked whole first: a bad one raises here, first
-        self._load_pending_state(state)  # the names are checked in _load_from_state_dict, before any tensor is copied
+        """The names are checked in ``_load_from_state_dict``, before any tensor is copied; what a
+        memory saved before the Decider of its decisions and referral is the Decider's to load."""
 
     def _check_state(self, state_dict: Mapping[str, Any], prefix: str) -> None:
         """Refuse a state saved by a memory with other names (or another mode)."""
@@ -387,16 +563,27 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
         check_state_dict(self, state_dict, prefix)  # the whole memory, before any tensor is copied
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, *args, **kwargs)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False, *,
+                        quiet: bool = False):
         """:meth:`torch.nn.Module.load_state_dict`, all or nothing.
 
         A state saved by a memory of other names, mode or sizes is refused before anything is
         copied (ValueError naming each tensor's saved and current shape); if anything else fails
         half-way (a tampered extra state), the memory is put back as it was and the error raised.
+        A state saved by a gae before the :class:`~gae.Decider` may hold pending decisions and a
+        referral: the memory loads its own part, and warns (unless ``quiet``) that
+        ``Decider(memory).load_state_dict(state)`` keeps the rest.
         """
+        extra = state_dict.get("_extra_state") if isinstance(state_dict, Mapping) else None
+        if not quiet and isinstance(extra, dict) and (extra.get("pending") or {}).get("id"):
+            warnings.warn(f"this state holds {len(extra['pending']['id'])} pending decision(s) (saved by a gae "
+                          "before the Decider): the memory loads its own state; load it with "
+                          "Decider(memory).load_state_dict(state) to keep them", stacklevel=2)
         with self._lock:
             self._drop_views()  # a load may swap the tensors' data in place (torch's swap_tensors)
-            return load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+            loaded = load_all_or_nothing(self, super().load_state_dict, state_dict, strict, assign)
+            self._edited()
+            return loaded
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         """:meth:`torch.nn.Module.state_dict`, of one state: taken under the memory's lock, its
@@ -425,3 +612,68 @@ class DecisionMemory(LifecycleMixin, DurableMixin, ViewsMixin, nn.Module):
             if key in state and state[key] != mine:
                 raise ValueError(f"state_dict was saved with {key}={state[key]!r} but this memory has {mine!r}")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes without the lock (each copy gets its own) and the single-decision views
+        (views of this instance's tensors: a copy builds its own)."""
+        state = dict(super().__getstate__())
+        state.pop("_lock", None)
+        for name in VIEWS:
+            if state.get(name) is not None:
+                state[name] = _fresh(state[name])
+        return state
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A deep copy made whole under the lock (deepcopy reads the attributes after
+        ``__getstate__`` returns, when another thread may be learning). Pickling keeps torch's
+        own path (``map_location``, shared memory, shared parameters), so it is not locked:
+        pickle a memory while no other thread learns it, or pickle a deep copy."""
+        with self._lock:
+            twin = type(self).__new__(type(self))
+            memo[id(self)] = twin
+            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return twin
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["_lock"] = threading.RLock()
+        for name in ("_open", "expired_decisions", "referral", "_max_pending", "_pending_ttl"):
+            self.__dict__.pop(name, None)  # pickled by a gae before the Decider: serving state is the Decider's
+        self._drop_views()  # fresh views whoever pickled them (an older gae's hold other fields)
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Any:
+        """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a
+        tensor's data without replacing the tensor, so the single-decision views (``_host``,
+        which every memory that has them keeps) are built again, as after any replacement of a
+        buffer or parameter (assignment, ``register_buffer``, a load, a growth): the views then
+        need not compare every tensor on every call."""
+        result = super()._apply(fn, recurse)
+        self._drop_views()
+        return result
+
+    def _drop_views(self) -> None:
+        for name in VIEWS:
+            views = self.__dict__.get(name)
+            if views is not None:
+                self.__dict__[name] = _fresh(views)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self.__dict__.get("_buffers", ()) or name in self.__dict__.get("_parameters", ()):
+            self._drop_views()  # a tensor the views point into was replaced
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        self._drop_views()
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        super().register_buffer(name, tensor, persistent)
+        self._drop_views()
+
+    def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
+        super().register_parameter(name, param)
+        self._drop_views()
+
+
+def _fresh(views: Any) -> Any:
+    """An empty holder of the same views: its ``fresh()`` where it needs arguments, else a new one."""
+    return views.fresh() if hasattr(views, "fresh") else type(views)()

@@ -155,7 +155,8 @@ class ReferralCalibrator(_Locked):
             high = min(CHANGE_RATIO * target, (1.0 + target) / 2)  # the error the test looks for
             self._evidence = (math.log(high / target), math.log((1.0 - high) / (1.0 - target)))
         self._seen: deque[tuple[float, bool, bool, int]] = deque(maxlen=self.window)  # confidence, correct, alone, seq
-        self._tally = np.zeros((2, len(GRID) + 1), dtype=np.int64)  # per level bucket: decisions, wrong ones
+        self._decided = [0] * (len(GRID) + 1)  # per level bucket: decisions (Python ints: one at a time is
+        self._wrong = [0] * (len(GRID) + 1)  # cheaper than in a NumPy array), and the wrong ones
         self._change = 0.0  # the change test's statistic (nats)
         self.restarts = 0  # times the change test emptied the window
         self._threshold: float | None = math.inf  # None: to be computed again
@@ -170,7 +171,10 @@ class ReferralCalibrator(_Locked):
         (for :meth:`unlearned`; -1: none), and whether it was taken alone (the change test's)."""
         confidence = check.check_real("confidence", confidence, low=0.0, high=1.0)
         correct, alone = _flag("correct", correct, TypeError), _flag("alone", alone, TypeError)
-        seq = check.check_int("seq", seq, low=-1)
+        self._take(confidence, correct, alone, check.check_int("seq", seq, low=-1))
+
+    def _take(self, confidence: float, correct: bool, alone: bool, seq: int) -> None:
+        """:meth:`observe` of checked values."""
         with self._lock:
             if len(self._seen) == self.window:  # the oldest leaves the window
                 self._count(self._seen[0], -1)
@@ -180,7 +184,7 @@ class ReferralCalibrator(_Locked):
                 self._change = max(0.0, self._change + self._evidence[0 if not correct else 1])
                 if self._change >= CHANGE_LEVEL:
                     self._seen.clear()
-                    self._tally[:] = 0
+                    self._recount()
                     self._change, self.restarts = 0.0, self.restarts + 1
             self._threshold = None
 
@@ -188,11 +192,12 @@ class ReferralCalibrator(_Locked):
         """Add (``sign`` 1) or take out (-1) one entry in the tally of its level bucket: bucket
         ``b`` holds the confidences in ``[GRID[b - 1], GRID[b])`` (0: below every level)."""
         bucket = bisect.bisect_right(GRID, entry[0])
-        self._tally[0, bucket] += sign
-        self._tally[1, bucket] += sign * (not entry[1])
+        self._decided[bucket] += sign
+        if not entry[1]:
+            self._wrong[bucket] += sign
 
     def _recount(self) -> None:
-        self._tally[:] = 0
+        self._decided, self._wrong = [0] * (len(GRID) + 1), [0] * (len(GRID) + 1)
         for entry in self._seen:
             self._count(entry, 1)
 
@@ -230,7 +235,8 @@ class ReferralCalibrator(_Locked):
         decisions at least as confident as level ``j`` are those of the buckets past ``j``."""
         if self.target_error is None:
             return math.inf
-        above = np.cumsum(self._tally[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (2, levels): decisions, wrong ones
+        tally = np.array([self._decided, self._wrong])
+        above = np.cumsum(tally[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (2, levels): decisions, wrong ones
         passing = np.flatnonzero(kl_passes(above[1], above[0], self.target_error, math.log(len(GRID) / self.delta)))
         return float(GRID[passing[0]]) if passing.size else math.inf
 
@@ -276,7 +282,7 @@ class Referral(_Locked):
 
     - ``unseen_category``: the memory has no opinion in the category yet (it abstained);
     - ``novel``: the memory says the case lies farther from every prototype of its category than
-      the category's running spread allows (``gae/judgment/referring.py``);
+      the category's running spread allows (:mod:`gae.decider.signals`);
     - ``recent_change``: the category's change test is halfway to firing, or its trust weights
       moved by at least :data:`TRUST_MOVE` (total variation) over its last :data:`RECENT`
       verified decisions;
@@ -308,6 +314,12 @@ class Referral(_Locked):
     def target_error(self) -> float | None:
         return self.calibrator.target_error
 
+    def fresh(self) -> Referral:
+        """A referral of the same options that has observed nothing."""
+        calibrator = self.calibrator
+        return Referral(calibrator.target_error, min_confidence=self.min_confidence, min_margin=self.min_margin,
+                        window=calibrator.window, delta=calibrator.delta)
+
     @property
     def threshold(self) -> float:
         """The lowest confidence a decision is taken alone at (``inf``: every one referred)."""
@@ -317,6 +329,26 @@ class Referral(_Locked):
                 signals: Iterable[str] = ()) -> tuple[str, ...]:
         """The reasons to refer a decision of this ``confidence`` and these probabilities, with
         the memory's own ``signals`` (``novel``, ``recent_change``), in :data:`REASONS` order."""
+        signals = tuple(signals)
+        if len(signals) > 1 or (signals and signals[0] not in ("novel", "recent_change")):
+            return self._reasons(confidence, probs, unseen, signals)  # (a Decider's signals come one or none)
+        if unseen:
+            return ("unseen_category", *signals)
+        first = second = 0.0  # the best two probabilities
+        for p in probs:
+            if p > first:
+                first, second = p, first
+            elif p > second:
+                second = p
+        low = confidence < self.threshold
+        small = first - second < self.min_margin
+        if not (low or small):
+            return signals
+        return (*signals, *(("low_confidence",) if low else ()), *(("small_margin",) if small else ()))
+
+    def _reasons(self, confidence: float, probs: Iterable[float], unseen: bool,
+                 signals: tuple[str, ...]) -> tuple[str, ...]:
+        """:meth:`reasons` of any ``signals``, sorted into :data:`REASONS` order."""
         found = set(signals)
         if unseen:
             found.add("unseen_category")
@@ -336,7 +368,10 @@ class Referral(_Locked):
             if not rows:
                 return False
             then = rows[0][1]
-        return 0.5 * sum(abs(a - b) for a, b in zip(trust, then, strict=False)) >= TRUST_MOVE
+        moved = 0.0
+        for now, before in zip(trust, then, strict=False):  # (a growth may have added a judge's column)
+            moved += abs(now - before)
+        return 0.5 * moved >= TRUST_MOVE
 
     def observe(self, category: str | int, confidence: float, correct: bool, *, eligible: bool, seq: int,
                 alone: bool = False, trust: Sequence[float] | None = None) -> None:
@@ -349,6 +384,21 @@ class Referral(_Locked):
         if trust is not None:
             with self._lock:
                 self._trust.setdefault(category, deque(maxlen=RECENT)).append((int(seq), tuple(map(float, trust))))
+
+    def observe_verified(self, category: int, confidence: float, correct: bool, decided: bool,
+                         reasons: tuple[str, ...], seq: int, trust: tuple[float, ...] | None) -> None:
+        """:meth:`observe` of a decision a Decider verified, from what it decided (whether the memory
+        had an opinion and the reasons it gave, :func:`verified_detail`'s inputs), its values
+        trusted as the Decider computed them: the checks of :meth:`observe` skipped."""
+        alone = not reasons
+        if decided and (alone or reasons == ("low_confidence",)):  # eligible: the calibrator's population
+            self.calibrator._take(confidence, correct, alone, seq)
+        if trust is not None:
+            with self._lock:
+                rows = self._trust.get(category)
+                if rows is None:
+                    rows = self._trust[category] = deque(maxlen=RECENT)
+                rows.append((seq, trust))
 
     def unlearned(self, seqs: Sequence[int] | np.ndarray) -> None:
         """The learns of these sequence numbers were taken back: what they fed goes (see the module)."""

@@ -1,6 +1,6 @@
 """The compiled k-NN loop (numba) behind :class:`gae.KNNMemory`'s exact online engine.
 
-Its plain torch counterpart is :func:`gae.baselines.knn_engine.knn_prequential_reference`;
+Its plain torch counterpart is :func:`gae.models.knn_engine.knn_prequential_reference`;
 the tests hold the two equal. It trusts its inputs. The batched engine runs it on private
 copies of the ring; :func:`knn_one`, the single-decision path, checks its one row first and
 then works in place on the memory's own buffers (nothing after the check can fail).

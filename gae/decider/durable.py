@@ -1,0 +1,365 @@
+"""A Decider on a durable ledger: every decide and verify committed before it returns.
+
+:class:`LedgerLink` is what a :class:`~gae.Decider` built with a store holds: the ledger
+(:class:`gae.ledger.Ledger`, its rows in the store's tables) and the write protocol. Each
+decision, verification, closing and growth is an event with a sequence number; the state is
+the latest snapshot (one every ``snapshot_every`` verifications) plus the verifications after
+it. Opening a Decider on an existing ledger loads the snapshot and replays the rest with the
+memory's fast engine: it equals the Decider that never stopped, bit for bit.
+
+Many writers, one ledger: each write call holds the Decider's lock and the store's write lock,
+first applies what other writers committed since its last call (in their commit order), then
+builds its own events on that state (raising there changes nothing), applies them, appends them
+and commits before it returns. So every process and thread on one ledger ends with the state of
+one memory replaying the ledger in commit order, and a ``decide`` sees every verification
+committed before it started.
+
+With ``durable_decisions=False`` a decide takes no write lock (microseconds): its event goes
+out with the next commit (any write call, or ``sync``). A crash then loses the pending
+decisions not yet written, never a verification.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gae import validation as check
+from gae.decider.refer import Referral
+from gae.decider.verified import learned, verified_of
+from gae.ledger import Ledger
+from gae.ledger.events import CLOSE, GROW, LEARN, Event, apply_event, grow_to, snapshot_parts
+
+
+class LedgerLink:
+    """The ledger side of one :class:`~gae.Decider` (see the module): it holds the Decider and
+    applies events through the Decider's own ``_apply``."""
+
+    def __init__(self, decider: Any, store: Any, name: str, snapshot_every: int, durable_decisions: bool) -> None:
+        self.snapshot_every = check.check_int("snapshot_every", snapshot_every, low=1)
+        if not isinstance(durable_decisions, (bool, np.bool_)):
+            raise TypeError(f"durable_decisions must be a bool, got {durable_decisions!r}")
+        self.durable_decisions = bool(durable_decisions)
+        self.decider = decider
+        self.ledger = Ledger(store, name)
+        self.seen = 0  # the sequence number of the last event the state holds
+        self.epoch = 0  # the ledger's deletions the state has seen
+        self.since_snapshot = 0  # verifications learned since the latest snapshot
+        self.unflushed: list[Event] = []  # decisions made without the write lock, not written yet
+        self.commits_seen = -1  # the store object's commit count the state has seen
+        self.names_written: tuple | None = None
+        self.closed = False
+        self.marked: tuple[int, ...] | None = None  # the memory as the ledger left it (see check_memory)
+        memory = decider.memory
+        ledger = self.ledger
+        with decider._lock, ledger.writing():
+            meta = ledger.meta()
+            names = _names(memory)
+            if not meta:
+                ledger.set_meta({"kind": type(memory).__name__, "settings": memory.settings(), "head": 0, "epoch": 0,
+                                 **{key: None if value is None else list(value) for key, value in names.items()}})
+                self.names_written = (memory.category_names, memory.action_names)
+                if int(memory.num_decisions):  # a memory that learned before: the ledger starts from its state
+                    ledger.write_snapshot(0, memory.version, self.snapshot_state())
+            else:
+                extra = _check_meta(meta, ledger, memory)
+                if int(memory.num_decisions):
+                    raise ValueError(f"ledger {name!r} in {store!r} holds its own state, but the memory has learned "
+                                     f"{int(memory.num_decisions)} decisions: give the Decider a memory that has "
+                                     "learned nothing (it loads the ledger's state), or open a new ledger")
+                if extra["actions"] or extra["categories"]:  # grow=True: names the ledger lacks, added there
+                    head = ledger.append([Event(GROW, detail=extra)], ledger.position()[0])
+                    del head
+                self.rebuild()
+                self.write_names()
+            ledger.count_commit()
+        self.commits_seen = ledger.commits()
+        self.mark()
+
+    # -- the memory as the ledger left it -------------------------------------------------------------
+    def mark(self) -> None:
+        """Note the memory as the ledger left it (:attr:`gae.DecisionMemory.state_mark`)."""
+        self.marked = self.decider.memory.state_mark
+
+    def check_memory(self) -> None:
+        """Refuse to go on when ``decider.memory`` was changed outside the Decider since its last
+        call: the ledger no longer describes it."""
+        if self.closed:
+            raise RuntimeError(f"this Decider left ledger {self.ledger.name!r} (close()): open a new Decider")
+        now = self.decider.memory.state_mark
+        if now != self.marked:
+            raise RuntimeError(f"decider.memory was changed outside its Decider (version {now[0]}, the ledger's "
+                               f"{self.marked[0] if self.marked else None}): on a ledger, learn and grow through the "
+                               "Decider, or every process would hold another state; open a new Decider on the "
+                               "store to get the ledger's state back")
+
+    # -- reading and replaying ----------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Apply what other writers committed (a read, no write lock)."""
+        self.check_memory()
+        with self.ledger.reading():
+            self.catch_up()
+        self.mark()
+
+    def catch_up(self, force: bool = False) -> None:
+        """Apply what other writers committed since this Decider's last call (all of it again after
+        a deletion: a rebuild). Inside the Decider's lock and a read or write of the ledger. Unless
+        ``force``, nothing is read when no other connection committed and no other Decider on this
+        store object did."""
+        ledger = self.ledger
+        commits = ledger.commits()
+        if not ledger.changed() and not force and commits == self.commits_seen:
+            return
+        head, epoch = ledger.position()
+        if epoch != self.epoch:
+            self.rebuild()
+        elif head != self.seen:
+            for event in ledger.events(self.seen):
+                self.apply(event)
+                self.seen = event.seq  # one at a time: an event that fails is read again
+            self.seen = head
+        self.commits_seen = commits
+        self.mark()  # (what other writers committed is the ledger's: a call that raises after this keeps it)
+
+    def apply(self, event: Event, own: bool = False) -> Any:
+        result = self.decider._apply(event, own)
+        if event.kind == LEARN:
+            self.since_snapshot += 1
+        return result
+
+    def replayed(self, before: int | None = None) -> tuple[Any, Referral, int]:
+        """A memory and a referral in RAM holding the ledger's state just before event ``before``
+        (default: all of it): the latest snapshot before it, then the verifications and growths
+        after it; and how many verifications that replayed."""
+        ledger, decider = self.ledger, self.decider
+        meta = ledger.meta()
+        fresh = decider.memory.empty_like(None if meta["categories"] is None else tuple(meta["categories"]),
+                                          tuple(meta["actions"]))
+        referral = decider.referral.fresh()
+        snapshot = ledger.snapshot(before)
+        start = 0
+        if snapshot is not None:
+            state, referral_state = snapshot_parts(snapshot.state)
+            extra = state.get("_extra_state", {})
+            grow_to(fresh, extra.get("action_names") or (), extra.get("category_names") or ())
+            fresh.load_state_dict(state, quiet=True)
+            referral.load_state(referral_state)
+            start = snapshot.seq
+        if before is None:  # names only grow: the memory keeps those it met in events deleted since
+            grow_to(fresh, decider.memory.action_names, decider.memory.category_names or ())
+        count = 0
+        for event in ledger.events(start, before, kinds=(LEARN, GROW)):
+            if event.kind == GROW:
+                apply_event(fresh, event)
+                continue
+            learned(fresh, referral, event.row, event.action, event.category, event.confirmed, event.outcome,
+                    event.source_id, verified_of(event))
+            count += 1
+        return fresh, referral, count
+
+    def rebuild(self) -> None:
+        """The Decider as the ledger holds it now: the replayed state and referral, its pending
+        decisions, the expired count, and the decisions this Decider has not written yet."""
+        decider, ledger = self.decider, self.ledger
+        fresh, referral, count = self.replayed()
+        memory = decider.memory
+        grow_to(memory, fresh.action_names, fresh.category_names or ())
+        memory.load_state_dict(fresh.state_dict(), quiet=True)
+        decider.referral = referral
+        book = decider._book
+        book.open.clear()
+        for event in ledger.pending():
+            decider._apply(event)
+        book.expired = ledger.count(CLOSE, "expired")
+        self.since_snapshot = count
+        self.seen, self.epoch = ledger.position()
+        for event in self.unflushed:
+            decider._apply(event)
+        self.mark()
+
+    # -- writing --------------------------------------------------------------------------------
+    def write(self, build: Any, decision: bool = False) -> list[Any]:
+        """The write protocol: under the locks, catch up; ``build()`` this call's events on the
+        caught-up state (it raises, changing nothing, on bad input); apply them; append them with
+        the decisions not written yet, a snapshot when due; commit. A decision with
+        ``durable_decisions=False`` is applied and kept for the next commit instead. Returns what
+        applying each event returned."""
+        self.check_memory()
+        ledger, memory = self.ledger, self.decider.memory
+        if decision and not self.durable_decisions:
+            if ledger.changed() or self.commits_seen != ledger.commits():
+                with ledger.reading():
+                    self.catch_up(force=True)
+            events = build()
+            results = [self.apply(event, own=True) for event in events]
+            self.unflushed.extend(events)
+            self.mark()
+            return results
+        applied = False
+        try:
+            with ledger.writing():
+                self.catch_up()
+                events, results = build(), []
+                for i, event in enumerate(events):
+                    results.append(self.apply(event, own=True))
+                    applied = True
+                    if event.kind == LEARN:
+                        events[i] = event._replace(version=memory.version)
+                head = ledger.append([*self.unflushed, *events], self.seen)
+                self.write_names()
+                if self.since_snapshot >= self.snapshot_every:
+                    ledger.write_snapshot(head, memory.version, self.snapshot_state())
+                    self.since_snapshot = 0
+                ledger.count_commit()  # under the store's lock: no other Decider on it commits in between
+                commits = ledger.commits()
+        except BaseException:
+            if applied:  # the state in RAM went ahead of a transaction that did not land
+                self.recover()
+            raise
+        self.seen, self.unflushed, self.commits_seen = head, [], commits
+        self.mark()
+        return results
+
+    def write_names(self) -> None:
+        """Inside a write: the ledger's current names in its meta, when this call grew them (what a
+        Decider opened later with these names is checked against)."""
+        memory = self.decider.memory
+        names = (memory.category_names, memory.action_names)
+        if names != self.names_written:
+            self.ledger.set_meta({"grown_categories": None if names[0] is None else list(names[0]),
+                                  "grown_actions": list(names[1])})
+            self.names_written = names
+
+    def recover(self) -> None:
+        """After a failed commit: the Decider as the ledger holds it (best effort; the next call rebuilds otherwise)."""
+        self.epoch, self.commits_seen = -1, -2  # whatever happens here, the next catch-up rebuilds
+        try:
+            with self.ledger.reading():
+                self.rebuild()
+        except Exception:  # noqa: BLE001 - the original error is the one to raise
+            pass
+        self.mark()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """The memory's ``state_dict`` without its in-RAM logs (the ledger holds every event: a
+        snapshot stays the size of the state, and a Decider opened from it starts its logs there)
+        and the referral's state. The pending decisions are the ledger's pending table."""
+        state = self.decider.memory.state_dict()
+        extra = state.get("_extra_state")
+        if isinstance(extra, dict):
+            state["_extra_state"] = {key: value for key, value in extra.items() if not key.endswith("_log")}
+        return {"memory": state, "referral": self.decider.referral.state()}
+
+    # -- forgetting -----------------------------------------------------------------------------
+    def forget(self, wanted: list[int], erase: bool, reason: str) -> int:
+        def seqs(ledger: Ledger) -> list[int]:
+            found = ledger.sourced(sorted(set(wanted)))  # decisions pending, skipped and learned
+            missing = sorted(set(wanted) - {source for _, source in found})
+            if missing:
+                raise ValueError(f"source_ids {missing} are not in the ledger (never decided or learned with that "
+                                 "source_id, or forgotten already)")
+            return [seq for seq, _ in found]
+
+        return self.delete(seqs, "forget", erase, reason)
+
+    def undo(self, n: int, erase: bool, reason: str) -> None:
+        def seqs(ledger: Ledger) -> list[int]:
+            found = [seq for seq, _ in ledger.learned(last=n)]
+            if len(found) < n:
+                raise ValueError(f"undo_({n}): the ledger holds {len(found)} learned decision(s)")
+            return found
+
+        self.delete(seqs, "undo", erase, reason)
+
+    def delete(self, seqs_of: Any, action: str, erase: bool, reason: str) -> int:
+        """Delete events (``seqs_of(ledger)``, which raises for a call that cannot be done) with
+        the decisions they verified, rebuild from what remains (a snapshot at the head records it
+        for every process), then erase when asked. Returns the verifications removed."""
+        self.check_memory()
+        ledger, memory = self.ledger, self.decider.memory
+        version, changed, flushed = memory.version, False, list(self.unflushed)
+        try:
+            with ledger.writing():
+                self.catch_up()
+                head = ledger.append(flushed, self.seen)  # this Decider's position moves once it commits
+                seqs = seqs_of(ledger)
+                changed = True
+                removed = ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
+                self.unflushed = []  # (in the ledger now: the rebuild must not apply them twice)
+                self.rebuild()
+                memory.note_rebuilt_(version)
+                ledger.write_snapshot(head, memory.version, self.snapshot_state())
+                self.since_snapshot = 0
+                ledger.count_commit()
+                self.commits_seen = ledger.commits()
+        except BaseException:
+            if changed:
+                self.unflushed = flushed  # not written after all: kept for the next commit
+                self.recover()
+            raise
+        self.mark()
+        if erase:
+            ledger.erase()
+        return removed
+
+    # -- the past -------------------------------------------------------------------------------
+    def explain(self, id: str) -> Any:
+        """Past decision ``id`` explained by the ledger's state just before it (see ``explain_decision``).
+        A category that state had not met (a growing memory abstained on it) is added to that copy,
+        so the explanation says so: no prototype, no recommendation."""
+        self.check_memory()
+        ledger = self.ledger
+        with ledger.reading():
+            self.catch_up()
+            event = ledger.decision(id) if isinstance(id, str) else None
+            if event is None:
+                raise KeyError(f"decision {id!r} is not in the ledger")
+            past = self.replayed(before=event.seq)[0]
+        self.mark()
+        category, names = event.category, past.category_names
+        if isinstance(category, str) and names is not None and category not in names:
+            past.add_categories_([category])
+        return past.explain(event.row, category)
+
+
+def _names(memory: Any) -> dict[str, tuple[str, ...] | None]:
+    return {"categories": memory.category_names, "actions": memory.action_names, "factors": memory.factor_names}
+
+
+def _check_meta(meta: dict[str, Any], ledger: Ledger, memory: Any) -> dict[str, list[str]]:
+    """Check a memory against the ledger it is opened on: its kind, factors and settings (a setting
+    the ledger lacks, written before the setting existed, counts as its default) and its names (the
+    ledger's, or a start of them, or with ``memory.grow`` more). Grows the memory to the ledger's
+    names where it has a start of them; returns the names the ledger lacks (to add). ValueError
+    naming every difference."""
+    kind = type(memory).__name__
+    differs = [f"kind ({meta['kind']!r} there, {kind!r} here)"] if meta["kind"] != kind else []
+    stored_factors = None if meta["factors"] is None else tuple(meta["factors"])
+    if stored_factors != memory.factor_names:
+        differs.append(f"factors ({list(stored_factors or [])} there, {list(memory.factor_names)} here)")
+    settings, defaults = memory.settings(), type(memory).default_settings()
+    for key in sorted(settings):
+        there, here = meta["settings"].get(key, defaults.get(key)), settings[key]
+        if there != here:
+            differs.append(f"{key} ({there!r} there, {here!r} here)")
+    if (meta["categories"] is None) != (memory.category_names is None):
+        differs.append("categories (one of the two ignores categories)")
+    extra: dict[str, list[str]] = {"actions": [], "categories": []}
+    mine = {"actions": memory.action_names, "categories": memory.category_names}
+    for key in ("categories", "actions"):
+        if meta[key] is None or mine[key] is None:
+            continue
+        now = tuple(meta.get(f"grown_{key}") or meta[key])  # the ledger's names today (a growth appends to them)
+        here = tuple(mine[key])
+        if now[:len(here)] == here:
+            continue  # the memory grows to the ledger's names when it loads the ledger's state
+        if here[:len(now)] == now and memory.grow:
+            extra[key] = list(here[len(now):])
+            continue
+        differs.append(f"{key} ({list(now)} there, {list(here)} here: give the memory the ledger's names, or a "
+                       f"start of them{'' if memory.grow else ', or build it with grow=True to add names'})")
+    if differs:
+        raise ValueError(f"ledger {ledger.name!r} in {ledger.store!r} was created for another memory: "
+                         + "; ".join(differs))
+    return extra
