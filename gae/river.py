@@ -57,9 +57,9 @@ from river import base
 from river.base.typing import ClfTarget, FeatureName
 
 from gae import validation as check
-from gae._base import DecisionMemory
-from gae.baselines.knn import KNNMemory
 from gae.judgment import JudgmentConfig, JudgmentMemory
+from gae.models.base import DecisionMemory
+from gae.models.knn import KNNMemory
 
 GENERAL = "general"  # the one category of a classifier without a category field
 _PLAIN_NUMBERS = frozenset((float, int, bool))  # checked by type, the common case, before any isinstance
@@ -316,7 +316,7 @@ class JudgmentClassifier(_MemoryClassifier):
         >>> model.learn_one({"desk": "refunds", "amount": 0.1, "age": 0.9}, "reject")
         >>> model.predict_one({"desk": "refunds", "amount": 0.8, "age": 0.2})
         'approve'
-        >>> model.memory.factor_names, model.memory.config.tau
+        >>> model.memory.factor_names, model.memory.config.rule.tau
         (('age', 'amount'), 0.2)
     """
 

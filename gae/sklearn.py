@@ -240,8 +240,8 @@ class JudgmentClassifier(ClassifierMixin, BaseEstimator):
     def _check_unchanged(self) -> None:
         """partial_fit continues the memory only with the options and column it was built with."""
         built, current = self.memory_.config, self._config()
-        changed = [f"{name}: {getattr(built, name)!r} -> {getattr(current, name)!r}"
-                   for name in JudgmentConfig.options() if getattr(current, name) != getattr(built, name)]
+        changed = [f"{name}: {built.option(name)!r} -> {current.option(name)!r}"
+                   for name in JudgmentConfig.options() if current.option(name) != built.option(name)]
         if self.category != self._category_column:
             changed.append(f"category: {self._category_column!r} -> {self.category!r}")
         if changed:

@@ -66,7 +66,7 @@ async def play(store: Path, n: int, delay: int, seed: int, embedder: str,
                             uncertain=0.0, drift_at=n // 2, seed=seed)
     data = stream.tensors()
     config = store.with_suffix(".toml")  # the server's act-or-refer target
-    config.write_text(f"[judgment]\ntarget_error = {target!r}\n")
+    config.write_text(f"[refer]\ntarget_error = {target!r}\n")
     server = StdioServerParameters(command=sys.executable, args=["-m", "gae.mcp", "--store", str(store),
                                                                  "--embedder", embedder, "--config", str(config)])
     records: list[dict[str, Any]] = []

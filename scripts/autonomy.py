@@ -5,16 +5,17 @@ of each contestant, behind a MinMaxScaler as the benchmark runs them:
 
 - ``jm_recommended`` and ``knn_400`` (the recommended judgment and river's k-NN with a window of
   400, the suite's reference) under river's harness: for each sample the model's probabilities
-  give its answer and confidence; a :class:`gae.refer.Referral` with the target error and no
-  margin rule takes the decision alone when the confidence reaches its calibrated threshold,
+  give its answer and confidence; a :class:`gae.decider.refer.Referral` with the target error and
+  no margin rule takes the decision alone when the confidence reaches its calibrated threshold,
   else refers it; then the verified label arrives, the referral observes (confidence, correct)
   and the model learns. The same rule, with the same settings, on each model's confidence.
-- ``jm_decide``: a :class:`gae.JudgmentMemory` of the recommended configuration with
-  ``target_error`` (and ``refer_margin=0``), driven as an agent drives it: ``decide`` (refer when
-  it answers ``refer``, for any reason: its confidence, ``novel``, ``recent_change``), then
-  ``verify`` with the label. The scaler takes each sample's factors before the decision (they are
-  known then; river's harness scales a prediction without them), and the decided row is the one
-  learned, so its accuracy can differ a little from ``jm_recommended``'s.
+- ``jm_decide``: a :class:`gae.JudgmentMemory` of the recommended configuration served by a
+  :class:`gae.Decider` with ``target_error`` (and ``refer_margin=0``), driven as an agent drives
+  it: ``decide`` (refer when it answers ``refer``, for any reason: its confidence, ``novel``,
+  ``recent_change``), then ``verify`` with the label. The scaler takes each sample's factors
+  before the decision (they are known then; river's harness scales a prediction without them),
+  and the decided row is the one learned, so its accuracy can differ a little from
+  ``jm_recommended``'s.
 
 Per stream and contestant: the autonomy rate (the share of decisions taken alone), the error
 realised among them, and the accuracy; then the means over the suite.
@@ -38,8 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
-from gae.refer import DELTA, REASONS, WINDOW, Referral  # noqa: E402
+from gae import Decider, JudgmentConfig, JudgmentMemory  # noqa: E402
+from gae.decider.refer import DELTA, REASONS, WINDOW, Referral  # noqa: E402
 from training import cli  # noqa: E402
 from training import river_suite as suite  # noqa: E402
 from training.readme import publish_section  # noqa: E402
@@ -82,12 +83,11 @@ def run(task: tuple[str, str, int, int, float]) -> dict[str, Any]:
 
 
 def run_decide(stream: str, seed: int, n: int, target: float) -> dict[str, Any]:
-    """``jm_decide``: the memory's own decide and verify (see the module), its reasons counted."""
+    """``jm_decide``: a Decider's decide and verify on the memory (see the module), its reasons counted."""
     from river import preprocessing
 
     data = suite.samples(stream, seed, n, "gae")
-    config = JudgmentConfig.recommended().replace(target_error=target, refer_margin=0.0)
-    scaler, memory, names = preprocessing.MinMaxScaler(), None, None
+    scaler, decider, names = preprocessing.MinMaxScaler(), None, None
     alone = wrong_alone = right = 0
     reasons: dict[str, int] = {}
     for x, y in data:
@@ -98,9 +98,10 @@ def run_decide(stream: str, seed: int, n: int, target: float) -> dict[str, Any]:
         names = sorted(factors, key=str) if names is None else names  # the first sample's features, in order
         row = [scaled.get(name, 0.0) for name in names]
         label = str(y)
-        if memory is None:
-            memory = JudgmentMemory([category], [label], len(names), config, grow=True)
-        decision = memory.decide(row, category)
+        if decider is None:
+            memory = JudgmentMemory([category], [label], len(names), JudgmentConfig.recommended(), grow=True)
+            decider = Decider(memory, target_error=target, refer_margin=0.0)
+        decision = decider.decide(row, category)
         correct = decision.action == label
         if not decision.refer:
             alone += 1
@@ -108,7 +109,7 @@ def run_decide(stream: str, seed: int, n: int, target: float) -> dict[str, Any]:
         for reason in decision.reasons:
             reasons[reason] = reasons.get(reason, 0) + 1
         right += correct
-        memory.verify(decision.id, label)
+        decider.verify(decision.id, label)
     return {"model": "jm_decide", "stream": stream, "seed": seed, "n": len(data), "alone": alone,
             "wrong_alone": wrong_alone, "right": right, "reasons": reasons}
 

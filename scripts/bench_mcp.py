@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from gae.episodic.embedders import SentenceEmbedder  # noqa: E402
 from gae.episodic.memory import EpisodicMemory  # noqa: E402
-from gae.episodic.store import SQLiteStore  # noqa: E402
+from gae.storage import SQLiteStore  # noqa: E402
 from training import cli  # noqa: E402
 from training.readme import publish_section  # noqa: E402
 

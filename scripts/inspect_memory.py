@@ -84,10 +84,10 @@ def report(memory: JudgmentMemory, category: str | None, explain: str | None, tr
         lines.append("attention: " + ", ".join(f"{f}={float(w):.3f}" for f, w in zip(memory.factor_names,
                                                                                       attention[c], strict=True)))
         for a, action in enumerate(memory.action_names):
-            for p in range(memory.config.prototypes):
+            for p in range(memory.config.slots.prototypes):
                 if bool(memory.initialized[c, a, p]):
                     row = ", ".join(f"{float(v):.3f}" for v in memory.centroids[c, a, p])
-                    slot = f" [{p}]" if memory.config.prototypes > 1 else ""
+                    slot = f" [{p}]" if memory.config.slots.prototypes > 1 else ""
                     lines.append(f"  {action}{slot}: ({row})  updates={int(memory.counts[c, a, p])}")
         lines.append("")
     records = memory.gate_records()

@@ -67,10 +67,10 @@ def load_ledger(out: Path = Path("results/load-ledger"), readme: Path | None = N
         stores: among ``sqlite``, ``sqlite-normal`` (``synchronous="NORMAL"``), ``postgres``. Default: all
             (Postgres only with pgserver installed).
         grid: the numbers of processes. Default: 1, 2, 4.
-        threads: threads per process, sharing its memory.
+        threads: threads per process, sharing its Decider.
         seconds: how long each cell runs.
         delay_ms: the longest delay between a decision and its verification (each drawn from 0 to it).
-        durable_decisions: the memories' ``durable_decisions``, each a cell of its own. Default: True, False.
+        durable_decisions: the Deciders' ``durable_decisions``, each a cell of its own. Default: True, False.
     """
     grid = [1, 2, 4] if grid is None else grid
     bad = any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in grid)

@@ -262,7 +262,7 @@ def measure_batch(memory: JudgmentMemory, n: int, repeats: int, against) -> dict
     spare = as_numpy(allocate(n))
     source = np.ones(sum(a.nbytes for a in (args[0], args[1], *reused)), np.uint8)
     target = np.empty_like(source)
-    state = (args[2], args[3], args[5], memory.config.tau)
+    state = (args[2], args[3], args[5], memory.config.rule.tau)
 
     def forward():
         memory(x, category)

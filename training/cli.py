@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import types
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
@@ -49,6 +50,10 @@ _CHECKS: set[types.CodeType] = set()  # the code of the functions marked argumen
 _KEY = re.compile(r'Parser key "([^"]+)"')
 _NESTED = re.compile(r"NestedArg\(key='([^']+)'")
 _NOT_ACCEPTED = re.compile(r"Option '([^']+)' is not accepted")
+# an unknown option of a nested group (a dataclass field of a dataclass: JudgmentConfig's rule.tauu), in a
+# mapping (``{rule: {tauu: 3}}``) or on the command line (``--judgment.rule.tauu 3``)
+_GROUP_NOT_ACCEPTED = re.compile(r"Group '([^']+)' does not accept option '([^']+)'")
+_GROUP_UNRECOGNIZED = re.compile(r"unrecognized arguments: --([\w.]+)\.(\w+)\b")
 _CLASS_PATH = re.compile(r"Problem with given class_path '([^']+)'")
 _EXPECTED = re.compile(r"Expected an? (.+?)\. Got value: (.*)")
 _LITERAL = re.compile(r"Literal(\[.*\])")
@@ -126,15 +131,31 @@ def unrecognized(message: str, options: Sequence[str]) -> list[str] | None:
     return lines + accepted_line([option for option in options if option.rpartition(".")[0] == group])
 
 
-def parameters(class_path: str) -> list[str]:
+def parameters(class_path: str, group: str = "") -> list[str]:
     """The keyword parameters of the class at ``class_path`` (``gae.JudgmentConfig``: its
-    options), or none when it cannot be imported."""
-    module, _, name = class_path.rpartition(".")
+    options), or of the class of its nested ``group`` (``'rule'``: the fields of
+    ``JudgmentConfig.rule``'s type); none when it cannot be imported."""
+    found = nested_class(class_path, group)
     try:
-        signature = inspect.signature(getattr(importlib.import_module(module), name))
-    except (ImportError, AttributeError, TypeError, ValueError):
+        signature = inspect.signature(found) if found is not None else None
+    except (TypeError, ValueError):
+        signature = None
+    if signature is None:
         return []
     return [p.name for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def nested_class(class_path: str, group: str = "") -> Any:
+    """The class at ``class_path``, or the type of its (dotted) nested ``group``; None when either
+    cannot be found."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+        for part in filter(None, group.split(".")):
+            found = typing.get_type_hints(found)[part]
+    except (ImportError, AttributeError, KeyError, NameError, TypeError):
+        return None
+    return found if inspect.isclass(found) else None
 
 
 def first_error(message: str) -> str:
@@ -164,12 +185,14 @@ def explain(message: str) -> list[str]:
     keys = _KEY.findall(message)
     nested = _NESTED.search(message)
     option = "--" + ".".join([keys[0], nested.group(1)] if keys and nested else keys[:1])
-    unknown = _NOT_ACCEPTED.search(message)
+    unknown = _NOT_ACCEPTED.search(message) or _GROUP_NOT_ACCEPTED.search(message) \
+        or _GROUP_UNRECOGNIZED.search(message)
     if keys and unknown is not None:
-        bad = unknown.group(1)
+        group, bad = unknown.groups() if unknown.re is not _NOT_ACCEPTED else ("", unknown.group(1))
         owners = _CLASS_PATH.findall(message[:unknown.start()])
-        accepted = parameters(owners[-1]) if owners else []
-        owner = owners[-1].rpartition(".")[2] if owners else keys[0]
+        accepted = parameters(owners[-1], group) if owners else []
+        found = nested_class(owners[-1], group) if owners else None
+        owner = found.__name__ if found is not None else keys[0]
         return [f"{option}: {owner} has no option '{bad}'{did_you_mean(bad, accepted)}", *accepted_line(accepted)]
     expected = _EXPECTED.findall(message)
     if keys and expected:
@@ -198,16 +221,18 @@ def _literal_choices(kind: str) -> list[str]:
 def name_option(message: str, given: Sequence[tuple[str, str | None]], known: Sequence[str] = ()) -> str:
     """``message`` with its first word, a parameter's name (``batch_size must be >= 1, got 0``),
     replaced by the option that sets it (``--data.batch_size must be ...``): the one option of
-    the command line ``given`` (pairs of option and value) that ends with that name and whose
-    value is the one the message reports, else the one option among ``known`` that ends with it;
-    ``message`` as it is when none or several do."""
+    the command line ``given`` (pairs of option and value) that ends with that name (or with a
+    group and a field that make it: ``--model.judgments.seed.trust.rate`` for ``trust_rate``) and
+    whose value is the one the message reports, else the one option among ``known`` that ends
+    with it; ``message`` as it is when none or several do."""
     found = _NAME.match(message)
     if found is None:
         return message
     name, reported = found.group(1), _GOT.search(message)
 
     def ends(option: str) -> bool:
-        return option.lstrip("-").replace("-", "_").rpartition(".")[2] == name
+        parts = option.lstrip("-").replace("-", "_").split(".")
+        return name in (parts[-1], "_".join(parts[-2:]))
 
     def same(value: str | None) -> bool:
         return reported is None or value is None or _same_value(value, reported.group(1))

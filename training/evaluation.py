@@ -91,7 +91,7 @@ def knn_grid(kind: str) -> dict[str, Contestant]:
 
 GRID: dict[str, Contestant] = {name: c for kind in sorted(set(TUNED.values())) for name, c in knn_grid(kind).items()}
 # the adaptive mode's real shadow rate: its "shadow rule alone" comparator uses it, not a stand-in
-SHADOW_ETA = JudgmentConfig.seed().replace(drift_mode="adaptive").shadow_eta
+SHADOW_ETA = JudgmentConfig.seed().drift.shadow_eta
 # variants of JudgmentMemory that exist only to be ablated against "jm"
 VARIANTS: dict[str, Contestant] = {
     "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", judgment(gate_damping=1.0)),

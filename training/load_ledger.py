@@ -1,11 +1,11 @@
 """The ledger's load test: W processes x T threads deciding and verifying on one ledger for S seconds, then its checks.
 
-Every process opens one :class:`~gae.JudgmentMemory` on the same ledger of one store (SQLite or
-Postgres) and runs T threads on it. Each thread decides a random case, keeps the decision's id in
-a small queue and verifies it after a random delay of 0 to ``delay_ms`` ms; one decision in
-``HANDOFF`` is handed instead to the next process (through its inbox, a queue every pool process
-holds), which verifies it after its own delay: a decision made in one process, verified in
-another. They start together (a shared start time) and stop deciding at a deadline; the
+Every process opens one :class:`~gae.Decider` (serving a :class:`~gae.JudgmentMemory`) on the
+same ledger of one store (SQLite or Postgres) and runs T threads on it. Each thread decides a
+random case, keeps the decision's id in a small queue and verifies it after a random delay of 0
+to ``delay_ms`` ms; one decision in ``HANDOFF`` is handed instead to the next process (through
+its inbox, a queue every pool process holds), which verifies it after its own delay: a decision
+made in one process, verified in another. They start together (a shared start time) and stop deciding at a deadline; the
 decisions still queued then stay pending. Each process then calls ``sync()`` (with
 ``durable_decisions=False`` its last decisions are written then), waits for the others (a
 barrier of files), calls ``sync()`` again and reports its final state.
@@ -14,8 +14,9 @@ barrier of files), calls ``sync()`` again and reports its final state.
 ledger: every acknowledged verification present exactly once as a learn event, every
 acknowledged decision pending, learned or closed (none lost), each process's final state equal
 bit for bit to a memory in RAM replaying the ledger's learn and grow events serially in commit
-order, and a memory reopened on the store (its snapshot and the events after it) equal to that
-replay too. ``scripts/load_ledger.py`` runs the grid and writes the tables.
+order (:func:`gae.ledger.events.replay`), and a Decider reopened on the store (its snapshot and
+the events after it) equal to that replay too. ``scripts/load_ledger.py`` runs the grid and
+writes the tables.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from gae import JudgmentConfig, JudgmentMemory
-from gae.durable import apply_event
-from gae.ledger import CLOSE, DECIDE, GROW, LEARN, Ledger
+from gae import Decider, JudgmentConfig, JudgmentMemory
+from gae.ledger import CLOSE, DECIDE, LEARN, Ledger
+from gae.ledger.events import replay as serial_replay
 
 CATEGORIES = ("invoice", "refund", "payroll")
 ACTIONS = ("approve", "reject", "escalate")
@@ -59,12 +60,12 @@ def init(inboxes: list[Any]) -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
         store = store_of("sqlite", str(Path(folder) / "warm.db"), "")
-        memory = open_memory(store)
-        for _ in range(3):
-            memory.verify(memory.decide([0.5] * FACTORS, CATEGORIES[0]).id, ACTIONS[0])
+        with open_memory(store) as decider:
+            for _ in range(3):
+                decider.verify(decider.decide([0.5] * FACTORS, CATEGORIES[0]).id, ACTIONS[0])
         store.close()
     try:
-        import gae.episodic.store.postgres  # noqa: F401
+        import gae.storage.postgres  # noqa: F401
     except ImportError:  # pragma: no cover - the extra is not installed
         pass
 
@@ -76,7 +77,7 @@ def ready(_: int) -> int:
 
 
 def store_of(kind: str, where: str, table: str) -> Any:
-    from gae.episodic.store import PostgresStore, SQLiteStore
+    from gae.storage import PostgresStore, SQLiteStore
 
     if kind == "postgres":
         return PostgresStore(where, table=table)
@@ -87,14 +88,21 @@ def config() -> JudgmentConfig:
     return JudgmentConfig.recommended()
 
 
-def open_memory(store: Any, durable_decisions: bool = True) -> JudgmentMemory:
-    """The memory every process of a cell opens on the store's ledger."""
-    return JudgmentMemory(list(CATEGORIES), list(ACTIONS), FACTORS, config(), store=store, ledger=LEDGER,
-                          snapshot_every=SNAPSHOT_EVERY, durable_decisions=durable_decisions)
+def new_memory() -> JudgmentMemory:
+    """The memory of every Decider of a cell, as it is before it opens the ledger (it has learned nothing)."""
+    return JudgmentMemory(list(CATEGORIES), list(ACTIONS), FACTORS, config())
+
+
+def open_memory(store: Any, durable_decisions: bool = True) -> Decider:
+    """The Decider every process of a cell opens on the store's ledger."""
+    return Decider(new_memory(), store=store, ledger=LEDGER, snapshot_every=SNAPSHOT_EVERY,
+                   durable_decisions=durable_decisions)
 
 
 def fingerprint(memory: Any) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
-    """Every tensor of the memory's ``state_dict`` as (dtype, shape, bytes): equal means bit for bit."""
+    """Every tensor of the memory's ``state_dict`` (a Decider's: its memory's) as (dtype, shape,
+    bytes): equal means bit for bit."""
+    memory = memory.memory if isinstance(memory, Decider) else memory
     return {key: (str(value.dtype), tuple(value.shape), value.detach().cpu().contiguous().numpy().tobytes())
             for key, value in memory.state_dict().items() if isinstance(value, torch.Tensor)}
 
@@ -102,7 +110,7 @@ def fingerprint(memory: Any) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
 def prepare(kind: str, where: str, table: str) -> None:
     """Create the store's tables and the ledger (its meta), so that the timed run measures calls, not the schema."""
     store = store_of(kind, where, table)
-    open_memory(store)
+    open_memory(store).close()
     store.close()
 
 
@@ -114,7 +122,7 @@ def _truth(x: list[float], rng: random.Random) -> str:
 
 def work(kind: str, where: str, table: str, durable_decisions: bool, index: int, processes: int, threads: int,
          start: float, seconds: float, delay_ms: float, cell: int, folder: str) -> dict[str, Any]:
-    """Process ``index`` of ``processes`` in cell ``cell``: ``threads`` threads on one memory, from
+    """Process ``index`` of ``processes`` in cell ``cell``: ``threads`` threads on one Decider, from
     ``start`` (wall clock) for ``seconds``; returns the ids it was acknowledged, each call's
     latency (seconds) and its final state (after a barrier and a sync)."""
     torch.set_num_threads(1)
@@ -193,16 +201,14 @@ def work(kind: str, where: str, table: str, durable_decisions: bool, index: int,
     report.update({key: sum(r[key] for r in results) for key in ("elsewhere", "sent", "received")})
     report.update(index=index, late=late, state=fingerprint(memory),
                   pending=sorted(d.id for d in memory.pending()))
+    memory.close()
     store.close()
     return report
 
 
 def replay(ledger: Ledger) -> JudgmentMemory:
     """A memory in RAM fed the ledger's learn and grow events serially, in commit order."""
-    reference = JudgmentMemory(list(CATEGORIES), list(ACTIONS), FACTORS, config())
-    for event in ledger.events(0, kinds=(LEARN, GROW)):
-        apply_event(reference, event)
-    return reference
+    return serial_replay(ledger, new_memory())
 
 
 def check(kind: str, where: str, table: str, reports: list[dict[str, Any]]) -> dict[str, bool]:
@@ -231,6 +237,7 @@ def check(kind: str, where: str, table: str, reports: list[dict[str, Any]]) -> d
         "reopen_equals_serial_replay": fingerprint(reopened) == expected,
         "reopen_pending_exact": {d.id for d in reopened.pending()} == pending == set(decided) - set(verified),
     }
+    reopened.close()
     store.close()
     return result
 

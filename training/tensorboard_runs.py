@@ -52,7 +52,7 @@ def log_figures(writer: Any, memory: JudgmentMemory, decision: int) -> None:
     each category's prototype histogram."""
     attention = memory.criterion_attention().detach().cpu()
     # learning='lvq' learns relevances online (GRLVQ): K x relevance, so that 1 is neutral as for attention
-    relevance = memory.relevances().detach().cpu() * memory.n_factors if memory.config.lvq else None
+    relevance = memory.relevances().detach().cpu() * memory.n_factors if memory.config.learning == "lvq" else None
     for c, category in enumerate(memory.category_names):
         writer.add_figure(f"attention_chart/{category}", criterion_weights(
             attention[c], memory.factor_names, f"{category}: criterion attention"), decision)

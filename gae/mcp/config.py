@@ -2,10 +2,13 @@
 
 .. code-block:: toml
 
-    [judgment]               # JudgmentConfig.recommended() with target_error = 0.02, these options replaced
-    target_error = 0.02      # act or refer: the error allowed among the decisions not referred (false: none,
-    refer_confidence = 0.6   # ... and refer below this confidence instead)
-    refer_margin = 0.1       # refer when the best two actions' probabilities are closer ("small_margin")
+    [judgment]               # JudgmentConfig.recommended(), these options replaced (any JudgmentConfig option)
+    drift_mode = "adaptive"
+
+    [refer]                  # act or refer: the Decider each memory is served by (gae.Decider)
+    target_error = 0.02      # the error allowed among the decisions not referred (false: none, and refer
+    confidence = 0.6         # ... below this confidence instead)
+    margin = 0.1             # refer when the best two actions' probabilities are closer ("small_margin")
 
     [text]
     capacity = 1000000       # text memories kept (the oldest go first past it)
@@ -24,8 +27,10 @@
     categories = ["billing"]
     actions = ["approve", "escalate"]
 
-A ``[refer]`` table (``min_confidence``, ``min_margin``: the first release's) is read as
-``[judgment] refer_confidence`` and ``refer_margin``.
+Act or refer configures the :class:`~gae.Decider` that serves a memory, not the memory, so it has
+its own table. The older forms are read as the settings they became: the previous release's
+``[judgment] target_error``, ``refer_confidence`` and ``refer_margin``, and the first release's
+``[refer] min_confidence`` and ``min_margin``. A setting given in two forms is refused.
 
 Without a ``[[memory]]`` for a set of factor names, the server opens a memory for it on first
 sight that grows its categories and actions as calls name them.
@@ -40,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from gae import validation as check
+from gae.decider.refer import MIN_CONFIDENCE, MIN_MARGIN
 from gae.judgment.config import JudgmentConfig
 
 if sys.version_info >= (3, 11):
@@ -49,7 +55,13 @@ else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extr
 
 TEXT_CAPACITY = 1_000_000
 TARGET_ERROR = 0.02  # the server's act-or-refer target by default: an agent asks "may I act?" first
-_REFER = {"min_confidence": "refer_confidence", "min_margin": "refer_margin"}  # [refer] key -> JudgmentConfig option
+# act or refer's settings: the ServerConfig field -> its key in [refer], then the older forms read as it
+# (the first release's [refer] keys, the previous release's [judgment] options)
+REFER_SETTINGS = {
+    "target_error": (("refer", "target_error"), ("judgment", "target_error")),
+    "refer_confidence": (("refer", "confidence"), ("refer", "min_confidence"), ("judgment", "refer_confidence")),
+    "refer_margin": (("refer", "margin"), ("refer", "min_margin"), ("judgment", "refer_margin")),
+}
 
 
 @dataclass(frozen=True)
@@ -63,10 +75,17 @@ class FixedMemory:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """What the server runs with (see the module); ``ServerConfig()`` is the default."""
+    """What the server runs with (see the module); ``ServerConfig()`` is the default.
 
-    judgment: JudgmentConfig = field(default_factory=lambda: JudgmentConfig.recommended().replace(
-        target_error=TARGET_ERROR))
+    ``judgment`` builds each memory; ``target_error``, ``refer_confidence`` and ``refer_margin``
+    are the act-or-refer options of the :class:`~gae.Decider` that serves it (``[refer]``), checked
+    as the Decider checks them.
+    """
+
+    judgment: JudgmentConfig = field(default_factory=JudgmentConfig.recommended)
+    target_error: float | None = TARGET_ERROR  # the error allowed among the decisions not referred (None: none)
+    refer_confidence: float = MIN_CONFIDENCE  # without a target: refer a decision less confident than this
+    refer_margin: float = MIN_MARGIN  # refer when the best two probabilities are closer than this
     text_capacity: int = TEXT_CAPACITY
     durable_decisions: bool = True
     max_memories: int = 100
@@ -74,6 +93,14 @@ class ServerConfig:
     name_length: int = 200
     text_length: int = 20_000
     memories: tuple[FixedMemory, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.judgment, JudgmentConfig):
+            raise TypeError(f"judgment must be a JudgmentConfig, got {type(self.judgment).__name__}")
+        for setting in REFER_SETTINGS:
+            value = getattr(self, setting)
+            if not (setting == "target_error" and value is None):
+                _refer_value(setting, setting, value)
 
     def fixed(self, factors: tuple[str, ...]) -> FixedMemory | None:
         """The fixed memory of these (sorted) factor names, or None."""
@@ -95,21 +122,28 @@ class ServerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServerConfig:
+        """The config of a parsed TOML file (see the module); ValueError or TypeError naming the key."""
         _known("the config", values, ("judgment", "refer", "text", "ledger", "limits", "memory"))
-        judgment = JudgmentConfig.recommended().replace(target_error=TARGET_ERROR)
-        options = dict(_table("judgment", values.get("judgment", {})))
-        _known("[judgment]", options, JudgmentConfig.options())
-        refer = _table("refer", values.get("refer", {}))  # the first release's table, read as the options it became
-        _known("[refer]", refer, tuple(_REFER))
-        for key, value in refer.items():
-            if _REFER[key] in options:
-                raise ValueError(f"[refer] {key} and [judgment] {_REFER[key]} are one setting: give it once, in "
-                                 f"[judgment]")
-            options[_REFER[key]] = value
-        if options:
-            if options.get("target_error") is False:  # TOML has no null: false turns the calibration off
-                options["target_error"] = None
-            judgment = judgment.replace(**options)
+        tables = {"judgment": dict(_table("judgment", values.get("judgment", {}))),
+                  "refer": dict(_table("refer", values.get("refer", {})))}
+        for table, keys in tables.items():  # [judgment] takes JudgmentConfig's options and the older refer forms
+            spellings = tuple(key for forms in REFER_SETTINGS.values() for where, key in forms if where == table)
+            _known(f"[{table}]", keys, (JudgmentConfig.options() if table == "judgment" else ()) + spellings)
+        referral: dict[str, Any] = {}
+        for setting, forms in REFER_SETTINGS.items():
+            given = [(table, key) for table, key in forms if key in tables[table]]
+            if len(given) > 1:
+                named = [f"[{table}] {key}" for table, key in given]
+                raise ValueError(f"{', '.join(named[:-1])} and {named[-1]} are one setting: give it once, as "
+                                 f"[{forms[0][0]}] {forms[0][1]}")
+            if given:
+                table, key = given[0]
+                value = tables[table].pop(key)
+                # TOML has no null: false turns the calibration off
+                referral[setting] = None if setting == "target_error" and value is False else _refer_value(
+                    setting, f"{table}.{key}", value)
+        options = tables["judgment"]
+        judgment = JudgmentConfig.recommended().replace(**options) if options else JudgmentConfig.recommended()
         text = _table("text", values.get("text", {}))
         _known("[text]", text, ("capacity",))
         ledger = _table("ledger", values.get("ledger", {}))
@@ -131,13 +165,22 @@ class ServerConfig:
         vocabularies = [m.factors for m in memories]
         if len(set(vocabularies)) != len(vocabularies):
             raise ValueError("two [[memory]] tables name the same factors")
-        return cls(judgment=judgment,
+        return cls(judgment=judgment, **referral,
                    text_capacity=check.check_int("text.capacity", text.get("capacity", TEXT_CAPACITY), low=1),
                    durable_decisions=durable, memories=tuple(memories),
                    max_memories=check.check_int("limits.memories", limits.get("memories", 100), low=1),
                    max_factors=check.check_int("limits.factors", limits.get("factors", 256), low=1),
                    name_length=check.check_int("limits.name_length", limits.get("name_length", 200), low=1),
                    text_length=check.check_int("limits.text_length", limits.get("text_length", 20_000), low=1))
+
+
+def _refer_value(setting: str, name: str, value: Any) -> float:
+    """``value`` of act-or-refer ``setting`` as the Decider takes it; refused naming ``name``."""
+    if setting == "target_error":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number in (0, 1), or false for none, got {value!r}")
+        return check.check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
+    return check.check_real(name, value, low=0.0, high=1.0)
 
 
 def _table(name: str, value: Any) -> Mapping[str, Any]:

@@ -17,7 +17,8 @@ def _number(value: Any) -> float | None:
 def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
     """Decision ``b`` of ``explanation``: the answer (``action``, ``confidence``, ``probs``), each
     action's nearest prototype (``distance``, ``contributions`` per factor), each factor's
-    ``attention`` and ``relevance``, and each judge's ``trust`` and ``votes``."""
+    ``weight`` in the distance and its parts ``attention`` and ``relevance``, and each judge's
+    ``trust`` and ``votes``."""
     e = explanation
     actions, factors = e.action_names, e.factor_names
 
@@ -35,6 +36,7 @@ def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
         "contributions": {a: {f: float(e.contributions[b, j, k]) for k, f in enumerate(factors)}
                           for j, a in enumerate(actions) if distance[a] is not None},
         "nearest_prototype": {a: int(e.nearest[b, j]) for j, a in enumerate(actions) if int(e.nearest[b, j]) >= 0},
+        "weight": {f: float(e.weight[b, k]) for k, f in enumerate(factors)},
         "attention": {f: float(e.attention[b, k]) for k, f in enumerate(factors)},
         "relevance": {f: float(e.relevance[b, k]) for k, f in enumerate(factors)},
         "prototypes_action": named(e.prototypes_action[b]),

@@ -164,7 +164,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def service_from_args(args: argparse.Namespace) -> MemoryService:
     """The service the command line asks for (the store opened and its memories loaded)."""
     from gae.episodic.embedders import MINILM_DIM, HashingEmbedder, SentenceEmbedder
-    from gae.episodic.store import PostgresStore, SQLiteStore
+    from gae.storage import PostgresStore, SQLiteStore
 
     config = ServerConfig.from_toml(args.config) if args.config is not None else ServerConfig()
     if args.dsn is not None:

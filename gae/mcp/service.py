@@ -1,10 +1,11 @@
 """What gae-mcp's tools do, without the protocol: decisions on durable judgment memories, text
 memories on one episodic memory, every argument checked before anything changes.
 
-Judgment memories: one per vocabulary (the sorted names of a decision's factors), each on its
-own ledger in the store (``mcp:["amount", "risk"]``), so every decide and verify is committed
-before it answers and a restarted server (or a second one on the same store) has every
-decision, pending or learned. A vocabulary the config does not fix grows its categories and
+Judgment memories: one per vocabulary (the sorted names of a decision's factors), each served
+by its own :class:`~gae.Decider` on its own ledger in the store (``mcp:["amount", "risk"]``), so
+every decide and verify is committed before it answers and a restarted server (or a second one
+on the same store) has every decision, pending or learned. The Decider acts or refers by the
+config's ``[refer]`` options. A vocabulary the config does not fix grows its categories and
 actions as calls name them; one it fixes (``[[memory]]``) refuses other names.
 
 Text memories: one :class:`~gae.EpisodicMemory` on the same store (FIFO past its capacity),
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gae import validation as check
+from gae.decider import Decider
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.embedders import Embedder
 from gae.episodic.memory import EpisodicMemory
@@ -52,7 +54,7 @@ class MemoryService:
     """The six tools over one store (see the module).
 
     Args:
-        open_store: makes a new connection to the store (each memory holds its own).
+        open_store: makes a new connection to the store (one for the judgment memories, one for the texts).
         scopes: the scopes text calls may name, or None for any.
         config: the :class:`~gae.mcp.config.ServerConfig`.
         embedder: the text memories' embedder; default: all-MiniLM-L6-v2 (the text extra).
@@ -66,7 +68,7 @@ class MemoryService:
         self._embedder = embedder
         self._lock = threading.RLock()  # the registry of judgment memories, and their calls
         self._text_lock = threading.Lock()  # building the text memory
-        self._memories: dict[tuple[str, ...], JudgmentMemory] = {}
+        self._deciders: dict[tuple[str, ...], Decider] = {}  # vocabulary -> the Decider serving its memory
         # pending decision id -> (its vocabulary, the action recommended when it was decided)
         self._owners: OrderedDict[str, tuple[tuple[str, ...], str | None]] = OrderedDict()
         self._text: EpisodicMemory | None = None
@@ -89,17 +91,17 @@ class MemoryService:
                     raise ToolInputError("actions", f"{unknown} are not this memory's actions {list(fixed.actions)}")
                 if category not in fixed.categories:
                     raise ToolInputError("category", f"{category!r} is not one of {list(fixed.categories)}")
-            memory = self._memories.get(vocabulary)
-            if memory is None:
+            decider = self._deciders.get(vocabulary)
+            if decider is None:
                 self._refresh()  # another server on the store may have opened it
-                memory = self._memories.get(vocabulary) or self._open(vocabulary, category, actions)
-            unknown = [a for a in actions or () if a not in memory.action_names]
+                decider = self._deciders.get(vocabulary) or self._open(vocabulary, category, actions)
+            unknown = [a for a in actions or () if a not in decider.memory.action_names]
             if unknown:
-                memory.sync()  # another server may have added them meanwhile
-                unknown = [a for a in unknown if a not in memory.action_names]
+                decider.sync()  # another server may have added them meanwhile
+                unknown = [a for a in unknown if a not in decider.memory.action_names]
             if unknown:
-                memory.add_actions_(unknown)
-            decision = memory.decide(row, category)
+                decider.add_actions_(unknown)
+            decision = decider.decide(row, category)
             self._own(decision.id, vocabulary, decision.action)
         return {"id": decision.id, "action": decision.action, "confidence": float(decision.confidence),
                 "probs": {name: float(p) for name, p in decision.probs.items()}, "refer": decision.refer,
@@ -111,11 +113,12 @@ class MemoryService:
         decision_id = _name("decision_id", decision_id, 200)
         action = _name("action", action, self.config.name_length)
         with self._lock:
-            memory, recommended = self._owner(decision_id)
+            decider, recommended = self._owner(decision_id)
+            memory = decider.memory
             if self.config.fixed(tuple(memory.factor_names)) is not None and action not in memory.action_names:
                 raise ToolInputError("action", f"{action!r} is not one of {list(memory.action_names)}")
             try:
-                result = memory.verify(decision_id, action)
+                result = decider.verify(decision_id, action)
             except KeyError as error:  # expired since, or verified by another server on the store
                 self._owners.pop(decision_id, None)
                 raise ToolInputError("decision_id", f"{decision_id!r} is not pending: verified already or "
@@ -131,9 +134,9 @@ class MemoryService:
             for attempt in range(2):
                 if attempt:
                     self._refresh()  # decided on a vocabulary another server opened
-                for memory in self._search_order(decision_id):
+                for decider in self._search_order(decision_id):
                     try:
-                        explanation = memory.explain_decision(decision_id)
+                        explanation = decider.explain_decision(decision_id)
                     except KeyError:
                         continue
                     return {"id": decision_id, **explanation_json(explanation)}
@@ -223,12 +226,12 @@ class MemoryService:
             return self._text
 
     # -- helpers ----------------------------------------------------------------------------
-    def _open(self, vocabulary: tuple[str, ...], category: str, actions: tuple[str, ...] | None) -> JudgmentMemory:
+    def _open(self, vocabulary: tuple[str, ...], category: str, actions: tuple[str, ...] | None) -> Decider:
         """A new judgment memory for ``vocabulary``, named by the config or by this first call."""
         fixed = self.config.fixed(vocabulary)
-        if len(self._memories) >= self.config.max_memories:
+        if len(self._deciders) >= self.config.max_memories:
             raise ToolInputError("factors", f"factors {list(vocabulary)[:8]} would open a new judgment memory, but "
-                                 f"this server holds {len(self._memories)}, its limit ([limits] memories)")
+                                 f"this server holds {len(self._deciders)}, its limit ([limits] memories)")
         if fixed is not None:
             categories, names = fixed.categories, fixed.actions
         elif actions is None:
@@ -236,11 +239,20 @@ class MemoryService:
                                  "it may recommend (actions=[...]) or fix them in the config ([[memory]])")
         else:
             categories, names = (category,), actions
-        memory = JudgmentMemory(list(categories), list(names), list(vocabulary), config=self.config.judgment,
-                                store=self._judgment_store(), ledger=LEDGER_PREFIX + json.dumps(list(vocabulary)),
-                                grow=fixed is None, durable_decisions=self.config.durable_decisions)
-        self._memories[vocabulary] = memory
-        return memory
+        decider = self._decider(vocabulary, categories, names, LEDGER_PREFIX + json.dumps(list(vocabulary)))
+        self._deciders[vocabulary] = decider
+        return decider
+
+    def _decider(self, vocabulary: tuple[str, ...], categories: Sequence[str], actions: Sequence[str],
+                 ledger: str) -> Decider:
+        """The Decider of ``vocabulary``'s memory on its ledger (on a ledger that exists, ``categories``
+        and ``actions`` are its names): growing unless the config fixes the vocabulary."""
+        config = self.config
+        memory = JudgmentMemory(list(categories), list(actions), list(vocabulary), config=config.judgment,
+                                grow=config.fixed(vocabulary) is None)
+        return Decider(memory, store=self._judgment_store(), ledger=ledger,
+                       durable_decisions=config.durable_decisions, target_error=config.target_error,
+                       refer_confidence=config.refer_confidence, refer_margin=config.refer_margin)
 
     def _refresh(self, every_pending: bool = False) -> None:
         """Open every memory the store holds that this service has not opened (another server's
@@ -251,21 +263,18 @@ class MemoryService:
         opened: list[tuple[str, ...]] = []
         for name in names:
             vocabulary = tuple(json.loads(name[len(LEDGER_PREFIX):]))
-            if vocabulary in self._memories:
+            if vocabulary in self._deciders:
                 continue
             ledger = Ledger(store, name)
             with ledger.reading():
                 meta = ledger.meta()  # the names as they are now: the memory opens with these, adding none
             fixed = self.config.fixed(vocabulary)
-            categories = fixed.categories if fixed else meta.get("grown_categories", meta["categories"])
-            actions = fixed.actions if fixed else meta.get("grown_actions", meta["actions"])
-            self._memories[vocabulary] = JudgmentMemory(list(categories), list(actions), list(vocabulary),
-                                                        config=self.config.judgment, store=store, ledger=name,
-                                                        grow=fixed is None,
-                                                        durable_decisions=self.config.durable_decisions)
+            categories = fixed.categories if fixed else meta.get("grown_categories") or meta["categories"]
+            actions = fixed.actions if fixed else meta.get("grown_actions") or meta["actions"]
+            self._deciders[vocabulary] = self._decider(vocabulary, categories, actions, name)
             opened.append(vocabulary)
-        for vocabulary in (list(self._memories) if every_pending else opened):
-            for decision in self._memories[vocabulary].pending():
+        for vocabulary in (list(self._deciders) if every_pending else opened):
+            for decision in self._deciders[vocabulary].pending():
                 self._own(decision.id, vocabulary, decision.action)
 
     def _judgment_store(self) -> Any:
@@ -278,8 +287,8 @@ class MemoryService:
         while len(self._owners) > MAX_OWNERS:
             self._owners.popitem(last=False)
 
-    def _owner(self, decision_id: str) -> tuple[JudgmentMemory, str | None]:
-        """The memory holding pending decision ``decision_id`` and what it recommended."""
+    def _owner(self, decision_id: str) -> tuple[Decider, str | None]:
+        """The Decider holding pending decision ``decision_id`` and what it recommended."""
         owner = self._owners.get(decision_id)
         if owner is None:  # decided by another server on this store, or mapped out: look again
             self._refresh(every_pending=True)
@@ -287,15 +296,15 @@ class MemoryService:
         if owner is None:
             raise ToolInputError("decision_id", f"{decision_id!r} is not pending: unknown, verified already or "
                                  "expired")
-        return self._memories[owner[0]], owner[1]
+        return self._deciders[owner[0]], owner[1]
 
-    def _search_order(self, decision_id: str) -> list[JudgmentMemory]:
-        """The memories to look for a decision in: its owner first when it is pending."""
+    def _search_order(self, decision_id: str) -> list[Decider]:
+        """The Deciders to look for a decision in: its owner first when it is pending."""
         owner = self._owners.get(decision_id)
-        memories = list(self._memories.values())
+        deciders = list(self._deciders.values())
         if owner is not None:
-            memories.sort(key=lambda m: self._memories[owner[0]] is not m)
-        return memories
+            deciders.sort(key=lambda d: self._deciders[owner[0]] is not d)
+        return deciders
 
     def _scope(self, field: str, scope: Any) -> str:
         if not isinstance(scope, str) or not scope or len(scope) > self.config.name_length:

@@ -17,9 +17,9 @@ import orjson
 import torch
 from torch import Tensor
 
-from gae.baselines.knn import KNNMemory
-from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.judgment import JudgmentMemory, rule
+from gae.models.knn import KNNMemory
+from gae.models.retrieval import RetrievalMemory
 from gae.types import MemoryOutput, Retrieved, StreamStep
 
 Memory = JudgmentMemory | KNNMemory | RetrievalMemory

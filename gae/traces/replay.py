@@ -21,8 +21,9 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import torch
 
-from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.judgment import JudgmentConfig, JudgmentMemory
+from gae.judgment.config import REFER_OPTIONS
+from gae.models.retrieval import RetrievalMemory
 from gae.traces.lines import Decisions, Memory, decision_fields, encode, learn_and_shape, score_and_shape
 from gae.traces.writer import load_checkpoint, memory_config, memory_kind, read_trace, state_hash
 
@@ -118,10 +119,12 @@ def _normal(value: Any) -> Any:
 
 def _completed(config: Any) -> Any:
     """A header's memory config with the JudgmentMemory options it predates (written before the
-    option existed) set to their defaults, which is what the memory that wrote it used."""
+    option existed) set to their defaults, which is what the memory that wrote it used, and without
+    the act-or-refer options it held before the Decider did (a memory read back drops them too)."""
     if not isinstance(config, dict) or config.get("kind") != "judgment":
         return config
-    return {**JudgmentConfig().to_dict(), **config}
+    given = {name: value for name, value in config.items() if name not in REFER_OPTIONS}
+    return {**JudgmentConfig().to_dict(), **given}
 
 
 def _start(records: list[dict[str, Any]], digest: str) -> int | None:

@@ -50,9 +50,9 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae.baselines.knn import KNNMemory
-from gae.baselines.retrieval_memory import RetrievalMemory
 from gae.judgment import JudgmentConfig, JudgmentMemory
+from gae.models.knn import KNNMemory
+from gae.models.retrieval import RetrievalMemory
 from gae.traces.lines import Decisions, Memory, encode, learn_and_shape, score_and_shape
 from gae.types import MemoryOutput, StreamStep
 
@@ -101,9 +101,8 @@ def memory_config(memory: Memory) -> dict[str, Any]:
     if isinstance(memory, JudgmentMemory):
         return {"kind": kind, **names, **memory.config.to_dict()}
     if isinstance(memory, KNNMemory):
-        target = memory.referral.target_error  # (a header written before act or refer has none: None)
         return {"kind": kind, **names, "k": memory.k, "capacity": memory.capacity, "scoped": memory.scoped,
-                "respect_skip": memory.respect_skip, **({} if target is None else {"target_error": target})}
+                "respect_skip": memory.respect_skip}
     assert isinstance(memory, RetrievalMemory)
     scorer = memory.store.scorer
     weights = scorer.weights.detach().tolist()
@@ -123,6 +122,7 @@ def build_memory(config: dict[str, Any]) -> Memory:
     if kind not in _KINDS:
         raise ValueError(f"config['kind'] must be one of {sorted(_KINDS)}, got {kind!r}")
     factors, actions, categories = options.pop("factors"), options.pop("actions"), options.pop("categories")
+    options.pop("target_error", None)  # a k-NN's act or refer, written before the Decider held it
     if kind == "judgment":  # a header written before an option existed: its default, which that memory used
         return JudgmentMemory(categories, actions, factors, JudgmentConfig.from_dict(options))
     if kind == "retrieval":
