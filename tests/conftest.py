@@ -7,7 +7,7 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from tests.postgres_fixtures import dsn, server  # noqa: F401 - Postgres for the tests that take dsn (a module may define its own)
 
 CATEGORIES, ACTIONS, FACTORS = 4, 4, 8
@@ -68,6 +68,9 @@ MEMORY_FACTORIES = {
                                                   clip=(0.0, 1.0), min_confidence=0.3, spawn_threshold=0.05,
                                                   spawn_support=0.0, rate_floor=0.1, units="criterion",
                                                   miss_penalty=0.5),
+    # the judges beside the prototypes, and the recommended preset (lvq, 32 prototypes, four judges)
+    "judgment_judges": lambda: make_judgment(judges={"gauss": {}, "lda": {"kind": "lda", "rate_floor": 0.05}}),
+    "judgment_recommended": lambda: make_judgment(config=JudgmentConfig.recommended()),
     "knn": make_knn,
     "knn_scoped": lambda: make_knn(scoped=True, respect_skip=True),
     "retrieval": lambda: make_retrieval(scoped=True),

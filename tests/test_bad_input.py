@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from gae import AdmissionPolicy, EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory, RetrievalScorer
-from gae.episodic.store import SQLiteStore
+from gae.storage import SQLiteStore
 from tests.conftest import clustered_stream
 
 CATEGORIES, ACTIONS, FACTORS = 4, 4, 8

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import io
 
+import numpy as np
 import pytest
 import torch
 
 from gae import JudgmentMemory, KNNMemory
-from tests.conftest import clustered_stream
+from tests.conftest import ACTIONS, CATEGORIES, FACTORS, MEMORY_FACTORIES, clustered_stream
 
 
 def feed(memory, stream, start=0, stop=None):
@@ -149,3 +150,127 @@ def test_loading_state_with_other_names_is_refused_and_changes_nothing(cls, kwar
     for key, value in before.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, target.state_dict()[key])
+
+
+# -- the models' surface a Decider and an agent build on, on every memory ----------------------
+BATTERY = dict(MEMORY_FACTORIES)
+try:  # the drift-aware k-NN of the head-to-head (river's ADWIN): a KNNMemory whose window a detector cuts
+    from training.knn_adwin import ADWINKNNMemory
+
+    BATTERY["knn_adwin"] = lambda: ADWINKNNMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=50,
+                                                  categories=CATEGORIES)
+except ImportError:  # pragma: no cover - river is in the dev extra
+    pass
+
+
+@pytest.fixture(params=sorted(BATTERY))
+def any_memory(request):
+    return BATTERY[request.param]
+
+
+def cases(stream, n=12):
+    """A few decisions as an agent holds them: a list of floats and an int category."""
+    return [(stream.x[i].tolist(), int(stream.category[i])) for i in range(n)]
+
+
+def test_assess_one_is_forward_one_decision_at_a_time(any_memory, stream):
+    """The single-decision path behind decide (``assess_one``) answers what the batched ``forward``
+    answers: the action, the confidence, every probability (to float32 rounding), and keeps the
+    factors as checked float64 rows of their own."""
+    memory = any_memory()
+    feed(memory, stream, 0, 150)
+    for row, c in cases(clustered_stream(3, 20)):
+        assessed = memory.assess_one(row, c)
+        with torch.no_grad():
+            out = memory(torch.tensor([row]), torch.tensor([c]))
+        assert assessed.action == int(out.action[0])
+        assert assessed.confidence == pytest.approx(float(out.confidence[0]), abs=1e-6)
+        assert assessed.probs == pytest.approx(out.probs[0].tolist(), abs=1e-6)
+        assert assessed.row.dtype == np.float64 and assessed.row.tolist() == row
+        assessed.row[0] += 1  # a copy: what a Decider keeps is its own
+        assert memory.assess_one(row, c).row.tolist() == row
+
+
+def test_inspect_one_is_its_torch_reference(any_memory, stream):
+    """What a memory's state says of a case (novelty, support, change, trust) on the fast path
+    equals the plain torch computation on the buffers."""
+    from gae.judgment import primitives, trust
+
+    memory = any_memory()
+    feed(memory, stream, 0, 200)
+    for row, c in cases(clustered_stream(5, 20)):
+        state = memory.inspect_one(row, c)
+        if not isinstance(memory, JudgmentMemory):
+            assert not memory.inspects and state.trust is None and state.support == 0
+            continue
+        config = memory.config
+        if config.learning == "lvq":
+            expected = primitives.novelty(torch.tensor(row, dtype=torch.float64), memory.centroids[c],
+                                          memory.initialized[c], memory.input_variances[c])
+            assert state.novelty == pytest.approx(float(expected), rel=1e-9)
+            assert state.support == int(memory.input_counts[c])
+        else:
+            assert state.novelty != state.novelty and state.support == 0  # nan: no spread kept
+        if config.adaptive:
+            threshold = config.drift.promotion_threshold
+            assert state.change == pytest.approx(float(memory.promotion_statistic[c]) / threshold)
+        if config.judges:
+            assert state.trust == pytest.approx(trust.weights_of(memory.trust_weights)[c].tolist())
+            assert memory.trust_one(c) == state.trust
+        else:
+            assert state.trust is None
+
+
+def test_empty_like_has_the_settings_and_learns_alike(any_memory, stream):
+    memory = any_memory()
+    feed(memory, stream, 0, 120)
+    blank = memory.empty_like()
+    assert type(blank) is type(memory) and blank.settings() == memory.settings()
+    assert (blank.category_names, blank.action_names, blank.factor_names) == \
+        (memory.category_names, memory.action_names, memory.factor_names)
+    assert blank.next_seq == 0 and memory.next_seq == 120
+    twin = memory.empty_like()
+    feed(blank, stream, 0, 120)
+    feed(twin, stream, 0, 120)
+    assert_same_state(blank, twin)
+
+
+def test_explain_answers_for_one_decision_and_a_batch(any_memory, stream):
+    memory = any_memory()
+    feed(memory, stream, 0, 150)
+    row, c = cases(stream, 1)[0]
+    one = memory.explain(row, c)
+    batch = memory.explain(stream.x[:3], stream.category[:3])
+    assert one is not None and batch is not None
+    if not isinstance(memory, JudgmentMemory):  # the neighbours the vote comes from
+        assert one.ids.shape == (1, memory.k) and batch.ids.shape == (3, memory.k)
+
+
+def test_a_refused_decision_changes_nothing(any_memory, stream):
+    memory = any_memory()
+    feed(memory, stream, 0, 100)
+    before = copy.deepcopy(memory.state_dict())
+    for bad in ([float("nan")] * FACTORS, [1e16] * FACTORS, [0.5] * (FACTORS + 1), ["a"] * FACTORS):
+        with pytest.raises((ValueError, TypeError)):
+            memory.learn_one(bad, 0, 0)
+        with pytest.raises((ValueError, TypeError)):
+            memory.assess_one(bad, 0)
+    with pytest.raises((ValueError, TypeError)):
+        memory.learn_one([0.5] * FACTORS, 0, 0, source_id=-1)
+    after = memory.state_dict()
+    for key, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, after[key]), key
+
+
+def test_serving_is_the_deciders_and_the_old_calls_say_so(any_memory):
+    memory = any_memory()
+    for name in ("decide", "verify", "pending", "explain_decision", "referral", "max_pending"):
+        with pytest.raises(AttributeError, match=r"moved to gae\.Decider"):
+            getattr(memory, name)
+    factory = type(memory)
+    with pytest.raises(TypeError, match=r"Decider\("):
+        if factory is JudgmentMemory:
+            factory(CATEGORIES, ACTIONS, FACTORS, store=object())
+        else:
+            factory(factors=FACTORS, actions=ACTIONS, store=object())

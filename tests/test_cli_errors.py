@@ -8,6 +8,7 @@ refusals) are tested in this process against real argparse and jsonargparse pars
 from __future__ import annotations
 
 import csv
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gae import JudgmentConfig
+from gae.judgment.config import PATHS
 from training import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +77,8 @@ def refused(result: subprocess.CompletedProcess, *expected: str) -> list[str]:
 
 def test_a_nested_typo_names_the_option_its_close_match_and_every_accepted_key(runs):
     lines = refused(runs["typo"], "--model.judgment.drift_mod", "'drift_mod'", "did you mean drift_mode?")
-    assert lines[-2] == "accepted: " + ", ".join(JudgmentConfig.options())
+    fields = [f.name for f in dataclasses.fields(JudgmentConfig)]  # the groups, learning, judges; then flat names
+    assert lines[-2] == "accepted: " + ", ".join([*fields, *(name for name, path in PATHS.items() if len(path) == 2)])
     assert lines[-1] == "run 'python scripts/train.py fit --help' for the options"
 
 
@@ -155,6 +158,13 @@ def refused_here(capsys, call) -> list[str]:
      "--judgment.drift_mode: 'adaptiv' is not one of 'seed', 'adaptive'; did you mean adaptive?"),
     (["--judgments", "{seed: {}}", "--judgments.seed.learning", "lvk"],
      "--judgments.seed.learning: 'lvk' is not one of 'gated', 'lvq'; did you mean lvq?"),
+    # an option of a group (JudgmentConfig.rule, .drift): the group's class, the close match among its fields
+    (["--judgments", "{seed: {}}", "--judgments.seed.rule.tauu", "3"],
+     "--judgments.seed.rule.tauu: Rule has no option 'tauu'; did you mean tau?"),
+    (["--judgments", "{seed: {rule: {tauu: 3}}}"], "--judgments: Rule has no option 'tauu'; did you mean tau?"),
+    (["--judgment.drift.mod", "adaptive"], "--judgment.drift.mod: Drift has no option 'mod'; did you mean mode?"),
+    (["--judgment.drift.mode", "adaptiv"],
+     "--judgment.drift.mode: 'adaptiv' is not one of 'seed', 'adaptive'; did you mean adaptive?"),
     (["--seed", "x"], "--seed: expected bool or int, got 'x'"),
     (["--rate", "abc"], "--rate: expected float, got 'abc'"),
 ])
@@ -186,6 +196,9 @@ def test_name_option_takes_the_given_option_with_the_reported_value():
     assert cli.name_option("batch_size must be >= 1, got 0", [], ["--data.batch_size"]) == \
         "--data.batch_size must be >= 1, got 0"
     assert cli.name_option("lr must be > 0", [], ["--model.lr", "--optimizer.lr"]) == "lr must be > 0"  # which?
+    nested = [("--model.judgments.seed.trust.rate", "-1")]  # a group's field, named by its flat name
+    assert cli.name_option("trust_rate must be >= 0, got -1.0", nested) == \
+        "--model.judgments.seed.trust.rate must be >= 0, got -1.0"
 
 
 def argparse_parser() -> cli.ArgumentParser:

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from gae import EpisodicMemory
-from gae.episodic.store import SQLiteStore
-from gae.episodic.store.base import Change, StoreConflict
+from gae.storage import SQLiteStore
+from gae.storage.base import Change, StoreConflict
 
 DIM = 8
 CAPACITY = 100_000  # no evictions: every acknowledged add must be there at the end
@@ -28,7 +28,7 @@ CALLS = 60  # per writer
 def make_store(kind: str, where: str) -> Any:
     if kind == "sqlite":
         return SQLiteStore(where)
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     return PostgresStore(where)
 
@@ -201,7 +201,7 @@ def killable_store(kind: str, where: str) -> Any:
     """The store of the killed-writer test: a SQLite file, or a Postgres table of its own."""
     if kind == "sqlite":
         return SQLiteStore(where)
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     return PostgresStore(where, table="killed")
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
-from gae.episodic.store import SQLiteStore
+from gae import Decider, JudgmentMemory, KNNMemory, RetrievalMemory
+from gae.ledger import ledgers
+from gae.storage import SQLiteStore
 from gae.traces.writer import build_memory, memory_config
 
 
@@ -62,15 +63,22 @@ def test_a_call_with_the_names_in_the_wrong_place_among_keywords_is_refused_too(
 
 def test_a_refused_positional_call_writes_nothing_to_the_ledger(tmp_path: Path):
     path = tmp_path / "ledger.db"
+    store = SQLiteStore(path, synchronous="OFF")
     with pytest.raises(TypeError, match="takes factors= and actions= as keywords"):
-        KNNMemory(["approve", "reject"], 8, k=1, store=SQLiteStore(path, synchronous="OFF"))
+        Decider(KNNMemory(["approve", "reject"], 8, k=1), store=store)
+    with pytest.raises(TypeError, match="takes factors= and actions= as keywords"):  # refused before the store is read
+        KNNMemory(["approve", "reject"], 8, k=1, store=store)
+    assert ledgers(store) == []
     # had it gone through, the ledger would hold 2 factors named approve / reject and 8 actions,
     # and this memory, with other names, would be refused
-    memory = KNNMemory(factors=8, actions=["approve", "reject"], k=1, store=SQLiteStore(path, synchronous="OFF"))
-    assert memory.version == 0 and memory.n_factors == 8 and memory.action_names == ("approve", "reject")
-    memory.learn_one([0.5] * 8, "reject")
-    reopened = KNNMemory(factors=8, actions=["approve", "reject"], k=1, store=SQLiteStore(path, synchronous="OFF"))
-    assert reopened.version == 1 and reopened.score_one([0.5] * 8) == ("reject", 1.0)
+    decider = Decider(KNNMemory(factors=8, actions=["approve", "reject"], k=1),
+                      store=SQLiteStore(path, synchronous="OFF"))
+    memory = decider.memory
+    assert decider.version == 0 and memory.n_factors == 8 and memory.action_names == ("approve", "reject")
+    decider.learn_one([0.5] * 8, "reject")
+    reopened = Decider(KNNMemory(factors=8, actions=["approve", "reject"], k=1),
+                       store=SQLiteStore(path, synchronous="OFF"))
+    assert reopened.version == 1 and reopened.memory.score_one([0.5] * 8) == ("reject", 1.0)
 
 
 @pytest.mark.parametrize("name", CLASSES)
@@ -78,7 +86,17 @@ def test_the_signature_shows_factors_and_actions_keyword_only(name):
     parameters = inspect.signature(CLASSES[name]()).parameters
     assert list(parameters)[:2] == ["factors", "actions"]
     assert parameters["factors"].kind is parameters["actions"].kind is inspect.Parameter.KEYWORD_ONLY
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values()), parameters
+    *named, last = parameters.values()
+    if last.kind is inspect.Parameter.VAR_KEYWORD:  # only to answer a serving argument with the Decider's call
+        assert last.name == "serving", parameters
+        cls = CLASSES[name]()
+        with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['bogus'\]"):
+            cls(factors=2, actions=2, bogus=1)
+        with pytest.raises(TypeError, match=r"serving a memory moved to gae\.Decider"):
+            cls(factors=2, actions=2, store=None)
+    else:
+        named.append(last)
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in named), parameters
     assert parameters["factors"].default is parameters["actions"].default is inspect.Parameter.empty
 
 

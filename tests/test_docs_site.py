@@ -60,8 +60,11 @@ def test_every_page_of_the_nav_is_built_and_the_api_reference_has_the_public_nam
     for page in nav_pages(yaml.safe_load(CONFIG.read_text())["nav"]):
         assert (folder / page).with_suffix(".html").exists(), page
     reference = (folder / "api" / "gae.html").read_text()
-    for name in ("gae.JudgmentMemory", "gae.JudgmentConfig", "gae.Decision"):
+    for name in ("gae.JudgmentMemory", "gae.JudgmentConfig"):
         assert f'id="{name}"' in reference, name
+    served = (folder / "api" / "decider.html").read_text()  # what serves a memory: its own page
+    for name in ("gae.decider.Decider", "gae.decider.Decision", "gae.decider.refer.Referral"):
+        assert f'id="{name}"' in served, name
     assert 'id="gae.river.JudgmentClassifier"' in (folder / "api" / "river.html").read_text()
     assert ":class:`" not in reference and ".. math::" not in reference  # docs/rst_roles.py made them Markdown
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gae.baselines import knn_engine as engine
+from gae.models import knn_engine as engine
 from tests.conftest import ENGINE_FACTORIES, clustered_stream, make_judgment, make_knn
 
 

@@ -57,6 +57,30 @@ def test_one_decision_and_the_printed_table():
     assert str(many).endswith("... 4 more decisions not shown")
 
 
+@pytest.mark.parametrize("options", [{}, {"learning": "lvq", "relevance_rate": 0.1, "prototypes": 3},
+                                     {"learning": "lvq", "relevance_rate": 0.1, "units": "criterion"}])
+def test_each_criterion_has_one_weight_and_its_parts_are_named(options):
+    """The weight each criterion has in the distance is the memory's metric; with lvq it is the product
+    of three parts, attention x relevance / spread, each a field and a row of the table."""
+    stream = clustered_stream(8, 500)
+    memory = make_judgment(**options)
+    with torch.no_grad():
+        memory.criterion_logits.normal_(generator=torch.Generator().manual_seed(2))
+    memory.learn_(stream.x[:400], stream.category[:400], stream.action[:400], skip=stream.skip[:400])
+    x, category = stream.x[400:], stream.category[400:]
+    why = memory.explain(x, category)
+    torch.testing.assert_close(why.weight, memory.metric()[category].detach())
+    lvq = memory.config.learning == "lvq"
+    parts = why.attention * why.relevance / why.spread if lvq else why.attention
+    torch.testing.assert_close(why.weight, parts)
+    assert torch.equal(why.spread, torch.ones_like(why.spread)) != lvq
+    table = str(memory.explain(x[:1], category[:1])).splitlines()
+    labels = [line.split("  ")[0].strip() for line in table[2:]][:4 if lvq else 1]
+    assert labels == (["weight", "= attention", "x relevance", "/ spread"] if lvq else ["weight (attention)"])
+    weights = table[2].split()[-memory.n_factors:]
+    assert weights == [f"{float(w):.4g}" if lvq else f"{float(w):.3f}" for w in why.weight[0]]
+
+
 def test_bad_input_is_refused_and_changes_nothing():
     memory = make_judgment()
     memory.learn_one([0.1] * 8, 0, 1)

@@ -1,62 +1,23 @@
 """Dependencies point one way (docs: DESIGN section 2): no import circle inside ``gae``, and
 ``training`` and ``scripts`` use ``gae`` through its public names only.
 
-The import graph is read from the source with :mod:`ast`, not by importing it: every
-``import`` and ``from ... import`` statement counts, at module level or inside a function or a
-class (a function's import is a circle too, only a later one), relative ones resolved.
-``from P import N`` is an edge to the module ``P.N`` when ``N`` is a module of ``P``, else to
-``P``; ``import P.Q`` an edge to ``P.Q``. The packages a module's import runs first (``gae``,
-``gae.baselines`` for ``gae.baselines.knn``) are not edges: every package that re-exports its
-submodules would make a circle with them.
+The import graph is read from the source with :mod:`ast`, not by importing it
+(:func:`scripts.architecture.graph`): every ``import`` and ``from ... import`` statement counts,
+at module level or inside a function or a class (a function's import is a circle too, only a
+later one), relative ones resolved. ``from P import N`` is an edge to the module ``P.N`` when
+``N`` is a module of ``P``, to the home a lazy package names for ``N``, else to ``P``;
+``import P.Q`` an edge to ``P.Q``. The packages a module's import runs first (``gae``,
+``gae.models`` for ``gae.models.knn``) are not edges: every package that re-exports its
+submodules would make a circle with them. The layers of docs/architecture.md are checked here too.
 """
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
 from pathlib import Path
 
+from scripts.architecture import graph, imports
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def modules(root: Path, package: str) -> dict[str, Path]:
-    """Every module of ``package`` (a folder under ``root``) by its dotted name."""
-    found = {}
-    for path in sorted((root / package).rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
-    return found
-
-
-def imports(path: Path, name: str) -> Iterator[tuple[int, str, list[str]]]:
-    """``(line, module, names)`` of every import in one file: ``import a.b`` gives ``('a.b', [])``,
-    ``from a import b, c`` gives ``('a', ['b', 'c'])``, relative ones resolved against ``name``."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name, []
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
-            yield node.lineno, base, [alias.name for alias in node.names]
-
-
-def graph(root: Path, package: str) -> dict[str, dict[str, int]]:
-    """``{module: {module it imports: line}}`` over the modules of ``package``."""
-    known = modules(root, package)
-    edges: dict[str, dict[str, int]] = {name: {} for name in known}
-    for name, path in known.items():
-        for line, module, names in imports(path, name):
-            targets = [f"{module}.{n}" if f"{module}.{n}" in known else module for n in names] or [module]
-            for target in targets:
-                if target in known and target != name:
-                    edges[name].setdefault(target, line)
-    return edges
 
 
 def circles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -123,7 +84,7 @@ def describe(circle: list[str], edges: dict[str, dict[str, int]]) -> str:
 
 def test_gae_has_no_import_circle() -> None:
     edges = graph(ROOT, "gae")
-    assert len(edges) > 20 and edges["gae.baselines.knn"]  # it read the package
+    assert len(edges) > 20 and edges["gae.models.knn"]  # it read the package
     found = circles(edges)
     assert not found, "import circles in gae:\n" + "\n".join(describe(c, edges) for c in found)
 
@@ -161,3 +122,40 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     del edges["pkg.c"]["pkg.a"]
     assert circles(edges) == []
     assert list(imports(package / "c.py", "pkg.c"))[1] == (2, "pkg._hidden", [])
+
+
+def test_every_import_points_down_a_layer_or_stays_in_its_own() -> None:
+    """docs/architecture.md's layers (scripts/architecture.py's LAYERS): storage below the episodic
+    memory, the models, the ledger, the Decider and the integrations; no module imports a layer above."""
+    from scripts.architecture import LAYERS, layer_of, upward
+
+    edges = graph(ROOT, "gae")
+    assert {layer_of(module) for module in edges} == set(range(len(LAYERS)))  # every module is in a layer
+    wrong = upward(edges)
+    assert not wrong, "imports pointing up a layer:\n" + "\n".join(wrong)
+
+
+def test_a_model_imports_no_storage_ledger_or_server() -> None:
+    """A judgment memory or a k-NN used inside a larger model loads the models' code alone: no
+    SQLite or Postgres driver, no store, no ledger, no Decider, no server (measured in a fresh
+    interpreter: what ``import`` runs, ``from gae import JudgmentMemory`` included)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from gae import JudgmentMemory, KNNMemory\n"
+             "import gae.judgment.memory, gae.models.knn\n"
+             "JudgmentMemory(2, 2, 3).learn_one([0.1, 0.2, 0.3], 0, 0)\n"
+             "loaded = [m for m in sys.modules if m.split('.')[0] in ('sqlite3', 'psycopg', 'mcp', 'lightning')\n"
+             "          or m.startswith(('gae.storage', 'gae.ledger', 'gae.decider', 'gae.episodic', 'gae.mcp'))]\n"
+             "print(loaded)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_layer_check_finds_an_import_that_points_up() -> None:
+    """The check on an edge made for it: a model importing the Decider is reported, naming both."""
+    from scripts.architecture import upward
+
+    assert upward({"gae.models.knn": {"gae.decider.decider": 12}, "gae.decider.decider": {"gae.models.base": 3}}) \
+        == ["gae.models.knn:12 -> gae.decider.decider (models imports decider)"]

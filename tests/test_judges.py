@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gae import JudgmentConfig, JudgmentMemory
-from gae._base import INCORRECT
 from gae.judgment import judges, trust
+from gae.models.base import INCORRECT
 
 JUDGES = {"gauss": {}, "lda": {"refresh": 3}, "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
           "lda_short": {"kind": "lda", "rate_floor": 0.02, "shrinkage": 0.5}}
@@ -149,7 +149,7 @@ def test_fused_single_decision_call_is_bit_equal_to_the_per_judge_calls(chosen, 
     """The single-decision path's one compiled call for every judge (kernels/judges/fused.py)
     computes what one call per judge and one to mix compute: the same answers, votes and buffers,
     bit for bit."""
-    from gae.judgment.online_judges import JudgeHost
+    from gae.judgment.judged import JudgeHost
     x, category, action, skip = stream(7, n=300)
     config = JudgmentConfig.recommended().replace(judges=chosen)
     answers = {}
@@ -390,7 +390,7 @@ def test_a_judge_buffer_of_another_dtype_takes_the_checked_path():
 
 
 def test_an_interrupted_build_of_the_judges_views_changes_nothing_and_is_built_again(monkeypatch):
-    from gae.judgment import online_judges
+    from gae.judgment import judged as online_judges
 
     x, category, action, _ = stream(13, n=40)
     memory, reference = JudgmentMemory(2, 3, K, CONFIGS["lvq"]), JudgmentMemory(2, 3, K, CONFIGS["lvq"])

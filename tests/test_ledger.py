@@ -1,15 +1,17 @@
-"""A decision memory on a durable ledger (gae/durable.py, gae/ledger): every call committed before it returns.
+"""A Decider on a durable ledger (gae/decider/durable.py, gae/ledger): every call committed before it returns.
 
-Held to the memory in RAM: the same calls on a store-backed memory answer and learn what they
-answer and learn in RAM, bit for bit; a memory opened on an existing ledger (at any point, from
-a snapshot or not) equals the memory that never stopped; forget_ / undo_ equal a memory that
-never learned the forgotten decisions; bad input changes nothing, neither in RAM nor in the ledger.
+Held to the Decider in RAM: the same calls on a Decider given a store answer and learn what they
+answer and learn in RAM, bit for bit; a Decider opened on an existing ledger (at any point, from
+a snapshot or not) equals the one that never stopped; forget_ / undo_ equal a memory that never
+learned the forgotten decisions; bad input changes nothing, neither in RAM nor in the ledger; and
+the memory a Decider serves on a ledger is the ledger's: changed behind its back, it is refused.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentConfig, JudgmentMemory, KNNMemory
-from gae.episodic.store import SQLiteStore
+from gae import Decider, JudgmentConfig, JudgmentMemory, KNNMemory
+from gae.ledger import Ledger, ledgers
+from gae.ledger.events import replay
+from gae.storage import SQLiteStore
 
 C, A, K = ("billing", "refund", "fraud"), ("approve", "reject", "escalate"), 5
 CONFIGS = {"seed": JudgmentConfig.seed(), "adaptive": JudgmentConfig.seed().replace(drift_mode="adaptive"),
@@ -33,15 +37,28 @@ def sqlite(path: Path | str, **options: Any) -> SQLiteStore:
     return SQLiteStore(path, **{"synchronous": "OFF", **options})
 
 
-def make(kind: str, store: Any = None, **options: Any):
-    """A memory of ``kind``; ``store`` a path (a new SQLiteStore on it: another "process"), a store, or None (RAM)."""
-    if isinstance(store, (str, Path)):
-        store = sqlite(store)
-    if store is not None:
-        options["store"] = store
+SERVING = ("ledger", "snapshot_every", "durable_decisions", "max_pending", "pending_ttl", "target_error")
+
+
+def memory_of(kind: str, **options: Any):
+    """A memory of ``kind`` that has learned nothing (``options`` the memory's own, e.g. ``grow``)."""
     if kind in CONFIGS:
         return JudgmentMemory(C, A, K, CONFIGS[kind], **options)
     return KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, scoped=True, **options)
+
+
+def make(kind: str, store: Any = None, **options: Any) -> Decider:
+    """A Decider on a memory of ``kind``; ``store`` a path (a new SQLiteStore on it: another
+    "process"), a store, or None (RAM). ``options`` in :data:`SERVING` are the Decider's, the rest the memory's."""
+    if isinstance(store, (str, Path)):
+        store = sqlite(store)
+    serving = {key: options.pop(key) for key in SERVING if key in options}
+    return Decider(memory_of(kind, **options), store=store, **serving)
+
+
+def ledger_of(decider: Decider) -> Ledger:
+    """The ledger a Decider given a store writes to."""
+    return decider._durable.ledger
 
 
 def stream(n: int, seed: int = 0) -> list[tuple[list[float], str, str]]:
@@ -88,27 +105,38 @@ def unchunked(value: Any) -> Any:
 
 
 def without_logs(state: dict[str, Any]) -> dict[str, Any]:
+    """A memory's state_dict without its in-RAM logs (a Decider's: its memory's)."""
+    if "memory" in state:
+        return {**state, "memory": without_logs(state["memory"])}
     extra = {key: value for key, value in state.get("_extra_state", {}).items() if not key.endswith("_log")}
     return {**state, "_extra_state": extra} if "_extra_state" in state else state
 
 
-def assert_same(a, b, *, version: bool = True, logs: bool = True) -> None:
-    """Every entry of the two state_dicts equal (the tensors with torch.equal, the extra state's
-    pending decisions and counters too, and its logs unless ``logs=False``: a memory opened from a
-    snapshot starts its in-RAM logs there, see test_a_reopened_memory_has_the_whole_decision_log),
-    and the versions."""
-    sa, sb = unchunked(dict(a.state_dict())), unchunked(dict(b.state_dict()))
+def state_of(decider: Decider) -> dict[str, Any]:
+    """The Decider's state_dict (its memory's, the pending decisions, the expired count, the
+    referral), each decision log's rows as rows."""
+    return unchunked(decider.state_dict())
+
+
+def assert_same(a: Decider, b: Decider, *, version: bool = True, logs: bool = True) -> None:
+    """Every entry of the two Deciders' state_dicts equal (the memory's tensors with torch.equal,
+    its extra state, the pending decisions, the expired count and the referral, and the memory's
+    logs unless ``logs=False``: a Decider opened from a snapshot starts its in-RAM logs there, see
+    test_a_reopened_memory_starts_its_logs_at_its_snapshot), and the versions."""
+    sa, sb = state_of(a), state_of(b)
     if not logs:
         sa, sb = without_logs(sa), without_logs(sb)
-    assert list(sa) == list(sb)
+    assert list(sa) == list(sb) and list(sa["memory"]) == list(sb["memory"])
     for name in sa:
         assert_equal_values(sa[name], sb[name], name)
     if version:
-        assert a.version == b.version
+        assert a.version == b.version == a.memory.version
 
 
 def learned(memory) -> dict[str, torch.Tensor]:
-    """The learned buffers and the parameters."""
+    """The learned buffers and the parameters (of a Decider: of its memory)."""
+    if isinstance(memory, Decider):
+        memory = memory.memory
     return {name: t.detach().clone() for name, t in [*memory.named_parameters(), *memory.named_buffers()]}
 
 
@@ -127,22 +155,24 @@ def assert_same_decision(got, want, *, same_id: bool = True) -> None:
         assert got.id == want.id
 
 
-def frozen(memory) -> tuple:
+def frozen(decider: Decider) -> tuple:
     """What a refused call must leave as it was: the state_dict (cloned), the version, the pending
     decisions and the ledger's events."""
-    state = unchunked(copy.deepcopy(dict(memory.state_dict())))
-    return state, memory.version, memory.pending(now=0.0), memory._ledger.events(0), memory._ledger.position()
+    ledger = ledger_of(decider)
+    state = copy.deepcopy(state_of(decider))
+    return state, decider.version, decider.pending(now=0.0), ledger.events(0), ledger.position()
 
 
-def assert_frozen(memory, before: tuple, *, logs: bool = True) -> None:
+def assert_frozen(decider: Decider, before: tuple, *, logs: bool = True) -> None:
     state, version, pending, events, position = before
-    assert memory._ledger.position() == position
-    assert_events_equal(memory._ledger.events(0), events)
-    assert memory.version == version and memory.pending(now=0.0) == pending
-    now = unchunked(dict(memory.state_dict()))
+    ledger = ledger_of(decider)
+    assert ledger.position() == position
+    assert_events_equal(ledger.events(0), events)
+    assert decider.version == version and decider.pending(now=0.0) == pending
+    now = state_of(decider)
     if not logs:
         state, now = without_logs(state), without_logs(now)
-    assert list(now) == list(state)
+    assert list(now) == list(state) and list(now["memory"]) == list(state["memory"])
     for name in state:
         assert_equal_values(now[name], state[name], name)
 
@@ -206,7 +236,7 @@ def drive(memories: list, n: int, seed: int = 0, *, close: bool = True, every: A
 
 # -- 1. the same calls, the same answers and state ---------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_store_backed_memory_answers_and_learns_what_the_memory_in_ram_does(kind: str, tmp_path: Path) -> None:
+def test_a_decider_on_a_store_answers_and_learns_what_the_decider_in_ram_does(kind: str, tmp_path: Path) -> None:
     durable, ram = make(kind, tmp_path / "ledger.db", snapshot_every=5), make(kind)
     drive([durable, ram], 70, seed=1)
     assert durable.pending(now=100.0) == ram.pending(now=100.0) == []
@@ -214,9 +244,12 @@ def test_a_store_backed_memory_answers_and_learns_what_the_memory_in_ram_does(ki
     assert durable.add_actions_("hold") is None and ram.add_actions_("hold") is None
     assert durable.add_categories_(["shipping"]) is None and ram.add_categories_(["shipping"]) is None
     drive([durable, ram], 20, seed=2, start=200.0)  # after a growth
-    assert durable.action_names == ram.action_names and durable.category_names == ram.category_names
+    assert durable.memory.action_names == ram.memory.action_names
+    assert durable.memory.category_names == ram.memory.category_names
     assert_same(durable, ram)
     assert_same(make(kind, tmp_path / "ledger.db"), ram, logs=False)  # and what it committed holds all of it
+    assert durable.ledger_version == ledger_of(durable).position()[0] > 0 and ram.ledger_version is None
+    assert_same_learned(replay(ledger_of(durable), memory_of(kind)), ram)  # the serial replay, event by event
 
 
 @pytest.mark.parametrize("kind", ["seed", "knn"])
@@ -227,7 +260,7 @@ def test_a_decision_answers_its_recorded_values(kind: str, tmp_path: Path) -> No
     assert first.action is None and first.probs == dict.fromkeys(A, 0.0)  # nothing learned: abstains
     anonymous = memory.decide([0.5] * K, "billing", now=11.0)
     assert len(anonymous.id) == 32 and memory.pending(now=12.0) == [first, anonymous]
-    assert [e.kind for e in memory._ledger.events(0)] == ["decide", "decide"]
+    assert [e.kind for e in ledger_of(memory).events(0)] == ["decide", "decide"]
 
 
 # -- 2. reopening --------------------------------------------------------------------------------
@@ -248,7 +281,7 @@ def test_a_memory_reopened_at_any_point_equals_the_memory_that_never_stopped(kin
     opened = drive([live, ram], 60, seed=3, close=False, every=reopen)
     assert reopened >= 6 and opened
     if snapshot_every == 3:
-        assert live._ledger.snapshot() is not None
+        assert ledger_of(live).snapshot() is not None
     back = make(kind, path, snapshot_every=snapshot_every)
     assert [d.id for d in back.pending(now=100.0)] == [d.id for d in live.pending(now=100.0)]
     for ids, verified in opened:  # the pending decisions verified from the reopened memory
@@ -265,8 +298,9 @@ def test_a_reopened_memory_starts_its_logs_at_its_snapshot(kind: str, tmp_path: 
     path = tmp_path / "ledger.db"
     live = make(kind, path, snapshot_every=3)
     drive([live], 20, seed=3)
-    snapshot = live._ledger.snapshot()
-    assert snapshot is not None and not [key for key in snapshot.state["_extra_state"] if key.endswith("_log")]
+    snapshot = ledger_of(live).snapshot()
+    assert snapshot is not None and set(snapshot.state) == {"memory", "referral"}  # the Decider's state, no pending
+    assert not [key for key in snapshot.state["memory"]["_extra_state"] if key.endswith("_log")]
     assert_same(make(kind, path, snapshot_every=3), live, logs=False)
 
 
@@ -309,42 +343,68 @@ def test_two_memories_on_one_store_object_see_each_others_commits(kind: str, tmp
 
 # -- 3. the ledger's names and settings --------------------------------------------------------
 MISMATCHES = {
-    "a config option": (lambda store: JudgmentMemory(C, A, K, store=store, tau=0.3), "tau"),
-    "another config": (lambda store: JudgmentMemory(C, A, K, JudgmentConfig.recommended(), store=store),
+    "a config option": (lambda store: Decider(JudgmentMemory(C, A, K, tau=0.3), store=store), "tau"),
+    "another config": (lambda store: Decider(JudgmentMemory(C, A, K, JudgmentConfig.recommended()), store=store),
                        "prototypes"),
-    "other factors": (lambda store: JudgmentMemory(C, A, ["a", "b", "c", "d", "e"], store=store), "factors"),
-    "more factors": (lambda store: JudgmentMemory(C, A, K + 1, store=store), "factors"),
-    "other actions": (lambda store: JudgmentMemory(C, ("approve", "deny", "escalate"), K, store=store), "actions"),
-    "fewer actions": (lambda store: JudgmentMemory(C, A[:2], K, store=store), "actions"),
-    "a new action, no grow": (lambda store: JudgmentMemory(C, (*A, "hold"), K, store=store), "actions"),
-    "other categories": (lambda store: JudgmentMemory(C[:2], A, K, store=store), "categories"),
-    "another kind": (lambda store: KNNMemory(factors=K, actions=A, categories=C, store=store, ledger="judgment"),
-                     "kind"),
+    "other factors": (lambda store: Decider(JudgmentMemory(C, A, ["a", "b", "c", "d", "e"]), store=store), "factors"),
+    "more factors": (lambda store: Decider(JudgmentMemory(C, A, K + 1), store=store), "factors"),
+    "other actions": (lambda store: Decider(JudgmentMemory(C, ("approve", "deny", "escalate"), K), store=store),
+                      "actions"),
+    "fewer actions, not a start": (lambda store: Decider(JudgmentMemory(C, A[1:], K), store=store), "actions"),
+    "the actions in another order": (lambda store: Decider(JudgmentMemory(C, A[::-1], K), store=store), "actions"),
+    "a new action, no grow": (lambda store: Decider(JudgmentMemory(C, (*A, "hold"), K), store=store), "actions"),
+    "other categories": (lambda store: Decider(JudgmentMemory((*C[:2], "tax"), A, K), store=store), "categories"),
+    "fewer categories, not a start": (lambda store: Decider(JudgmentMemory(C[1:], A, K), store=store),
+                                      "categories"),
+    "another kind": (lambda store: Decider(KNNMemory(factors=K, actions=A, categories=C), store=store,
+                                           ledger="judgment"), "kind"),
+    "a memory that learned": (lambda store: Decider(learned_once(), store=store), "learned"),
 }
+
+
+def learned_once() -> JudgmentMemory:
+    memory = JudgmentMemory(C, A, K)
+    memory.learn_one([0.3] * K, "reject", "refund")
+    return memory
 
 
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
 def test_a_memory_unlike_the_ledgers_is_refused_naming_what_differs(case: str, tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    memory = JudgmentMemory(C, A, K, store=sqlite(path))
-    memory.learn_one([0.1] * K, "approve", "billing")
-    before = memory._ledger.events(0)
+    decider = Decider(JudgmentMemory(C, A, K), store=sqlite(path))
+    decider.learn_one([0.1] * K, "approve", "billing")
+    before = ledger_of(decider).events(0)
     build, field = MISMATCHES[case]
     with pytest.raises(ValueError, match=field):
         build(sqlite(path))
-    assert_events_equal(memory._ledger.events(0), before)
-    assert_same(JudgmentMemory(C, A, K, store=sqlite(path)), memory, logs=False)
+    assert_events_equal(ledger_of(decider).events(0), before)
+    assert_same(Decider(JudgmentMemory(C, A, K), store=sqlite(path)), decider, logs=False)
+
+
+@pytest.mark.parametrize("names", ["actions", "categories", "both"])
+def test_a_memory_with_a_start_of_the_ledgers_names_grows_to_them(names: str, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    decider = Decider(JudgmentMemory(C, A, K), store=sqlite(path))
+    forgetting_run(decider, 10, seed=24)
+    before = ledger_of(decider).events(0)
+    categories, actions = (C[:1] if names != "actions" else C), (A[:2] if names != "categories" else A)
+    opened = Decider(JudgmentMemory(categories, actions, K), store=sqlite(path))
+    assert opened.memory.category_names == C and opened.memory.action_names == A
+    assert_events_equal(ledger_of(decider).events(0), before)  # nothing written: the names were the ledger's
+    assert_same(opened, decider, logs=False)
 
 
 def test_knn_settings_and_categories_must_match_the_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, store=sqlite(path))
+    Decider(KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C), store=sqlite(path))
     for options, field in (({"k": 4}, "k"), ({"capacity": 41}, "capacity"), ({"scoped": True}, "scoped"),
                            ({"respect_skip": True}, "respect_skip"), ({"categories": None}, "categories")):
         with pytest.raises(ValueError, match=field):
-            KNNMemory(factors=K, actions=A, **{"k": 3, "capacity": 40, "categories": C, **options}, store=sqlite(path))
-    other = KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, store=sqlite(path), ledger="other")
-    assert other.version == 0
+            Decider(KNNMemory(factors=K, actions=A, **{"k": 3, "capacity": 40, "categories": C, **options}),
+                    store=sqlite(path))
+    other = Decider(KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C), store=sqlite(path),
+                    ledger="other")
+    assert other.version == 0 and ledgers(sqlite(path)) == ["knn", "other"]
 
 
 @pytest.mark.parametrize("kind", ["seed", "knn"])
@@ -353,30 +413,203 @@ def test_grow_adds_the_new_names_and_a_reopened_memory_keeps_the_ledgers(kind: s
     first = make(kind, path)
     first.learn_one([0.1] * K, "approve", "billing")
     if kind == "knn":
-        grown = KNNMemory(factors=K, actions=(*A, "hold"), k=3, capacity=40, categories=(*C, "shipping"), scoped=True,
-                          grow=True, store=sqlite(path))
+        grown = Decider(KNNMemory(factors=K, actions=(*A, "hold"), k=3, capacity=40, categories=(*C, "shipping"),
+                                  scoped=True, grow=True), store=sqlite(path))
     else:
-        grown = JudgmentMemory((*C, "shipping"), (*A, "hold"), K, CONFIGS[kind], grow=True, store=sqlite(path))
-    assert grown.action_names == (*A, "hold") and grown.category_names == (*C, "shipping")
-    assert [e.kind for e in grown._ledger.events(0)] == ["learn", "grow"]
+        grown = Decider(JudgmentMemory((*C, "shipping"), (*A, "hold"), K, CONFIGS[kind], grow=True),
+                        store=sqlite(path))
+    assert grown.memory.action_names == (*A, "hold") and grown.memory.category_names == (*C, "shipping")
+    assert [e.kind for e in ledger_of(grown).events(0)] == ["learn", "grow"]
     grown.verify(grown.decide([0.9] * K, "shipping", now=1.0).id, "hold", now=1.0)
     again = make(kind, path)  # the names it was created with: it is opened with the ledger's names
-    assert again.action_names == (*A, "hold") and again.category_names == (*C, "shipping")
+    assert again.memory.action_names == (*A, "hold") and again.memory.category_names == (*C, "shipping")
     assert_same(again, grown, logs=False)
     first.pending()  # the memory opened before the growth catches up with it
-    assert first.action_names == (*A, "hold")
+    assert first.memory.action_names == (*A, "hold")
     assert_same(first, grown, logs=False)
-    assert make(kind, path, grow=True).action_names == (*A, "hold")  # nothing new: nothing written
-    assert len(grown._ledger.events(0)) == 4
+    assert make(kind, path, grow=True).memory.action_names == (*A, "hold")  # nothing new: nothing written
+    assert len(ledger_of(grown).events(0)) == 4
 
 
 
 
 def test_a_memory_with_the_grown_ledgers_names_is_not_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    JudgmentMemory(C, A, K, store=sqlite(path))
-    JudgmentMemory(C, (*A, "hold"), K, store=sqlite(path), grow=True)
-    assert JudgmentMemory(C, (*A, "hold"), K, store=sqlite(path)).action_names == (*A, "hold")
+    Decider(JudgmentMemory(C, A, K), store=sqlite(path))
+    Decider(JudgmentMemory(C, (*A, "hold"), K, grow=True), store=sqlite(path))
+    assert Decider(JudgmentMemory(C, (*A, "hold"), K), store=sqlite(path)).memory.action_names == (*A, "hold")
+
+
+# -- 3b. the memory on a ledger is the ledger's ---------------------------------------------------
+@pytest.mark.parametrize("argument", ["store", "ledger", "snapshot_every", "durable_decisions"])
+@pytest.mark.parametrize("kind", ["seed", "knn"])
+def test_a_memory_given_a_store_names_the_decider_and_writes_nothing(kind: str, argument: str,
+                                                                      tmp_path: Path) -> None:
+    store = sqlite(tmp_path / "ledger.db")
+    value = {"store": store, "ledger": "judgment", "snapshot_every": 5, "durable_decisions": False}[argument]
+    owner = "JudgmentMemory" if kind in CONFIGS else "KNNMemory"
+    with pytest.raises(TypeError) as info:
+        memory_of(kind, **{argument: value})
+    message = str(info.value)
+    assert f"Decider({owner}(...), {argument}=...)" in message and "\n" not in message, message
+    assert ledgers(store) == []  # no ledger was begun
+
+
+@pytest.mark.parametrize("kind", ["seed", "knn"])
+def test_a_decider_on_a_store_has_the_surface_of_one_in_ram_and_the_memory_keeps_its_own(kind: str,
+                                                                                       tmp_path: Path) -> None:
+    memory = memory_of(kind)
+    surface = set(dir(memory))
+    in_ram, durable = Decider(memory_of(kind)), Decider(memory, store=sqlite(tmp_path / "ledger.db"))
+
+    def public(decider: Decider) -> set[str]:
+        return {name for name in dir(decider) if not name.startswith("_")}
+
+    assert public(in_ram) == public(durable) and type(in_ram) is type(durable)
+    assert {"decide", "verify", "verify_many", "pending", "learn_one", "add_actions_", "add_categories_", "forget_",
+            "undo_", "explain_decision", "sync", "close", "state_dict", "load_state_dict", "memory", "referral",
+            "target_error", "max_pending", "pending_ttl", "expired_decisions", "version",
+            "ledger_version"} <= public(durable)
+    assert durable.memory is memory and set(dir(memory)) == surface  # the model is not rewired by its ledger
+    assert not [name for name, value in vars(memory).items() if callable(value) and not isinstance(value, type)
+                and name not in ("_lock",) and not isinstance(value, torch.nn.Module)]  # no method set per instance
+    assert "ledger='knn'" in repr(durable) if kind == "knn" else "ledger='judgment'" in repr(durable)
+
+
+def change_learn_one(decider: Decider) -> None:
+    decider.memory.learn_one(ROW, "approve", "billing")
+
+
+def change_prequential(decider: Decider) -> None:
+    decider.memory.prequential_(torch.full((1, K), 0.2), torch.zeros(1, dtype=torch.long),
+                                torch.zeros(1, dtype=torch.long))
+
+
+def change_learn(decider: Decider) -> None:
+    decider.memory.learn_(torch.full((1, K), 0.2), torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+
+
+def change_names(decider: Decider) -> None:
+    decider.memory.add_actions_("hold")
+
+
+def change_load(decider: Decider) -> None:
+    decider.memory.load_state_dict(decider.memory.empty_like().state_dict())
+
+
+def change_load_alike(decider: Decider) -> None:
+    """A state of as many decisions (the same version), learned from others."""
+    other = decider.memory.empty_like()
+    while other.version < decider.memory.version:
+        other.learn_one([0.9] * K, "escalate", "fraud")
+    assert other.version == decider.memory.version
+    decider.memory.load_state_dict(other.state_dict())
+
+
+def change_undo(decider: Decider) -> None:
+    decider.memory.undo_(1)
+
+
+def change_window(decider: Decider) -> None:
+    decider.memory.keep_newest_(1)
+
+
+BEHIND_ITS_BACK = {"learn_one": (change_learn_one, KINDS), "prequential_": (change_prequential, KINDS),
+                   "learn_": (change_learn, KINDS), "add_actions_": (change_names, KINDS),
+                   "load_state_dict": (change_load, KINDS), "load_state_dict of the same version":
+                   (change_load_alike, KINDS), "undo_": (change_undo, list(CONFIGS)),
+                   "keep_newest_": (change_window, ["knn"])}  # (a k-NN keeps no log to undo from)
+NEXT_CALLS = {
+    "decide": lambda m: m.decide(ROW, "billing", now=5.0), "verify": lambda m: m.verify("open", "approve", now=5.0),
+    "verify_many": lambda m: m.verify_many(["open"], ["approve"], now=5.0),
+    "learn_one": lambda m: m.learn_one(ROW, "approve", "billing"), "pending": lambda m: m.pending(now=5.0),
+    "sync": lambda m: m.sync(), "forget_": lambda m: m.forget_([1]), "undo_": lambda m: m.undo_(1),
+    "explain_decision": lambda m: m.explain_decision("open"), "add_categories_": lambda m: m.add_categories_("tax"),
+    "max_pending": lambda m: setattr(m, "max_pending", 1)}
+
+
+@pytest.mark.parametrize(("kind", "change"), [(kind, change) for change, (_, kinds) in sorted(BEHIND_ITS_BACK.items())
+                                               for kind in kinds])
+def test_a_memory_changed_behind_its_deciders_back_is_refused_at_the_next_call(kind: str, change: str,
+                                                                              tmp_path: Path) -> None:
+    act = BEHIND_ITS_BACK[change][0]
+    path = tmp_path / "ledger.db"
+    decider = make(kind, path, snapshot_every=3)
+    rows = forgetting_run(decider, 10, seed=20)
+    decider.decide(ROW, "billing", id="open", source_id=1, now=4.0)
+    ledger = ledger_of(decider)
+    events, position = ledger.events(0), ledger.position()
+    want = state_of(make(kind, path, snapshot_every=3))
+    act(decider)
+    for name, call in NEXT_CALLS.items():
+        with pytest.raises(RuntimeError, match="decider.memory was changed outside"):
+            call(decider)
+        assert ledger.position() == position, name  # nothing written
+    assert_events_equal(ledger.events(0), events)
+    back = make(kind, path, snapshot_every=3)  # a new Decider on the store gets the ledger's state back
+    got = state_of(back)
+    for key in want:
+        assert_equal_values(without_logs(got)[key], without_logs(want)[key], key)
+    assert_same_learned(back, fed(kind, rows))
+    back.verify("open", "approve", now=6.0)  # and goes on
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_memory_that_learned_starts_a_new_ledger_from_a_snapshot_at_seq_0(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    memory = memory_of(kind)
+    for i, (row, category, action) in enumerate(stream(30, seed=21)):
+        memory.learn_one(row, action, category, source_id=i % 3)
+    ram = Decider(copy.deepcopy(memory))
+    durable = Decider(memory, store=sqlite(path), snapshot_every=1000)
+    ledger = ledger_of(durable)
+    snapshot = ledger.snapshot()
+    assert snapshot is not None and snapshot.seq == 0 and snapshot.version == memory.version == ram.version > 0
+    assert ledger.events(0) == [] and ledger.position()[0] == 0 and durable.ledger_version == 0
+    assert_same(make(kind, path), durable, logs=False)  # a reopened Decider starts where the memory was
+    assert_same_learned(replay(ledger, memory_of(kind)), durable)
+    drive([durable, ram], 25, seed=22)
+    assert_same(durable, ram)
+    assert_same(make(kind, path), ram, logs=False)
+    assert_same_learned(replay(ledger, memory_of(kind)), ram)
+    twice = memory_of(kind)
+    twice.learn_one(ROW, "approve", "billing")
+    with pytest.raises(ValueError, match="learned 1 decision"):  # the ledger exists now: its state is the one
+        Decider(twice, store=sqlite(path))
+    assert_same(make(kind, path), ram, logs=False)
+
+
+@pytest.mark.parametrize("kind", ["seed", "knn"])
+def test_a_decider_on_a_store_is_not_copied_and_its_state_is_the_ledgers(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    durable = make(kind, path)
+    forgetting_run(durable, 10, seed=23)
+    durable.decide(ROW, "billing", id="open", now=1.0)
+    for copying in (copy.deepcopy, copy.copy, lambda d: pickle.dumps(d)):
+        with pytest.raises(TypeError, match="cannot be pickled or copied"):
+            copying(durable)
+    before = frozen(durable)
+    with pytest.raises(TypeError, match="load_state_dict"):
+        durable.load_state_dict(make(kind).state_dict())
+    assert_frozen(durable, before)
+    in_ram = make(kind)  # its state_dict goes to a Decider in RAM, pending decisions and all
+    in_ram.load_state_dict(durable.state_dict())
+    assert_same(in_ram, durable)
+    assert in_ram.verify("open", "approve", now=2.0) == durable.verify("open", "approve", now=2.0)
+    assert_same_learned(in_ram, durable)
+
+
+def test_a_closed_decider_leaves_its_ledger_and_writes_what_it_held(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with make("seed", path, durable_decisions=False) as decider:
+        buffered = decider.decide(ROW, "billing", id="a", now=1.0)
+        assert make("seed", path).pending(now=1.0) == []
+    assert make("seed", path).pending(now=1.0) == [buffered]  # written as it left
+    for name, call in NEXT_CALLS.items():
+        with pytest.raises(RuntimeError, match="close"):
+            call(decider)
+        assert len(ledger_of(decider).events(0)) == 1, name
+    decider.close()  # twice: nothing to do
 
 
 # -- 4. bad input changes nothing ----------------------------------------------------------------
@@ -417,21 +650,17 @@ BAD_CALLS = {  # name: (the call, the error the memory in RAM raises for it, wha
     "forget_ of an unknown source": (lambda m: m.forget_([12345]), ValueError, "12345"),
     "undo_ of more than learned": (lambda m: m.undo_(50), ValueError, "undo_"),
     "forget_ with a bad erase": (lambda m: m.forget_([1], erase=1), TypeError, "erase"),
-    "prequential_": (lambda m: m.prequential_(torch.zeros(1, K), torch.zeros(1, dtype=torch.long),
-                                              torch.zeros(1, dtype=torch.long)), TypeError, "learn_one"),
-    "learn_": (lambda m: m.learn_(torch.zeros(1, K), torch.zeros(1, dtype=torch.long),
-                                  torch.zeros(1, dtype=torch.long)), TypeError, "learn_one"),
+    "learn_one of a bad source id": (lambda m: m.learn_one(ROW, "approve", "billing", source_id=-2), ValueError,
+                                     "source_id"),
+    "undo_ with a bad reason": (lambda m: m.undo_(1, reason=None), TypeError, "reason"),
+    "a max_pending of zero": (lambda m: setattr(m, "max_pending", 0), ValueError, "max_pending"),
 }
-# the calls whose checks run inside the write (``build`` raising): they raise UnboundLocalError instead
-BUILD_RAISES = {"unknown id", "verified already", "an unknown verified action", "a verified action index out of range",
-                "a float verified action", "a bad outcome", "verify_many with an unknown id",
-                "verify_many naming one twice", "a duplicate id", "NaN factors", "infinite factors",
-                "factors past the learning limit", "too many factors", "too few factors", "an unknown category",
-                "learn_one of NaN factors", "an action added twice", "a category named twice"}
 
 
-def bad_input_memory(kind: str, path: Path):
-    memory = make(kind, path, snapshot_every=3)
+
+def bad_input_memory(kind: str, path: Path | None):
+    """A Decider (on a ledger at ``path``, or in RAM) with decisions learned, one verified as "done", one "open"."""
+    memory = make(kind, path, snapshot_every=3) if path is not None else make(kind)
     for row, category, action in stream(12, seed=8):
         memory.verify(memory.decide(row, category, source_id=1, now=0.0).id, action, now=0.0)
     memory.verify(memory.decide(ROW, "refund", id="done", now=0.0).id, "approve", now=0.0)
@@ -466,11 +695,12 @@ def test_a_refused_forget_keeps_the_logs(call: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
-def test_a_refused_call_raises_the_error_of_the_memory_in_ram(case: str, tmp_path: Path) -> None:
+def test_a_refused_call_raises_the_error_of_the_decider_in_ram(case: str, tmp_path: Path) -> None:
     call, error, match = BAD_CALLS[case]
-    memory = bad_input_memory("seed", tmp_path / "ledger.db")
-    with pytest.raises(error, match=match):
-        call(memory)
+    for where in (tmp_path / "ledger.db", None):
+        memory = bad_input_memory("seed", where)
+        with pytest.raises(error, match=match):
+            call(memory)
 
 
 # -- 5. forget_ and undo_ ------------------------------------------------------------------------
@@ -537,7 +767,7 @@ def test_forget_and_undo_equal_a_memory_that_never_learned_them(kind: str, tmp_p
     assert_same(other, memory, logs=False)
     assert_same(make(kind, path, snapshot_every=4), memory, logs=False)  # a new process too
 
-    audit = memory._ledger.audit()
+    audit = ledger_of(memory).audit()
     assert [(row["action"], row["reason"], row["count"], row["actor"]) for row in audit] == [
         ("forget", "request 17", len(rows) - len(kept), "dpo-officer"), ("undo", "mistake", 3, "dpo-officer")]
     assert all(set(row) == {"at", "actor", "action", "reason", "count", "seq"} for row in audit)
@@ -556,9 +786,9 @@ def test_a_knn_version_counts_the_decisions_it_holds(tmp_path: Path) -> None:
     forgetting_run(memory, 10, seed=19)
     version = memory.version
     memory.forget_([1])
-    assert memory.version == int(memory.num_decisions) < version
+    assert memory.version == int(memory.memory.num_decisions) < version
     memory.undo_(1)
-    assert memory.version == int(memory.num_decisions) < version - 1
+    assert memory.version == int(memory.memory.num_decisions) < version - 1
 
 
 @pytest.mark.parametrize("kind", ["seed", "knn"])
@@ -657,11 +887,15 @@ def test_forget_keeps_a_pending_decision_that_reused_the_id(tmp_path: Path) -> N
 
 
 # -- the past ------------------------------------------------------------------------------------
-def explained(memory, row: list[float], category: str) -> Any:
-    """What ``explain_decision`` answers for a decision made now: a judgment's ``explain``, a k-NN's ``neighbours``."""
+def explained(decider: Decider, row: list[float], category: str) -> Any:
+    """What ``explain_decision`` answers for a decision made now: the memory's ``explain`` (a
+    judgment's Explanation; a k-NN's ``neighbours``, which its ``explain`` of one decision is)."""
+    memory = decider.memory
     if isinstance(memory, JudgmentMemory):
         return memory.explain(row, category)
-    return memory.neighbours(torch.tensor([row], dtype=torch.float64), torch.tensor([C.index(category)]))
+    neighbours = memory.neighbours(torch.tensor([row], dtype=torch.float64), torch.tensor([C.index(category)]))
+    assert_equal_values(memory.explain(row, category), neighbours, "explain")
+    return neighbours
 
 
 def assert_same_explanation(got, want) -> None:
@@ -710,7 +944,7 @@ def test_buffered_decisions_are_written_at_the_next_write_or_sync(kind: str, tmp
     memory, ram = make(kind, path, durable_decisions=False), make(kind)
     first = memory.decide(ROW, "billing", id="a", now=1.0)
     assert memory.pending(now=1.0) == [first]
-    assert memory._ledger.events(0) == [] and make(kind, path).pending(now=1.0) == []  # a crash now loses it
+    assert ledger_of(memory).events(0) == [] and make(kind, path).pending(now=1.0) == []  # a crash now loses it
     memory.sync()
     assert make(kind, path).pending(now=1.0) == [first]
     second = memory.decide([0.4] * K, "refund", id="b", now=2.0)
@@ -730,7 +964,7 @@ def test_buffered_decisions_are_written_at_the_next_write_or_sync(kind: str, tmp
     assert_same(reopened, ram, logs=False)
     assert_same(memory, ram)
     memory.sync()  # nothing buffered: nothing written
-    assert len(memory._ledger.events(0)) == 5
+    assert len(ledger_of(memory).events(0)) == 5
 
 
 def test_a_buffered_decision_sees_what_other_processes_verified(tmp_path: Path) -> None:
@@ -763,20 +997,20 @@ def test_expired_decisions_are_closed_in_the_ledger_and_counted_on_reopen(kind: 
     assert [d.id for d in memory.pending(now=4.0)] == ids[2:] and memory.expired_decisions == 2
     reopened = make(kind, path, **limits)
     assert [d.id for d in reopened.pending(now=4.0)] == ids[2:] and reopened.expired_decisions == 2
-    assert list(reopened._open) == ids[2:]
+    assert list(reopened._book.open) == ids[2:]
     late = memory.decide([0.5] * K, "billing", id="late", now=12.5)  # t2, made at 2.0, is past its ten seconds
     ram.decide([0.5] * K, "billing", id="late", now=12.5)
     assert memory.pending(now=12.5) == ram.pending(now=12.5) == [*ram.pending(now=12.5)[:2], late]
     assert [d.id for d in memory.pending(now=12.5)] == ["t3", "t4", "late"]
     assert memory.expired_decisions == ram.expired_decisions == 3
-    closes = [(e.decision_id, e.detail) for e in memory._ledger.events(0) if e.kind == "close"]
+    closes = [(e.decision_id, e.detail) for e in ledger_of(memory).events(0) if e.kind == "close"]
     assert closes == [(f"t{i}", {"reason": "expired"}) for i in range(3)]
     reopened = make(kind, path, **limits)
-    assert list(reopened._open) == ["t3", "t4", "late"] and reopened.expired_decisions == 3
+    assert list(reopened._book.open) == ["t3", "t4", "late"] and reopened.expired_decisions == 3
     assert reopened.verify("t4", "approve", now=13.5) == ram.verify("t4", "approve", now=13.5)  # t3 expires now
     assert reopened.expired_decisions == ram.expired_decisions == 4
     assert_same(make(kind, path, **limits), ram, logs=False)
-    assert "t3" not in make(kind, path, **limits)._open
+    assert "t3" not in make(kind, path, **limits)._book.open
 
 
 
@@ -815,7 +1049,7 @@ def server(postgres: tuple[str, Path]) -> str:
 
 @pytest.mark.parametrize("kind", ["recommended", "knn"])
 def test_postgres_reopen_equals_the_memory_that_never_stopped_and_forget(kind: str, dsn: str) -> None:
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     live, ram = make(kind, PostgresStore(dsn), snapshot_every=3), make(kind)
     other = make(kind, PostgresStore(dsn), snapshot_every=3)
@@ -835,14 +1069,14 @@ def test_postgres_reopen_equals_the_memory_that_never_stopped_and_forget(kind: s
     other.pending(now=0.0)
     assert_same(other, live, logs=False)
     assert_same(make(kind, PostgresStore(dsn), snapshot_every=3), live, logs=False)
-    assert [(r["action"], r["reason"]) for r in live._ledger.audit()] == [("forget", "pg")]
+    assert [(r["action"], r["reason"]) for r in ledger_of(live).audit()] == [("forget", "pg")]
 
 
 def test_postgres_erase_says_why_the_server_cannot_promise_it_and_erases_once_it_can(
         postgres: tuple[str, Path], dsn: str) -> None:
     import psycopg
 
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     folder, needle = postgres[1], np.float64(0.987654321098765)
 
@@ -866,7 +1100,7 @@ def test_postgres_erase_says_why_the_server_cannot_promise_it_and_erases_once_it
     assert holding()  # as it says: deleted, not erased
     assert_same_learned(memory, fed("knn", rows))  # the forgotten decision gone, though not erased
     assert_same(make("knn", PostgresStore(dsn)), memory, logs=False)
-    assert [(r["action"], r["count"]) for r in memory._ledger.audit()] == [("forget", 1)]
+    assert [(r["action"], r["count"]) for r in ledger_of(memory).audit()] == [("forget", 1)]
 
     with psycopg.connect(postgres[0], autocommit=True) as admin:  # a server set up for erasure
         admin.execute("ALTER SYSTEM SET wal_recycle = off")

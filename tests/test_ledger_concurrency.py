@@ -1,12 +1,13 @@
-"""Many writers, one decision memory: processes and threads deciding and verifying on one ledger.
+"""Many writers, one ledger: processes and threads deciding and verifying through Deciders on one ledger.
 
-Each process opens its own JudgmentMemory on the shared ledger (SQLite file or a real Postgres
-through pgserver) and runs two threads on it; some verifications are of decisions another process
-made (read back through ``memory.pending()``), so two writers race for one decision. At the end,
-after a barrier and ``sync()``, every process holds the state of the ledger's serial replay, bit
-for bit, and so does a fresh reopen; every acknowledged verification is one learn event, every
-acknowledged skip one close event, and every decision is learned, closed or still pending.
-Workers run as ``sys.executable -c`` children (no fork of a torch process) importing this module.
+Each process opens its own Decider (on a JudgmentMemory) on the shared ledger (SQLite file or a
+real Postgres through pgserver) and runs two threads on it; some verifications are of decisions
+another process made (read back through ``decider.pending()``), so two writers race for one
+decision. At the end, after a barrier and ``sync()``, every process holds the state of the
+ledger's serial replay, bit for bit (the memory, its referral and the pending decisions), and so
+does a fresh reopen; every acknowledged verification is one learn event, every acknowledged skip
+one close event, and every decision is learned, closed or still pending. Workers run as
+``sys.executable -c`` children (no fork of a torch process) importing this module.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import Any
 import pytest
 import torch
 
-from gae import JudgmentConfig, JudgmentMemory
-from gae.durable import apply_event
-from gae.episodic.store import SQLiteStore
+from gae import Decider, JudgmentConfig, JudgmentMemory
 from gae.ledger import CLOSE, DECIDE, GROW, LEARN, Ledger
+from gae.ledger.events import apply_event
+from gae.ledger.events import replay as serial_replay
+from gae.storage import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES, ACTIONS, FACTORS = ["a", "b"], ["approve", "reject"], 4
@@ -40,27 +42,32 @@ BARRIER_S = 300.0  # a worker waiting this long for the others gives up (the par
 def make_store(kind: str, where: str) -> Any:
     if kind == "sqlite":
         return SQLiteStore(where)
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     return PostgresStore(where)
 
 
-def open_memory(kind: str, where: str, snapshot_every: int = SNAPSHOT_EVERY) -> JudgmentMemory:
-    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, JudgmentConfig.recommended(), store=make_store(kind, where),
-                          snapshot_every=snapshot_every)
+def new_memory() -> JudgmentMemory:
+    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, JudgmentConfig.recommended())
 
 
-def close(memory: JudgmentMemory) -> None:
-    memory._ledger.store.close()  # the memory's store (it keeps it on its ledger)
+def open_memory(kind: str, where: str, snapshot_every: int = SNAPSHOT_EVERY) -> Decider:
+    """A Decider on the ledger ``judgment`` of the store at ``where`` (a new store object: another "process")."""
+    return Decider(new_memory(), store=make_store(kind, where), snapshot_every=snapshot_every)
 
 
-def extra_of(memory: JudgmentMemory, logs: bool = True) -> dict[str, Any]:
-    """The state_dict's extra state but the pending decisions (compared apart) and how the decision
-    log happens to group its rows into calls; without ``logs``, without the in-RAM logs (a memory
-    opened from a snapshot starts its logs there, by design: gae/durable.py ``_snapshot_state``)."""
-    extra = dict(memory.state_dict()["_extra_state"])
-    extra.pop("pending", None)
-    extra.pop("expired_decisions", None)
+def close(decider: Decider) -> None:
+    """Leave the ledger, and close the Decider's store (its owner is the test)."""
+    decider.close()
+    decider._durable.ledger.store.close()
+
+
+def extra_of(decider: Decider, logs: bool = True) -> dict[str, Any]:
+    """The memory's extra state but how the decision log happens to group its rows into calls, and
+    the Decider's referral; without ``logs``, without the in-RAM logs (a Decider opened from a
+    snapshot starts its logs there, by design: gae/decider/durable.py ``snapshot_state``). The
+    pending decisions are compared apart."""
+    extra = {**decider.memory.state_dict()["_extra_state"], "referral": decider.referral.state()}
     if not logs:
         extra = {k: v for k, v in extra.items() if not k.endswith("_log")}
     if isinstance(extra.get("decision_log"), dict):
@@ -80,22 +87,32 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def state_of(memory: JudgmentMemory) -> dict[str, Any]:
-    """What must be the same in every memory on one ledger: the tensors, the rest of the state,
-    the version and the pending ids."""
-    state = memory.state_dict()
+def state_of(decider: Decider) -> dict[str, Any]:
+    """What must be the same in every Decider on one ledger: the memory's tensors, the rest of its
+    state and the referral, the version, the pending ids and the expired count."""
+    state = decider.memory.state_dict()
     return {"tensors": {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)},
-            "extra": extra_of(memory, logs=False), "with_logs": extra_of(memory), "version": int(memory.version),
-            "pending": [d.id for d in memory.pending()]}
+            "extra": extra_of(decider, logs=False), "with_logs": extra_of(decider), "version": int(decider.version),
+            "pending": [d.id for d in decider.pending()], "expired": decider.expired_decisions}
 
 
-def replay(ledger: Ledger) -> JudgmentMemory:
-    """A memory in RAM that learned the ledger's learn and grow events one by one, in order."""
-    ref = JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, JudgmentConfig.recommended())
+def replay(ledger: Ledger) -> Decider:
+    """A Decider in RAM that applied the ledger's events one by one, in order: its memory learned
+    the learn and grow events (:func:`gae.ledger.events.apply_event`, held to a memory fed them
+    apart and to :func:`gae.ledger.events.replay`), its referral the verified decisions, its book
+    the decisions, closings and verifications."""
+    ref, plain = Decider(new_memory()), new_memory()
     with ledger.reading():
-        events = ledger.events(0, kinds=(LEARN, GROW))
+        events = ledger.events(0)
+        replayed = serial_replay(ledger, new_memory())
     for event in events:
-        apply_event(ref, event)
+        ref._apply(event)
+        if event.kind in (LEARN, GROW):
+            apply_event(plain, event)
+    for memory in (plain, replayed):
+        want = {k: v for k, v in ref.memory.state_dict().items() if isinstance(v, torch.Tensor)}
+        assert_same_state({k: v for k, v in memory.state_dict().items() if isinstance(v, torch.Tensor)}, want,
+                          "apply_event and gae.ledger.events.replay")
     return ref
 
 
@@ -105,7 +122,7 @@ def assert_same_state(got: dict[str, Any], want: dict[str, torch.Tensor], what: 
 
 
 # -- one writer thread ---------------------------------------------------------------------------
-def run_thread(memory: JudgmentMemory, seed: int, own: str, neighbour: str, calls: int, report: dict[str, Any],
+def run_thread(memory: Decider, seed: int, own: str, neighbour: str, calls: int, report: dict[str, Any],
                lock: threading.Lock) -> None:
     """Decide ``calls`` times under ids ``own<i>``; after each, maybe verify one of its own pending
     decisions, or one of ``neighbour``'s (taken from ``memory.pending()``: another process or
@@ -156,7 +173,7 @@ def new_report() -> dict[str, Any]:
     return {"decided": [], "learned": [], "skipped": [], "refused": [], "crossed": [], "learn_one": 0, "errors": []}
 
 
-def run_threads(memory: JudgmentMemory, wid: int, workers: int, threads: int, calls: int,
+def run_threads(memory: Decider, wid: int, workers: int, threads: int, calls: int,
                 report: dict[str, Any]) -> None:
     """``threads`` threads on ``memory``; with one process, thread t's neighbour is thread t + 1,
     else every thread of process w verifies decisions of process w + 1."""
@@ -269,25 +286,28 @@ def check_ledger(kind: str, where: str, reports: list[dict[str, Any]], states: l
         assert snapshot is not None and snapshot.seq > 0
 
     ref = replay(ledger)
-    want = {k: v for k, v in ref.state_dict().items() if isinstance(v, torch.Tensor)}
+    want = {k: v for k, v in ref.memory.state_dict().items() if isinstance(v, torch.Tensor)}
     want_extra = extra_of(ref, logs=False)
+    assert [d.id for d in ref.pending()] == pending
     for w, state in enumerate(states):
         assert_same_state(state["tensors"], want, f"writer {w} after sync")
         assert same(state["extra"], want_extra), f"writer {w}: the extra state differs from the serial replay's"
         if logs:
             assert same(state["with_logs"], extra_of(ref)), f"writer {w}: the logs differ from the serial replay's"
         assert state["pending"] == pending, f"writer {w}: pending decisions differ from the ledger's"
-        assert state["version"] == states[0]["version"]
+        assert state["version"] == states[0]["version"] == ref.version
+        assert state["expired"] == ref.expired_decisions
     store.close()
     fresh = open_memory(kind, where)
     reopened = state_of(fresh)
     assert_same_state(reopened["tensors"], want, "a fresh reopen")
     assert same(reopened["extra"], want_extra), "a fresh reopen: the extra state differs from the serial replay's"
     assert reopened["pending"] == pending and reopened["version"] == states[0]["version"]
-    if pending:  # the reopened memory goes on: a decision left pending by a worker can be verified
+    if pending:  # the reopened Decider goes on: a decision left pending by a worker can be verified
         assert fresh.verify(pending[0], "approve")["skipped"] is False
-        with fresh._ledger.reading():
-            assert [e.decision_id for e in fresh._ledger.events(len(events) and events[-1].seq, kinds=(LEARN,))] \
+        ledger = fresh._durable.ledger
+        with ledger.reading():
+            assert [e.decision_id for e in ledger.events(len(events) and events[-1].seq, kinds=(LEARN,))] \
                 == [pending[0]]
     close(fresh)
 
@@ -308,8 +328,9 @@ def test_a_verification_lost_to_another_writer_raises_key_error(tmp_path):
         a.verify(other.id, "bogus")
     with pytest.raises(ValueError):  # bad factors
         a.decide([float("nan")] * FACTORS, "a")
-    with a._ledger.reading():
-        assert [e.kind for e in a._ledger.events(0)] == [DECIDE, LEARN, DECIDE]
+    ledger = a._durable.ledger
+    with ledger.reading():
+        assert [e.kind for e in ledger.events(0)] == [DECIDE, LEARN, DECIDE]
     assert [d.id for d in a.pending()] == [other.id]
     close(a)
     close(b)

@@ -1,12 +1,13 @@
-"""A decision memory killed (SIGKILL) at many points loses nothing it acknowledged.
+"""A Decider on a ledger killed (SIGKILL) at many points loses nothing it acknowledged.
 
-A child process decides and verifies in a loop on a durable JudgmentMemory, printing an
+A child process decides and verifies in a loop on a Decider given a store, printing an
 acknowledgement line after each call returns; the parent kills it after a varying number of
 acknowledgements (so the kill lands somewhere inside the next call: its learning, its commit, a
 snapshot), reopens the ledger and checks: every acknowledged verification is one learn event,
 every acknowledged skip one close event, every acknowledged decision is pending, learned or
-closed; at most the one call in flight landed unacknowledged; the reopened memory equals the
-ledger's serial replay; and a new verification of a decision left pending works. The same on a
+closed; at most the one call in flight landed unacknowledged; the reopened Decider equals the
+ledger's serial replay (its memory and its referral); and a new verification of a decision left
+pending works. The same on a
 real Postgres (pgserver). Then kills aimed inside a snapshot write and inside a ``forget_`` (the
 child wraps the ledger's method to announce it and wait there), on both stores.
 """
@@ -29,33 +30,27 @@ from typing import Any
 import pytest
 import torch
 
-from gae import JudgmentConfig, JudgmentMemory
+from gae import Decider
 from gae.ledger import CLOSE, DECIDE, LEARN, Ledger
-from tests.test_ledger_concurrency import close, make_store, replay, same
+from tests.test_ledger_concurrency import close, make_store, new_memory, replay, same
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES, ACTIONS, FACTORS = ["a", "b"], ["approve", "reject"], 4
 LINE_TIMEOUT = 120.0  # seconds to wait for one line of the child (its start imports torch)
 
 
-# -- the memory, its state, the serial replay ----------------------------------------------------
+# -- the Decider, its state, the serial replay ----------------------------------------------------
+def open_memory(kind: str, where: str, snapshot_every: int) -> Decider:
+    """A Decider on the ledger ``judgment`` of the store at ``where`` (tests.test_ledger_concurrency's memory)."""
+    return Decider(new_memory(), store=make_store(kind, where), snapshot_every=snapshot_every)
 
 
-def open_memory(kind: str, where: str, snapshot_every: int) -> JudgmentMemory:
-    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, JudgmentConfig.recommended(), store=make_store(kind, where),
-                          snapshot_every=snapshot_every)
-
-
-
-
-
-
-
-
-def assert_replays(memory: JudgmentMemory, ref: JudgmentMemory, what: str, version: bool = True) -> None:
-    """``memory``'s state is ``ref``'s: every tensor, and the extra state but the pending decisions
-    and the in-RAM logs (a memory opened from a snapshot starts its logs there, by design)."""
-    got, want = memory.state_dict(), ref.state_dict()
+def assert_replays(decider: Decider, ref: Decider, what: str, version: bool = True) -> None:
+    """``decider``'s state is ``ref``'s: every tensor of the memory, its extra state but the in-RAM
+    logs (a Decider opened from a snapshot starts its logs there, by design), and the referral.
+    The pending decisions are compared apart."""
+    assert decider.referral.state() == ref.referral.state(), f"{what}: the referral differs from the serial replay's"
+    got, want = decider.memory.state_dict(), ref.memory.state_dict()
     bad = [k for k, v in want.items() if isinstance(v, torch.Tensor) and not torch.equal(got[k], v)]
     assert not bad, f"{what}: tensors differ from the serial replay: {bad}"
 
@@ -66,7 +61,7 @@ def assert_replays(memory: JudgmentMemory, ref: JudgmentMemory, what: str, versi
 
     assert same(extra(got), extra(want)), f"{what}: the extra state differs from the serial replay's"
     if version:
-        assert memory.version == ref.version
+        assert decider.version == ref.version
 
 
 # -- the child -----------------------------------------------------------------------------------
@@ -188,9 +183,9 @@ class Acked:
 
 
 def check_after_kill(kind: str, where: str, acked: Acked, snapshot_every: int,
-                     in_flight: str | None = None, version: bool = True) -> JudgmentMemory:
-    """The ledger against what was acknowledged, the reopened memory against its serial replay;
-    then one acknowledged pending decision verified on it. Returns the reopened memory (open)."""
+                     in_flight: str | None = None, version: bool = True) -> Decider:
+    """The ledger against what was acknowledged, the reopened Decider against its serial replay;
+    then one acknowledged pending decision verified on it. Returns the reopened Decider (open)."""
     store = make_store(kind, where)
     ledger = Ledger(store, "judgment")
     with ledger.reading():
@@ -220,13 +215,14 @@ def check_after_kill(kind: str, where: str, acked: Acked, snapshot_every: int,
 
     reopened = open_memory(kind, where, snapshot_every)
     assert_replays(reopened, ref, "the reopened memory", version)
-    assert [d.id for d in reopened.pending()] == pending
+    assert [d.id for d in reopened.pending()] == pending == [d.id for d in ref.pending()]
     survivors = [i for i in pending if i in acked.decided]
-    if survivors:  # the memory goes on after the crash: a decision acknowledged before it is verified
+    if survivors:  # the Decider goes on after the crash: a decision acknowledged before it is verified
         assert reopened.verify(survivors[0], "reject")["skipped"] is False
         acked.verified.add(survivors[0])
-        with reopened._ledger.reading():
-            assert reopened._ledger.count(LEARN) == sum(learn_ids.values()) + 1
+        ledger = reopened._durable.ledger
+        with ledger.reading():
+            assert ledger.count(LEARN) == sum(learn_ids.values()) + 1
     return reopened
 
 

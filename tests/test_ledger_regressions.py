@@ -1,17 +1,17 @@
-"""Regression tests for the durable ledger's reviewed bugs (gae/durable.py, gae/durable_calls.py, gae/ledger).
+"""Regression tests for the durable ledger's reviewed bugs (gae/decider/durable.py, gae/ledger).
 
 Each test names the review's repro it guards (r1 ... r12): reusing an id after its decision
 expired, a refused forget_ with buffered decisions, writers with different grow settings, errors
-before the build, forget_ / undo_ after growth, the calls a store-backed memory refuses, two
-threads on one store object, the open-time check, max_pending on a failed write, explaining a
-reused id, verify_many's arguments and the lock file's descriptors.
+before the build, forget_ / undo_ after growth, the calls a Decider on a store refuses (and a
+memory changed behind its back), two threads on one store object, the open-time check,
+max_pending on a failed write, explaining a reused id, verify_many's arguments and the lock
+file's descriptors.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-import gae.durable as durable
-from gae import JudgmentConfig, JudgmentMemory, KNNMemory
-from gae.episodic.store import SQLiteStore
+from gae import Decider, JudgmentConfig, JudgmentMemory, KNNMemory
 from gae.judgment.config import REFER_OPTIONS
 from gae.ledger import DECIDE, LEARN, Ledger
-from tests.test_ledger import without_logs
+from gae.ledger.events import replay
+from gae.storage import SQLiteStore
+from tests.test_ledger import ledger_of, without_logs
 
 C, A, K = ("billing", "refund", "fraud"), ("approve", "reject", "escalate"), 5
 
@@ -36,23 +36,29 @@ def sqlite(path: Path | str, **options: Any) -> SQLiteStore:
     return SQLiteStore(path, **{"synchronous": "OFF", **options})
 
 
-def jm(store: Any = None, names: tuple[str, ...] = A, **options: Any) -> JudgmentMemory:
-    """A judgment memory; ``store`` a path (a new SQLiteStore on it: another "process"), a store, or None (RAM)."""
+SERVING = ("ledger", "snapshot_every", "durable_decisions", "max_pending", "pending_ttl")
+
+
+def serve(memory: Any, store: Any, options: dict[str, Any]) -> Decider:
+    """A Decider on ``memory``; ``store`` a path (a new SQLiteStore on it: another "process"), a
+    store, or None (RAM); the options in :data:`SERVING` are taken from ``options`` for it."""
     if isinstance(store, (str, Path)):
         store = sqlite(store)
-    if store is not None:
-        options["store"] = store
-    return JudgmentMemory(C, names, K, **options)
+    return Decider(memory, store=store, **{key: options.pop(key) for key in SERVING if key in options})
 
 
-def make(kind: str, store: Any = None, **options: Any):
+def jm(store: Any = None, names: tuple[str, ...] = A, **options: Any) -> Decider:
+    """A Decider on a judgment memory (``options``: the Decider's, and the memory's own such as ``grow``)."""
+    serving = {key: options.pop(key) for key in SERVING if key in options}
+    return serve(JudgmentMemory(C, names, K, **options), store, serving)
+
+
+def make(kind: str, store: Any = None, **options: Any) -> Decider:
     if kind == "judgment":
         return jm(store, **options)
-    if isinstance(store, (str, Path)):
-        store = sqlite(store)
-    if store is not None:
-        options["store"] = store
-    return KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, scoped=True, **options)
+    serving = {key: options.pop(key) for key in SERVING if key in options}
+    return serve(KNNMemory(factors=K, actions=A, k=3, capacity=40, categories=C, scoped=True, **options), store,
+                 serving)
 
 
 def rows(n: int, seed: int = 0) -> list[list[float]]:
@@ -91,18 +97,21 @@ def unchunked(value: Any) -> Any:
 
 
 
-def assert_same(a, b, *, logs: bool = False) -> None:
-    """The two state_dicts equal (the pending decisions and counters too; the logs when ``logs``) and the versions."""
-    sa, sb = unchunked(dict(a.state_dict())), unchunked(dict(b.state_dict()))
+def assert_same(a: Decider, b: Decider, *, logs: bool = False) -> None:
+    """The two Deciders' state_dicts equal (the memory's, the pending decisions, the expired count
+    and the referral; the memory's logs when ``logs``) and the versions."""
+    sa, sb = unchunked(a.state_dict()), unchunked(b.state_dict())
     if not logs:
         sa, sb = without_logs(sa), without_logs(sb)
-    assert list(sa) == list(sb)
+    assert list(sa) == list(sb) and list(sa["memory"]) == list(sb["memory"])
     for name in sa:
         assert_equal_values(sa[name], sb[name], name)
     assert a.version == b.version
 
 
-def assert_same_learned(a, b) -> None:
+def assert_same_learned(a: Any, b: Any) -> None:
+    """The learned buffers and the parameters of two memories (of a Decider: its memory's)."""
+    a, b = (m.memory if isinstance(m, Decider) else m for m in (a, b))
     ta = {n: t.detach() for n, t in [*a.named_parameters(), *a.named_buffers()]}
     tb = {n: t.detach() for n, t in [*b.named_parameters(), *b.named_buffers()]}
     assert ta.keys() == tb.keys()
@@ -110,19 +119,19 @@ def assert_same_learned(a, b) -> None:
         assert torch.equal(ta[name], tb[name]), name
 
 
-def frozen(memory) -> tuple:
-    state = unchunked(copy.deepcopy(dict(memory.state_dict())))
-    events = [(e.seq, e.kind, e.decision_id) for e in memory._ledger.events(0)]
-    return state, memory.version, memory.ledger_version, events, memory._ledger.position()
+def frozen(decider: Decider) -> tuple:
+    state = unchunked(copy.deepcopy(decider.state_dict()))
+    events = [(e.seq, e.kind, e.decision_id) for e in ledger_of(decider).events(0)]
+    return state, decider.version, decider.ledger_version, events, ledger_of(decider).position()
 
 
-def assert_frozen(memory, before: tuple) -> None:
+def assert_frozen(decider: Decider, before: tuple) -> None:
     state, version, seen, events, position = before
-    assert memory._ledger.position() == position
-    assert [(e.seq, e.kind, e.decision_id) for e in memory._ledger.events(0)] == events
-    assert memory.version == version and memory.ledger_version == seen
-    now = unchunked(dict(memory.state_dict()))
-    assert list(now) == list(state)
+    assert ledger_of(decider).position() == position
+    assert [(e.seq, e.kind, e.decision_id) for e in ledger_of(decider).events(0)] == events
+    assert decider.version == version and decider.ledger_version == seen
+    now = unchunked(decider.state_dict())
+    assert list(now) == list(state) and list(now["memory"]) == list(state["memory"])
     for name in state:
         assert_equal_values(now[name], state[name], name)
 
@@ -154,13 +163,13 @@ def test_an_expired_id_can_be_given_again(durable_decisions: bool, tmp_path: Pat
     memory.verify(other.id, "approve", now=21.0)
     memory.verify("x", "reject", now=22.0)
     memory.sync()
-    assert memory._unflushed == [] and memory.ledger_version == Ledger(sqlite(path), "judgment").position()[0]
+    assert memory._durable.unflushed == [] and memory.ledger_version == Ledger(sqlite(path), "judgment").position()[0]
     assert pending_ids(memory, now=22.0) == []
     assert_same(memory, jm(path, pending_ttl=10.0))
 
 
 def test_an_expired_id_can_be_given_again_on_postgres(dsn: str) -> None:
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     x = rows(3, seed=2)
     memory = jm(PostgresStore(dsn), pending_ttl=10.0)
@@ -205,7 +214,7 @@ def test_a_refused_forget_with_buffered_decisions_changes_nothing(tmp_path: Path
     with pytest.raises(ValueError, match="999"):
         a.forget_([999])
     assert a.ledger_version == seen and Ledger(sqlite(path), "judgment").position() == position
-    assert [e.decision_id for e in a._unflushed] == [buffered.id]
+    assert [e.decision_id for e in a._durable.unflushed] == [buffered.id]
     b.learn_one(x[1], "approve", "billing")  # one event: the head a would have believed it had seen
     a.sync()
     fresh = jm(path)
@@ -226,7 +235,7 @@ def test_a_grow_false_writer_catches_up_a_grow_true_writers_new_name(tmp_path: P
     b.learn_one(x[3], "reject", "billing")
     a.sync()
     a.sync()  # again: nothing learned twice
-    assert a.action_names == b.action_names == (*A, "brand_new")
+    assert a.memory.action_names == b.memory.action_names == (*A, "brand_new")
     assert_same(a, b)
     assert_same(a, jm(path))
     assert_same(a, jm(path, names=(*A, "brand_new")))  # the grown names are not refused
@@ -235,7 +244,7 @@ def test_a_grow_false_writer_catches_up_a_grow_true_writers_new_name(tmp_path: P
     with pytest.raises(ValueError):
         a.learn_one(x[4], "unknown_action", "billing")  # grow=False: its own calls do not grow it
     assert_frozen(a, before)
-    assert "unknown_action" not in a.action_names
+    assert "unknown_action" not in a.memory.action_names
     a.learn_one(x[5], "brand_new", "refund")  # a name the ledger has
     b.sync()
     assert_same(a, b)
@@ -267,7 +276,7 @@ def test_a_call_on_a_closed_store_raises_the_stores_error(call: str, durable_dec
     d = memory.decide(x[1], "billing", source_id=7)
     memory.sync()
     store.close()
-    with pytest.raises(sqlite3.ProgrammingError, match="closed"):  # the store's own error, not UnboundLocalError
+    with pytest.raises(RuntimeError, match="the store is closed"):  # the store's own error, not UnboundLocalError
         CALLS[call](memory, d, x[1])
 
 
@@ -350,11 +359,11 @@ def test_forget_and_undo_after_growth_past_a_snapshot(tmp_path: Path) -> None:
     assert memory.forget_([7]) == 1
     assert_same_learned(memory, feed(jm(), learned[1:-1]))
     assert_same(memory, jm(path, snapshot_every=1))
-    assert memory.category_names == (*C, "tax")
+    assert memory.memory.category_names == (*C, "tax")
 
 
 def test_forget_after_add_actions_on_postgres(dsn: str) -> None:
-    from gae.episodic.store import PostgresStore
+    from gae.storage import PostgresStore
 
     x = rows(3, seed=10)
     memory = jm(PostgresStore(dsn), pending_ttl=10.0)
@@ -366,32 +375,49 @@ def test_forget_after_add_actions_on_postgres(dsn: str) -> None:
     assert_same(memory, jm(PostgresStore(dsn), pending_ttl=10.0))
 
 
-# -- 6. (r4, r11b) the calls a store-backed memory refuses --------------------------------------------
-def test_load_state_dict_on_a_store_backed_memory_raises_and_changes_nothing(tmp_path: Path) -> None:
+# -- 6. (r4, r11b) the calls a Decider on a store refuses ---------------------------------------------
+def test_load_state_dict_on_a_decider_on_a_store_raises_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     memory, other = jm(path, snapshot_every=1), jm(path)
     for row in rows(3, seed=11):
         memory.learn_one(row, "approve", "billing")
     before = frozen(memory)
-    with pytest.raises(TypeError, match="load_state_dict"):
-        memory.load_state_dict(jm().state_dict())
-    assert_frozen(memory, before)
+    for state in (jm().state_dict(), jm().memory.state_dict()):  # a Decider's, and a memory's (the migration path)
+        with pytest.raises(TypeError, match="load_state_dict"):
+            memory.load_state_dict(state)
+        assert_frozen(memory, before)
     memory.learn_one(rows(1, seed=12)[0], "reject", "refund")
     other.sync()
     assert_same(memory, other)
     assert_same(memory, jm(path))
 
 
-def test_keep_newest_on_a_store_backed_knn_raises(tmp_path: Path) -> None:
+def test_load_state_dict_into_the_memory_of_a_decider_on_a_store_is_refused_at_the_next_call(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    memory = jm(path, snapshot_every=1)
+    for row in rows(3, seed=11):
+        memory.learn_one(row, "approve", "billing")
+    position = ledger_of(memory).position()
+    memory.memory.load_state_dict(jm().memory.state_dict())  # behind the Decider's back
+    with pytest.raises(RuntimeError, match="decider.memory was changed outside"):
+        memory.learn_one(rows(1, seed=12)[0], "reject", "refund")
+    assert ledger_of(memory).position() == position
+    assert jm(path).version == 3
+
+
+def test_keep_newest_on_the_knn_of_a_decider_on_a_store_is_refused_at_the_next_call(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     knn = make("knn", path)
     for row in rows(5, seed=13):
         knn.learn_one(row, "approve", "billing")
     before = frozen(knn)
-    with pytest.raises(TypeError, match="keep_newest_"):
-        knn.keep_newest_(1)
-    assert_frozen(knn, before)
-    assert len(knn) == len(make("knn", path)) == 5
+    assert knn.memory.keep_newest_(1) == 4  # the memory's own call: its Decider refuses to go on from it
+    with pytest.raises(RuntimeError, match="decider.memory was changed outside"):
+        knn.learn_one(rows(1, seed=14)[0], "approve", "billing")
+    with pytest.raises(RuntimeError, match="decider.memory was changed outside"):
+        knn.pending()
+    assert ledger_of(knn).position() == before[4]
+    assert len(make("knn", path).memory) == 5
 
 
 # -- 7. (r9) two memories on one store object, in two threads ------------------------------------------
@@ -438,31 +464,31 @@ def test_two_threads_on_one_store_object_end_as_the_ledger(slow_commit: bool, tm
     fresh = jm(path)
     assert_same(memories[0], fresh)
     assert_same(memories[1], fresh)
-    assert_same_learned(fresh, durable.replay(fresh._ledger, jm()))
+    assert_same_learned(fresh, replay(ledger_of(fresh), JudgmentMemory(C, A, K)))
 
 
 # -- 8. (r7) the open-time check cannot be bypassed ------------------------------------------------------
-def test_a_ledger_created_between_prepare_and_attach_is_still_checked(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ledger_created_just_before_the_open_takes_its_lock_is_still_checked(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "l.db"
-    original = durable.prepare
+    original = Ledger.writing
     raced: list[Any] = []
 
-    def racing(*args: Any, **kwargs: Any):
-        out = original(*args, **kwargs)
-        if not raced:  # "another process" creates the ledger, with another config, right after the check
+    def racing(self: Ledger) -> Any:
+        if not raced:  # "another process" creates the ledger, with another config, as this open begins
             raced.append(None)  # (its own open goes through here too)
-            raced[0] = JudgmentMemory(C, A, K, JudgmentConfig.recommended(), store=sqlite(path))
+            raced[0] = Decider(JudgmentMemory(C, A, K, JudgmentConfig.recommended()), store=sqlite(path))
             raced[0].learn_one(rows(1)[0], "approve", "billing")
-        return out
+        return original(self)
 
-    monkeypatch.setattr(durable, "prepare", racing)
+    monkeypatch.setattr(Ledger, "writing", racing)
     with pytest.raises(ValueError, match="tau"):
-        JudgmentMemory(C, A, K, JudgmentConfig.seed().replace(tau=0.3), store=sqlite(path))
-    monkeypatch.setattr(durable, "prepare", original)
-    assert raced and Ledger(sqlite(path), "judgment").meta()["settings"] == {  # decide's referral options aside
-        key: value for key, value in JudgmentConfig.recommended().to_dict().items() if key not in REFER_OPTIONS}
-    assert_same(JudgmentMemory(C, A, K, JudgmentConfig.recommended(), store=sqlite(path)), raced[0])
+        Decider(JudgmentMemory(C, A, K, JudgmentConfig.seed().replace(tau=0.3)), store=sqlite(path))
+    monkeypatch.setattr(Ledger, "writing", original)
+    settings = Ledger(sqlite(path), "judgment").meta()["settings"]
+    assert raced and settings == JudgmentConfig.recommended().to_dict() == raced[0].memory.settings()
+    assert not set(REFER_OPTIONS) & set(settings)  # act or refer is the Decider's: no ledger setting
+    assert_same(Decider(JudgmentMemory(C, A, K, JudgmentConfig.recommended()), store=sqlite(path)), raced[0])
 
 
 # -- 9. (r8, r11) max_pending keeps its value when the write raises ----------------------------------------
@@ -472,10 +498,10 @@ def test_max_pending_keeps_its_value_when_the_write_raises(tmp_path: Path) -> No
     for row in rows(3, seed=14):
         memory.decide(row, "billing")
     store.close()
-    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+    with pytest.raises(RuntimeError, match="the store is closed"):  # the store's own error
         memory.max_pending = 2
     assert memory.max_pending == 50
-    assert len(memory._open) == 3
+    assert len(memory._book.open) == 3
 
 
 def test_max_pending_lowered_closes_the_oldest_in_the_ledger(tmp_path: Path) -> None:
@@ -493,14 +519,14 @@ def test_explain_decision_of_a_reused_id_explains_the_latest(tmp_path: Path) -> 
     path = tmp_path / "l.db"
     x = rows(8, seed=16)
     memory, ram = jm(path), jm()
-    first_want = ram.explain(x[0], "billing")
+    first_want = ram.memory.explain(x[0], "billing")
     memory.decide(x[0], "billing", id="r")
     ram.decide(x[0], "billing", id="r")
     assert memory.verify("r", "approve") == ram.verify("r", "approve")
     for row in x[1:6]:
         memory.learn_one(row, "reject", "billing")
         ram.learn_one(row, "reject", "billing")
-    want = ram.explain(x[6], "refund")
+    want = ram.memory.explain(x[6], "refund")
     memory.decide(x[6], "refund", id="r")
     got = memory.explain_decision("r")
     assert str(got) != str(first_want)  # (the two decisions are told apart)
@@ -511,7 +537,7 @@ def test_explain_decision_of_a_reused_id_explains_the_latest(tmp_path: Path) -> 
 
 
 # -- 11. verify_many takes no skip= ------------------------------------------------------------------------
-def test_durable_verify_many_refuses_skip_like_the_memory_in_ram(tmp_path: Path) -> None:
+def test_durable_verify_many_refuses_skip_like_the_decider_in_ram(tmp_path: Path) -> None:
     memory, ram = jm(tmp_path / "l.db"), jm()
     x = rows(2, seed=17)
     ids = [memory.decide(row, "billing").id for row in x]
@@ -548,3 +574,34 @@ def test_many_ledgers_and_memories_on_one_store_object_open_one_lock_file(tmp_pa
     for ledger in kept[10:20]:
         ledger.audit()
     assert lock_fds(path) == 1
+
+
+# -- 13. a call refused after catching up with another writer leaves its Decider as the ledger holds it ------
+REFUSED_AFTER_CATCHING_UP = {
+    "verify of a decision the other verified": (lambda m, d: m.verify(d.id, "reject", now=2.0), KeyError),
+    "forget_ of an unknown source": (lambda m, d: m.forget_([999]), ValueError),
+    "undo_ of more than learned": (lambda m, d: m.undo_(50), ValueError),
+    "explain_decision of an unknown id": (lambda m, d: m.explain_decision("never"), KeyError),
+    "decide with NaN factors": (lambda m, d: m.decide([float("nan")] * K, "billing", now=2.0), ValueError),
+    "learn_one of an unknown action": (lambda m, d: m.learn_one([0.5] * K, "sell", "billing"), ValueError),
+}
+
+
+@pytest.mark.parametrize("durable_decisions", [True, False])
+@pytest.mark.parametrize("case", sorted(REFUSED_AFTER_CATCHING_UP))
+def test_a_call_refused_after_catching_up_leaves_the_decider_usable(case: str, durable_decisions: bool,
+                                                                    tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    a, b = jm(path), jm(path, durable_decisions=durable_decisions)
+    x = rows(3, seed=18)
+    decision = a.decide(x[0], "billing", source_id=5, now=1.0)
+    a.verify(decision.id, "approve", now=1.0)  # b has not seen it: its next call catches up first
+    call, error = REFUSED_AFTER_CATCHING_UP[case]
+    with pytest.raises(error):
+        call(b, decision)
+    assert pending_ids(b, now=2.0) == []  # no RuntimeError: what b applied came from the ledger, not behind its back
+    assert_same(b, a)
+    b.verify(b.decide(x[1], "refund", now=3.0).id, "reject", now=3.0)  # and it goes on
+    a.sync()
+    assert_same(a, b)
+    assert_same(b, jm(path))

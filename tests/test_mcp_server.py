@@ -68,6 +68,7 @@ def test_every_tool_over_stdio_and_a_restart_on_the_same_store(tmp_path):
             assert second["action"] == "escalate"
             explained = await call(client, "explain", decision_id=second["id"])
             assert explained["action"] == "escalate" and set(explained["attention"]) == {"amount", "risk"}
+            assert set(explained["weight"]) == {"amount", "risk"} and all(w > 0 for w in explained["weight"].values())
             kept = (await call(client, "remember", text="the refund was approved", scope="alice",
                                importance=0.8))["id"]
             gone = (await call(client, "remember", text="a secret to erase", scope="bob",
@@ -177,7 +178,7 @@ def test_the_default_embedder_recalls_by_meaning_over_stdio(tmp_path):
 def test_a_config_fixes_a_memory_and_a_bad_config_stops_the_server_saying_why(tmp_path):
     config = tmp_path / "gae.toml"
     config.write_text('[[memory]]\nfactors = ["amount"]\ncategories = ["billing"]\nactions = ["approve", "deny"]\n'
-                      '[judgment]\ntarget_error = 0.05\n')
+                      '[refer]\ntarget_error = 0.05\n')
 
     async def go():
         async with Client(stdio(tmp_path / "fixed.db", "--config", str(config))) as client:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from gae import JudgmentConfig
 from gae.episodic.embedders import HashingEmbedder
-from gae.episodic.store import PostgresStore, SQLiteStore
 from gae.ledger import ledgers
 from gae.mcp import MemoryService, ServerConfig, ToolInputError
+from gae.storage import PostgresStore, SQLiteStore
 
 ACTIONS = ["approve", "escalate"]
 
@@ -27,8 +27,8 @@ def state(svc: MemoryService):
     """What a refused call must leave as it was: each memory's version, names and pending ids,
     and the text memory's version and contents."""
     text = svc._text
-    return ({v: (m.version, m.category_names, m.action_names, [d.id for d in m.pending()])
-             for v, m in svc._memories.items()},
+    return ({v: (d.version, d.memory.category_names, d.memory.action_names, [p.id for p in d.pending()])
+             for v, d in svc._deciders.items()},
             None if text is None else (text.version, list(text.contents)))
 
 
@@ -48,7 +48,7 @@ def teach(svc: MemoryService, n: int = 20) -> None:
 def test_a_new_vocabulary_needs_its_actions_then_grows_on_sight(svc):
     with pytest.raises(ToolInputError, match="actions: no memory decides on factors") as refused:
         svc.decide("billing", {"amount": 0.2, "risk": 0.9})
-    assert refused.value.field == "actions" and svc._memories == {}
+    assert refused.value.field == "actions" and svc._deciders == {}
     first = svc.decide("billing", {"risk": 0.9, "amount": 0.2}, actions=ACTIONS)
     assert first["action"] is None and first["refer"] and "unseen_category" in first["reasons"]
     assert first["factors"] == ["amount", "risk"]  # one memory per vocabulary, its names sorted
@@ -57,15 +57,15 @@ def test_a_new_vocabulary_needs_its_actions_then_grows_on_sight(svc):
     second = svc.decide("billing", {"amount": 0.2, "risk": 0.9})
     assert second["action"] == "escalate" and "unseen_category" not in second["reasons"]
     svc.verify(svc.decide("support", {"amount": 0.1, "risk": 0.1})["id"], "refund")  # a new category and action
-    memory = svc._memories[("amount", "risk")]
+    memory = svc._deciders[("amount", "risk")].memory
     assert memory.category_names == ("billing", "support") and memory.action_names == ("approve", "escalate",
                                                                                        "refund")
     other = svc.decide("billing", {"latency": 3.0}, actions=["retry"])  # another vocabulary, another memory
-    assert other["factors"] == ["latency"] and len(svc._memories) == 2
+    assert other["factors"] == ["latency"] and len(svc._deciders) == 2
 
 
 def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(tmp_path):
-    svc = service(tmp_path / "fixed.db", config=ServerConfig(judgment=JudgmentConfig.recommended()))  # no target
+    svc = service(tmp_path / "fixed.db", config=ServerConfig(target_error=None))  # no target
     teach(svc, 40)
     sure = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
     assert sure["action"] == "escalate" and not sure["refer"] and sure["reasons"] == []
@@ -79,15 +79,15 @@ def test_a_taught_memory_acts_where_it_is_sure_and_refers_where_it_is_not(tmp_pa
 def test_at_its_target_error_the_server_refers_until_the_evidence_lets_it_act(svc, tmp_path):
     """The default target, 2%: with few verified decisions no confidence is proven safe (every
     decision referred, low_confidence); hundreds of right answers at high confidence prove it."""
-    assert svc.config.judgment.target_error == 0.02
+    assert svc.config.target_error == 0.02
     teach(svc, 40)
     early = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
     assert early["action"] == "escalate" and early["refer"] and early["reasons"] == ["low_confidence"]
     teach(svc, 860)  # about 300 right answers at a level prove it at 2% (delta 0.05 over 27 levels)
     late = svc.decide("billing", {"amount": 0.5, "risk": 0.95})
     assert late["action"] == "escalate" and not late["refer"] and late["reasons"] == []
-    memory = svc._memories[("amount", "risk")]
-    assert memory.referral.threshold <= late["confidence"]
+    decider = svc._deciders[("amount", "risk")]
+    assert decider.target_error == 0.02 and decider.referral.threshold <= late["confidence"]
     again = service(tmp_path / "mcp.db", scopes=["alice"])  # a restart: the calibration is in the ledger
     assert again.decide("billing", {"amount": 0.5, "risk": 0.95})["refer"] is False
 
@@ -182,7 +182,7 @@ def test_a_restarted_service_has_every_decision_pending_and_learned(tmp_path):
     again = service(path)  # a new process on the same store
     assert again.decide("billing", {"amount": 0.5, "risk": 0.9})["probs"] == probs
     assert again.verify(pending["id"], "escalate")["learned"]
-    assert again._memories[("amount", "risk")].version == first._memories[("amount", "risk")].version + 1
+    assert again._deciders[("amount", "risk")].version == first._deciders[("amount", "risk")].version + 1
     assert ledgers(SQLiteStore(path)) == ['mcp:["amount", "risk"]']
 
 
@@ -285,12 +285,12 @@ def test_a_refused_decision_creates_no_ledger_and_adds_no_action(tmp_path):
     for factors in ({"x": 1e300}, {"x": 10 ** 400}, {"x": 1e16}):
         with pytest.raises(ToolInputError, match="factors.x: must"):
             svc.decide("c", factors, ["a", "b"])
-    assert ledgers(SQLiteStore(path)) == [] and svc._memories == {}
+    assert ledgers(SQLiteStore(path)) == [] and svc._deciders == {}
     svc.decide("c", {"x": 0.5}, ["a", "b"])
     before = state(svc)
     with pytest.raises(ToolInputError, match="factors.x"):
         svc.decide("new", {"x": 1e16}, ["a", "zzz"])
-    assert state(svc) == before and svc._memories[("x",)].action_names == ("a", "b")
+    assert state(svc) == before and svc._deciders[("x",)].memory.action_names == ("a", "b")
 
 
 def test_strings_no_store_can_hold_and_oversized_calls_are_refused_by_field(tmp_path):
@@ -319,7 +319,8 @@ def test_every_judgment_memory_shares_one_connection(tmp_path):
         svc.decide("c", {f"v{i}": 0.1}, ["a"])
     again = service(tmp_path / "shared.db")
     for held in (svc, again):
-        assert len(held._memories) == 5 and len({id(m._ledger.store) for m in held._memories.values()}) == 1
+        assert len(held._deciders) == 5
+        assert len({id(d._durable.ledger.store) for d in held._deciders.values()}) == 1
 
 
 def test_explain_says_a_decision_on_an_unseen_category_had_no_opinion(svc):
@@ -339,7 +340,7 @@ def test_a_second_server_sees_what_the_first_wrote_since_it_started(tmp_path):
     assert two.decide("c", {"new": 0.5})["factors"] == ["new"]  # no actions needed: one named them
     one.decide("c", {"new": 0.5}, ["z"])
     two.decide("c", {"new": 0.5}, ["z"])  # z is there already: not added twice
-    assert two._memories[("new",)].action_names == ("a", "z")
+    assert two._deciders[("new",)].memory.action_names == ("a", "z")
     kept = one.remember("written by one", "fresh scope")
     assert [m["id"] for m in two.recall("written by one", ["fresh scope"])] == [kept]
     assert two.forget([kept]) == [kept]
@@ -362,15 +363,28 @@ def test_a_decision_another_server_made_on_a_memory_this_one_holds_is_verifiable
 
 
 def test_the_target_is_the_configs_and_servers_of_other_targets_share_a_store(tmp_path):
-    off = ServerConfig.from_mapping({"judgment": {"target_error": False, "refer_confidence": 0.7}})
-    assert off.judgment.target_error is None and off.judgment.refer_confidence == 0.7
-    assert ServerConfig.from_mapping({"judgment": {"target_error": 0.05}}).judgment.target_error == 0.05
-    with pytest.raises(ValueError, match="target_error"):
+    off = ServerConfig.from_mapping({"refer": {"target_error": False, "confidence": 0.7}})
+    assert off.target_error is None and off.refer_confidence == 0.7 and off.judgment == JudgmentConfig.recommended()
+    assert ServerConfig.from_mapping({"refer": {"target_error": 0.05, "margin": 0.2}}).refer_margin == 0.2
+    with pytest.raises(ValueError, match="refer.target_error must be in"):
+        ServerConfig.from_mapping({"refer": {"target_error": 1.5}})
+    with pytest.raises(ValueError, match="target_error must be in"):
+        ServerConfig(target_error=1.5)
+    previous = ServerConfig.from_mapping({"judgment": {"target_error": 0.05, "refer_confidence": 0.7,
+                                                       "refer_margin": 0.3}})  # the previous release's options
+    assert (previous.target_error, previous.refer_confidence, previous.refer_margin) == (0.05, 0.7, 0.3)
+    assert ServerConfig.from_mapping({"judgment": {"target_error": False}}).target_error is None
+    with pytest.raises(ValueError, match="judgment.target_error must be in"):
         ServerConfig.from_mapping({"judgment": {"target_error": 1.5}})
     old = ServerConfig.from_mapping({"refer": {"min_confidence": 0.8, "min_margin": 0.2}})  # the first release's table
-    assert (old.judgment.refer_confidence, old.judgment.refer_margin) == (0.8, 0.2)
+    assert (old.refer_confidence, old.refer_margin) == (0.8, 0.2)
     with pytest.raises(ValueError, match=r"\[refer\] min_margin and \[judgment\] refer_margin are one setting"):
         ServerConfig.from_mapping({"refer": {"min_margin": 0.2}, "judgment": {"refer_margin": 0.3}})
+    with pytest.raises(ValueError, match=r"^\[refer\] target_error and \[judgment\] target_error are one setting: "
+                                         r"give it once, as \[refer\] target_error$"):
+        ServerConfig.from_mapping({"refer": {"target_error": 0.1}, "judgment": {"target_error": 0.1}})
+    with pytest.raises(ValueError, match=r"\[refer\] confidence and \[refer\] min_confidence are one setting"):
+        ServerConfig.from_mapping({"refer": {"confidence": 0.7, "min_confidence": 0.7}})
     first = service(tmp_path / "shared.db", config=off)
     teach(first, 20)
     second = service(tmp_path / "shared.db")  # the default target: the ledger does not check decide's options

@@ -1,4 +1,4 @@
-"""The act-or-refer calibration (gae/refer.py): its bound against the exact binomial bound, its
+"""The act-or-refer calibration (gae/decider/refer.py): its bound against the exact binomial bound, its
 threshold, its guarantee on exchangeable streams, and its bad input refused with nothing changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from gae.refer import CHANGE_LEVEL, GRID, Referral, ReferralCalibrator, kl_passes, kl_upper_bound
+from gae.decider.refer import CHANGE_LEVEL, GRID, Referral, ReferralCalibrator, kl_passes, kl_upper_bound
 
 
 def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:

@@ -1,6 +1,7 @@
-"""Act or refer inside the memories: decide's ``refer`` and ``reasons`` (gae/refer.py's Referral),
-the calibrated threshold of ``JudgmentConfig.target_error`` fed by verify, and what the referral
-keeps: through the state_dict, a ledger's replay and restart, undo_ and forget_."""
+"""Act or refer in the Decider: decide's ``refer`` and ``reasons`` (gae/decider/refer.py's Referral),
+the calibrated threshold of ``Decider(memory, target_error=...)`` fed by verify, and what the
+referral keeps: through the Decider's state_dict (and a checkpoint saved before the Decider), a
+ledger's replay and restart, undo_ and forget_."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentConfig, JudgmentMemory, KNNMemory
-from gae.episodic.store import SQLiteStore
-from gae.refer import NOVEL_AFTER, REASONS, RECENT, Referral, ReferralCalibrator, novel_bound
+from gae import Decider, JudgmentConfig, JudgmentMemory, KNNMemory
+from gae.decider.refer import NOVEL_AFTER, REASONS, RECENT, Referral, ReferralCalibrator, novel_bound
+from gae.storage import SQLiteStore
 
 ACTIONS = ["approve", "reject"]
 
@@ -32,11 +33,11 @@ def blobs(n: int, seed: int = 0, swap_after: int | None = None) -> list[tuple[np
     return out
 
 
-def feed(memory, stream, category="a", sources=False):
+def feed(decider, stream, category="a", sources=False):
     decisions = []
     for i, (row, action) in enumerate(stream):
-        decision = memory.decide(row, category, source_id=i if sources else None)
-        memory.verify(decision.id, action)
+        decision = decider.decide(row, category, source_id=i if sources else None)
+        decider.verify(decision.id, action)
         decisions.append(decision)
     return decisions
 
@@ -45,16 +46,22 @@ def recommended(**changes) -> JudgmentConfig:
     return JudgmentConfig.recommended().replace(**changes)
 
 
+def served(config: JudgmentConfig | None = None, **options) -> Decider:
+    """A Decider (``options`` its own: target_error, refer_confidence, refer_margin, a store ...) on a
+    judgment memory of one category ``a`` and two criteria."""
+    return Decider(JudgmentMemory(["a"], ACTIONS, 2, recommended() if config is None else config), **options)
+
+
 # -- the reasons -------------------------------------------------------------------------------
 def test_a_memory_with_no_opinion_refers_as_unseen_and_a_sure_one_acts():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended())
-    first = memory.decide([0.0, 0.0], "a")
+    decider = served()
+    first = decider.decide([0.0, 0.0], "a")
     assert first.action is None and first.refer and first.reasons == ("unseen_category",)
-    feed(memory, blobs(60))
-    sure = memory.decide([3.0, 3.0], "a")
+    feed(decider, blobs(60))
+    sure = decider.decide([3.0, 3.0], "a")
     assert sure.action == "reject" and sure.confidence > 0.9 and not sure.refer and sure.reasons == ()
     for x in np.linspace(1.0, 2.0, 21):  # across the boundary: unsure there, and the two closest at its middle
-        between = memory.decide([x, x], "a")
+        between = decider.decide([x, x], "a")
         p = sorted(between.probs.values())
         assert ("low_confidence" in between.reasons) == (between.confidence < 0.6)
         assert ("small_margin" in between.reasons) == (p[1] - p[0] < 0.1)
@@ -62,9 +69,10 @@ def test_a_memory_with_no_opinion_refers_as_unseen_and_a_sure_one_acts():
         assert between.refer == bool(between.reasons)
 
 
-def test_the_fixed_thresholds_are_the_configs():
-    strict, lax = (JudgmentMemory(["a"], ACTIONS, 2, recommended(refer_confidence=c, refer_margin=m))
-                   for c, m in ((0.99, 0.99), (0.0, 0.0)))
+def test_the_fixed_thresholds_are_the_deciders():
+    strict, lax = (served(refer_confidence=c, refer_margin=m) for c, m in ((0.99, 0.99), (0.0, 0.0)))
+    assert (strict.referral.min_confidence, strict.referral.min_margin) == (0.99, 0.99)
+    assert served().referral.min_confidence == 0.6 and served().referral.min_margin == 0.1  # the defaults
     feed(strict, blobs(60))
     feed(lax, blobs(60))
     for x in np.linspace(1.0, 2.0, 11):  # across the boundary
@@ -73,212 +81,257 @@ def test_the_fixed_thresholds_are_the_configs():
         if decided.confidence < 0.99:
             assert decided.reasons == ("low_confidence", "small_margin")
     with pytest.raises(ValueError, match="refer_margin"):
-        recommended(refer_margin=1.5)
+        served(refer_margin=1.5)
+    with pytest.raises(ValueError, match="refer_confidence"):
+        served(refer_confidence=-0.1)
     with pytest.raises(ValueError, match="target_error"):
-        recommended(target_error=0.0)
+        served(target_error=0.0)
+    for option in ("target_error", "refer_confidence", "refer_margin"):  # the config's no more: it names the Decider
+        with pytest.raises(TypeError, match=rf"{option}.*Decider\(memory, {option}=\.\.\.\)"):
+            recommended(**{option: 0.05})
 
 
 def test_a_case_far_outside_the_categorys_spread_is_novel():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(refer_margin=0.0))
-    feed(memory, blobs(NOVEL_AFTER - 1))
-    assert "novel" not in memory.decide([40.0, 40.0], "a").reasons  # too little spread to tell yet
-    feed(memory, blobs(40, seed=1))
-    assert "novel" in memory.decide([40.0, 40.0], "a").reasons
-    assert "novel" not in memory.decide([3.2, 2.9], "a").reasons
+    decider = served(refer_margin=0.0)
+    feed(decider, blobs(NOVEL_AFTER - 1))
+    assert "novel" not in decider.decide([40.0, 40.0], "a").reasons  # too little spread to tell yet
+    feed(decider, blobs(40, seed=1))
+    assert "novel" in decider.decide([40.0, 40.0], "a").reasons
+    assert "novel" not in decider.decide([3.2, 2.9], "a").reasons
     # the bound: the chi-square's 0.999 quantile, 13.8 for two criteria and 16.3 for three
     assert novel_bound(1) == pytest.approx(10.8276, abs=1e-3) and novel_bound(2) == pytest.approx(13.8155, abs=1e-3)
     assert novel_bound(3) == pytest.approx(16.2662, abs=1e-3) and novel_bound(100) == pytest.approx(149.449, abs=1e-2)
-    seed_rule = JudgmentMemory(["a"], ACTIONS, 2)  # the gated rule keeps no spread: never novel
+    seed_rule = Decider(JudgmentMemory(["a"], ACTIONS, 2))  # the gated rule keeps no spread: never novel
     feed(seed_rule, blobs(60))
     assert "novel" not in seed_rule.decide([40.0, 40.0], "a").reasons
 
 
 def test_a_drift_shows_as_a_recent_change_in_the_trust_weights():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended())
+    decider = served()
     stream = blobs(400, swap_after=300)
-    decisions = feed(memory, stream)
+    decisions = feed(decider, stream)
     before = [d for d in decisions[250:300] if "recent_change" in d.reasons]
     after = [d for d in decisions[300:340] if "recent_change" in d.reasons]
     assert not before and after  # quiet while the stream is, then the trust moves
 
 
 def test_the_change_test_halfway_to_firing_is_a_recent_change():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, drift_mode="adaptive")
-    feed(memory, blobs(60))
-    assert "recent_change" not in memory.decide([3.0, 3.0], "a").reasons
+    decider = Decider(JudgmentMemory(["a"], ACTIONS, 2, drift_mode="adaptive"))
+    feed(decider, blobs(60))
+    assert "recent_change" not in decider.decide([3.0, 3.0], "a").reasons
+    memory = decider.memory
     with torch.no_grad():
         memory.promotion_statistic[0] = memory.config.promotion_threshold / 2
-    assert "recent_change" in memory.decide([3.0, 3.0], "a").reasons
+    assert "recent_change" in decider.decide([3.0, 3.0], "a").reasons
 
 
 # -- the calibrated threshold ----------------------------------------------------------------------
 def test_without_evidence_every_decision_is_referred_then_the_threshold_comes_down():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    assert memory.referral.threshold == float("inf")
-    decisions = feed(memory, blobs(300))
+    decider = served(target_error=0.05)
+    assert decider.referral.threshold == float("inf") and decider.target_error == 0.05
+    decisions = feed(decider, blobs(300))
     assert all(d.refer for d in decisions[:50])
-    assert memory.referral.threshold < 1.0 and not memory.decide([3.0, 3.0], "a").refer
+    assert decider.referral.threshold < 1.0 and not decider.decide([3.0, 3.0], "a").refer
 
 
 def test_only_decisions_no_other_reason_referred_calibrate():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    decisions = feed(memory, blobs(200))
+    decider = served(target_error=0.05)
+    decisions = feed(decider, blobs(200))
     eligible = [d for d in decisions if d.action is not None and set(d.reasons) <= {"low_confidence"}]
-    state = memory.referral.state()["calibration"]
+    state = decider.referral.state()["calibration"]
     assert state["confidence"] == pytest.approx([d.confidence for d in eligible])
     assert state["seq"] == [i for i, d in enumerate(decisions) if d in eligible]
 
 
+def test_a_learn_one_without_a_decision_feeds_no_calibration():
+    decider = served(target_error=0.05)
+    feed(decider, blobs(100))
+    before = decider.referral.state()["calibration"]
+    for row, action in blobs(20, seed=4):
+        decider.learn_one(row, action, "a")
+    assert decider.referral.state()["calibration"] == before  # no decision: no confidence to calibrate on
+
+
 def test_on_an_exchangeable_stream_the_error_among_decisions_taken_alone_stays_under_the_target():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05, refer_margin=0.0))
+    decider = served(target_error=0.05, refer_margin=0.0)
     rng = np.random.default_rng(3)
     alone = wrong = 0
     for _ in range(3000):  # overlapping classes: about one decision in ten is wrong
         label = int(rng.integers(2))
         row = rng.normal(size=2) + 1.8 * label
-        decision = memory.decide(row, "a")
+        decision = decider.decide(row, "a")
         if not decision.refer:
             alone += 1
             wrong += decision.action != ACTIONS[label]
-        memory.verify(decision.id, ACTIONS[label])
+        decider.verify(decision.id, ACTIONS[label])
     assert alone > 300 and wrong / alone <= 0.05
 
 
 def test_a_knn_refers_by_the_same_rule():
-    memory = KNNMemory(factors=2, actions=ACTIONS, k=5, target_error=0.05)
-    decisions = feed(memory, blobs(400))
+    decider = Decider(KNNMemory(factors=2, actions=ACTIONS, k=5), target_error=0.05)
+    decisions = feed(decider, blobs(400))
     assert decisions[0].reasons == ("unseen_category",) and all(d.refer for d in decisions[:60])
-    assert memory.referral.threshold < 1.0 and not memory.decide([3.0, 3.0]).refer
+    assert decider.referral.threshold < 1.0 and not decider.decide([3.0, 3.0]).refer
     with pytest.raises(ValueError, match="target_error"):
-        KNNMemory(factors=2, actions=ACTIONS, target_error=1.0)
+        Decider(KNNMemory(factors=2, actions=ACTIONS), target_error=1.0)
+    with pytest.raises(TypeError, match=r"Decider\(KNNMemory\(\.\.\.\), target_error=\.\.\.\)"):
+        KNNMemory(factors=2, actions=ACTIONS, target_error=0.05)  # the memory's no more: it names the Decider
 
 
 # -- what it keeps -------------------------------------------------------------------------------
 def test_the_referral_travels_in_the_state_dict_and_old_states_load_empty():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    feed(memory, blobs(300))
-    pending = memory.decide([3.0, 3.0], "a")
+    decider = served(target_error=0.05)
+    feed(decider, blobs(300))
+    pending = decider.decide([3.0, 3.0], "a")
     buffer = io.BytesIO()
-    torch.save(memory.state_dict(), buffer)
+    torch.save(decider.state_dict(), buffer)
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)
-    again = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
+    again = served(target_error=0.05)
     again.load_state_dict(saved)
-    assert again.referral.state() == memory.referral.state() and again.referral.threshold == memory.referral.threshold
+    assert again.referral.state() == decider.referral.state() and again.referral.threshold == decider.referral.threshold
     assert again.pending()[0].reasons == pending.reasons and again.pending()[0].refer == pending.refer
-    for copied in (copy.deepcopy(memory), pickle.loads(pickle.dumps(memory))):
-        assert copied.referral.state() == memory.referral.state()
-    old = {key: value for key, value in saved.items()}
-    old["_extra_state"] = {k: v for k, v in saved["_extra_state"].items() if k != "referral"}
-    old["_extra_state"]["pending"] = {k: v for k, v in old["_extra_state"]["pending"].items() if k != "reasons"}
+    for copied in (copy.deepcopy(decider), pickle.loads(pickle.dumps(decider))):
+        assert copied.referral.state() == decider.referral.state()
+    old = {key: value for key, value in saved.items() if key != "referral"}  # a state saved before referrals
+    old["pending"] = {k: v for k, v in saved["pending"].items() if k != "reasons"}
     again.load_state_dict(old)
     assert again.referral.threshold == float("inf") and again.pending()[0].reasons == ()
 
 
-def test_a_bad_referral_state_is_refused_and_changes_nothing():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    feed(memory, blobs(100))
-    saved = memory.state_dict()
-    before = memory.referral.state()
-    bad = dict(saved)
-    bad["_extra_state"] = {**saved["_extra_state"], "referral": {"calibration": {"confidence": [2.0],
-                                                                                  "correct": [True], "seq": [0]}}}
+def before_the_decider(state: dict) -> dict:
+    """A Decider's state as a gae before the Decider saved it: the memory's state_dict, the pending
+    decisions, expired count and referral in its extra state."""
+    memory = dict(state["memory"])
+    kept = {key: state[key] for key in ("pending", "expired_decisions", "referral") if key in state}
+    memory["_extra_state"] = {**memory["_extra_state"], **kept}
+    return memory
+
+
+def test_a_checkpoint_saved_before_the_decider_brings_its_referral():
+    decider = served(target_error=0.05)
+    feed(decider, blobs(300))
+    pending = decider.decide([3.0, 3.0], "a")
+    old = before_the_decider(decider.state_dict())
+    again = served(target_error=0.05)
+    again.load_state_dict(old)
+    assert again.referral.state() == decider.referral.state() and again.referral.threshold == decider.referral.threshold
+    assert again.pending() == [pending]
+    older = before_the_decider({k: v for k, v in decider.state_dict().items() if k != "referral"})  # before referrals
+    older["_extra_state"]["pending"] = {k: v for k, v in older["_extra_state"]["pending"].items() if k != "reasons"}
+    again.load_state_dict(older)
+    assert again.referral.threshold == float("inf") and again.pending()[0].reasons == ()
+
+
+@pytest.mark.parametrize("layout", ["decider", "before the decider"])
+def test_a_bad_referral_state_is_refused_and_changes_nothing(layout):
+    decider = served(target_error=0.05)
+    feed(decider, blobs(100))
+    saved = decider.state_dict()
+    before = decider.referral.state()
+    bad = {**saved, "referral": {"calibration": {"confidence": [2.0], "correct": [True], "seq": [0]}}}
     with pytest.raises(ValueError, match="confidence"):
-        memory.load_state_dict(bad)
-    assert memory.referral.state() == before
+        decider.load_state_dict(bad if layout == "decider" else before_the_decider(bad))
+    assert decider.referral.state() == before
     with pytest.raises(ValueError, match="trust"):
         Referral().load_state({"trust": {"category": [0], "seq": [0], "row": [[2.0, -1.0]]}})
 
 
 def test_undo_and_forget_take_out_what_the_unlearned_verifications_fed():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    decisions = feed(memory, blobs(120), sources=True)
-    state = memory.referral.state()["calibration"]
-    memory.undo_(5)
-    assert memory.referral.state()["calibration"]["seq"] == [s for s in state["seq"] if s < 115]
+    decider = served(target_error=0.05)
+    decisions = feed(decider, blobs(120), sources=True)
+    state = decider.referral.state()["calibration"]
+    decider.undo_(5)
+    assert decider.referral.state()["calibration"]["seq"] == [s for s in state["seq"] if s < 115]
     gone = {10, 11, 50}
-    memory.forget_(sorted(gone))
+    decider.forget_(sorted(gone))
     kept = [(c, s - sum(g < s for g in gone)) for c, s in zip(state["confidence"], state["seq"], strict=True)
             if s < 115 and s not in gone]
-    after = memory.referral.state()["calibration"]
+    after = decider.referral.state()["calibration"]
     assert list(zip(after["confidence"], after["seq"], strict=True)) == kept
-    trust = memory.referral.state()["trust"]
+    trust = decider.referral.state()["trust"]
     assert max(trust["seq"]) == 114 - len(gone) and len(trust["seq"]) <= RECENT
     assert decisions  # (fed)
 
 
 def test_on_a_ledger_a_restart_and_a_second_writer_hold_the_same_referral(tmp_path):
-    config = recommended(target_error=0.05)
+    config = recommended()
     store = SQLiteStore(tmp_path / "ledger.db")
-    memory = JudgmentMemory(["a"], ACTIONS, 2, config, store=store, snapshot_every=50)
-    in_ram = JudgmentMemory(["a"], ACTIONS, 2, config)
+    decider = served(config, target_error=0.05, store=store, snapshot_every=50)
+    in_ram = served(config, target_error=0.05)
     stream = blobs(180)
     for i, (row, action) in enumerate(stream):
-        on_ledger, plain = memory.decide(row, "a", source_id=i), in_ram.decide(row, "a", source_id=i)
+        on_ledger, plain = decider.decide(row, "a", source_id=i), in_ram.decide(row, "a", source_id=i)
         assert on_ledger.reasons == plain.reasons
-        memory.verify(on_ledger.id, action)
+        decider.verify(on_ledger.id, action)
         in_ram.verify(plain.id, action)
-    assert memory.referral.state() == in_ram.referral.state()
-    reopened = JudgmentMemory(["a"], ACTIONS, 2, config, store=SQLiteStore(tmp_path / "ledger.db"))
-    assert reopened.referral.state() == memory.referral.state()  # a snapshot, then the verifications after it
-    pending = memory.decide([3.0, 3.0], "a")
+    assert decider.referral.state() == in_ram.referral.state()
+    reopened = served(config, target_error=0.05, store=SQLiteStore(tmp_path / "ledger.db"))
+    assert reopened.referral.state() == decider.referral.state()  # a snapshot, then the verifications after it
+    pending = decider.decide([3.0, 3.0], "a")
     reopened.sync()
     assert [d.reasons for d in reopened.pending()] == [pending.reasons]
-    memory.forget_([3, 4])  # the ledger's rebuild replays the referral without them, as it replays the rest
+    decider.forget_([3, 4])  # the ledger's rebuild replays the referral without them, as it replays the rest
     reopened.sync()
     in_ram.forget_([3, 4])
-    late = JudgmentMemory(["a"], ACTIONS, 2, config, store=SQLiteStore(tmp_path / "ledger.db"))  # from the snapshot
-    assert memory.referral.state() == reopened.referral.state() == late.referral.state()
+    late = served(config, target_error=0.05, store=SQLiteStore(tmp_path / "ledger.db"))  # from the snapshot
+    assert decider.referral.state() == reopened.referral.state() == late.referral.state()
     # in RAM the calibration (facts: each decision's confidence and outcome) comes out the same while the
     # window neither filled nor restarted; the trust history keeps the rows it had, where a replay recomputes them
-    replayed, dropped = memory.referral.state(), in_ram.referral.state()
-    assert replayed["calibration"] == dropped["calibration"] and len(memory.referral.calibrator) > 100
+    replayed, dropped = decider.referral.state(), in_ram.referral.state()
+    assert replayed["calibration"] == dropped["calibration"] and len(decider.referral.calibrator) > 100
     assert replayed["trust"]["seq"] == dropped["trust"]["seq"]
 
 
-def test_a_ledger_written_before_the_referral_options_opens_with_their_defaults(tmp_path):
+def test_a_ledger_written_before_or_without_the_referral_options_opens(tmp_path):
     from gae.ledger import Ledger
 
     store = SQLiteStore(tmp_path / "old.db")
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(), store=store)
-    feed(memory, blobs(10))
+    decider = served(store=store)
+    feed(decider, blobs(10))
     ledger = Ledger(store, "judgment")
     with ledger.writing():
-        settings = {k: v for k, v in ledger.meta()["settings"].items()
-                    if k not in ("target_error", "refer_confidence", "refer_margin")}
-        ledger.set_meta({"settings": settings})
-    again = JudgmentMemory(["a"], ACTIONS, 2, recommended(), store=SQLiteStore(tmp_path / "old.db"))
-    assert again.version == memory.version
+        settings = ledger.meta()["settings"]
+        assert not {"target_error", "refer_confidence", "refer_margin"} & set(settings)  # the Decider's options
+        # a gae before the Decider recorded them with the memory's settings: read as before, without them
+        ledger.set_meta({"settings": {**settings, "target_error": None, "refer_confidence": 0.6, "refer_margin": 0.1}})
+    again = served(store=SQLiteStore(tmp_path / "old.db"))
+    assert again.version == decider.version
     # the referral options change what decide answers, not what is learned: the ledger does not check them
-    other = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05, refer_margin=0.0),
-                           store=SQLiteStore(tmp_path / "old.db"))
-    assert other.version == memory.version and other.referral.target_error == 0.05
+    other = served(target_error=0.05, refer_margin=0.0, store=SQLiteStore(tmp_path / "old.db"))
+    assert other.version == decider.version and other.referral.target_error == 0.05
     with ledger.writing():  # a setting a ledger written before it existed lacks counts as its default
         ledger.set_meta({"settings": {k: v for k, v in settings.items() if k != "trust_floor"}})
-    JudgmentMemory(["a"], ACTIONS, 2, recommended(), store=SQLiteStore(tmp_path / "old.db"))
+    served(store=SQLiteStore(tmp_path / "old.db"))
     with pytest.raises(ValueError, match=r"trust_floor \(0.05 there, 0.1 here\)"):
-        JudgmentMemory(["a"], ACTIONS, 2, recommended(trust_floor=0.1), store=SQLiteStore(tmp_path / "old.db"))
+        served(recommended(trust_floor=0.1), store=SQLiteStore(tmp_path / "old.db"))
 
 
-def test_a_memory_pickled_before_referrals_unpickles_with_a_fresh_one():
-    memory = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05))
-    feed(memory, blobs(40))
-    state = memory.__getstate__()
-    del state["referral"]  # what a gae before act-or-refer pickled
+def test_a_memory_pickled_with_a_referral_unpickles_without_it_and_a_decider_serves_it():
+    decider = served(target_error=0.05)
+    feed(decider, blobs(40))
+    state = decider.memory.__getstate__()
+    assert "referral" not in state  # the Decider's now
+    state["referral"] = Referral(0.05)  # what a gae before the Decider pickled with the memory
     old = JudgmentMemory.__new__(JudgmentMemory)
     old.__setstate__(state)
-    assert old.referral.target_error == 0.05 and len(old.referral.calibrator) == 0
-    assert old.decide([3.0, 3.0], "a").reasons == ("low_confidence",) and old.state_dict()
+    assert "referral" not in old.__dict__
+    with pytest.raises(AttributeError, match=r"Decider\(memory\)\.referral"):
+        old.referral  # noqa: B018
+    again = Decider(old, target_error=0.05)
+    assert again.referral.target_error == 0.05 and len(again.referral.calibrator) == 0
+    assert again.decide([3.0, 3.0], "a").reasons == ("low_confidence",) and again.state_dict()
     knn = KNNMemory(factors=2, actions=ACTIONS)
     state = knn.__getstate__()
-    del state["referral"]
-    again = KNNMemory.__new__(KNNMemory)
-    again.__setstate__(state)
-    assert again.decide([1.0, 1.0]).reasons == ("unseen_category",)
+    state["referral"] = Referral()
+    unpickled = KNNMemory.__new__(KNNMemory)
+    unpickled.__setstate__(state)
+    assert "referral" not in unpickled.__dict__
+    assert Decider(unpickled).decide([1.0, 1.0]).reasons == ("unseen_category",)
 
 
 def test_a_decision_refers_exactly_when_it_has_reasons():
-    decision = JudgmentMemory(["a"], ACTIONS, 2).decide([0.0, 0.0], "a")
+    decision = Decider(JudgmentMemory(["a"], ACTIONS, 2)).decide([0.0, 0.0], "a")
     with pytest.raises(ValueError, match="refers exactly when it has reasons"):
         type(decision)(**{**decision.__dict__, "refer": False})
     with pytest.raises(ValueError, match="refers exactly when it has reasons"):
@@ -286,15 +339,13 @@ def test_a_decision_refers_exactly_when_it_has_reasons():
 
 
 def test_the_retrieval_baseline_keeps_its_referral_in_its_state():
-    from gae.baselines import RetrievalMemory
+    from gae.models import RetrievalMemory
 
-    memory = RetrievalMemory(factors=2, actions=ACTIONS)
-    memory.referral = Referral(0.05)
-    feed(memory, blobs(30))
-    again = RetrievalMemory(factors=2, actions=ACTIONS)
-    again.referral = Referral(0.05)
-    again.load_state_dict(memory.state_dict())
-    assert again.referral.state() == memory.referral.state() and len(again.referral.calibrator) > 0
+    decider = Decider(RetrievalMemory(factors=2, actions=ACTIONS), target_error=0.05)
+    feed(decider, blobs(30))
+    again = Decider(RetrievalMemory(factors=2, actions=ACTIONS), target_error=0.05)
+    again.load_state_dict(decider.state_dict())
+    assert again.referral.state() == decider.referral.state() and len(again.referral.calibrator) > 0
 
 
 def test_the_autonomy_measurement_counts_what_each_contestant_took_alone():
@@ -317,13 +368,13 @@ def test_the_autonomy_measurement_counts_what_each_contestant_took_alone():
 
 
 def test_a_writer_without_a_target_keeps_the_evidence_for_one_with_a_target(tmp_path):
-    """Memories of other targets may share a ledger: a snapshot written by one without a target
+    """Deciders of other targets may share a ledger: a snapshot written by one without a target
     still holds the calibration window, so one with a target opened from it has the evidence."""
     path = tmp_path / "shared.db"
-    off = JudgmentMemory(["a"], ACTIONS, 2, recommended(), store=SQLiteStore(path), snapshot_every=50)
+    off = served(store=SQLiteStore(path), snapshot_every=50)
     feed(off, blobs(300))
     assert off.referral.threshold == 0.6 and len(off.referral.calibrator) > 250  # evidence kept, not used
-    on = JudgmentMemory(["a"], ACTIONS, 2, recommended(target_error=0.05), store=SQLiteStore(path))
+    on = served(target_error=0.05, store=SQLiteStore(path))
     assert len(on.referral.calibrator) == len(off.referral.calibrator) and on.referral.threshold < 1.0
     off.undo_(1)  # a deletion rebuilds everyone from the snapshot it writes
     on.sync()
@@ -341,10 +392,13 @@ def test_unlearning_nothing_of_the_window_changes_nothing():
     assert calibrator.state() == {**before, "seq": [0, 1, 2]}
 
 
-def test_a_knn_checkpoint_keeps_its_target(tmp_path):
+def test_a_trace_header_written_before_the_decider_builds_its_memory_without_the_target():
     from gae.traces.writer import build_memory, memory_config
 
-    knn = KNNMemory(factors=2, actions=ACTIONS, target_error=0.1)
-    assert build_memory(memory_config(knn)).referral.target_error == 0.1
-    plain = KNNMemory(factors=2, actions=ACTIONS)
-    assert "target_error" not in memory_config(plain)  # a header as before act or refer
+    knn = KNNMemory(factors=2, actions=ACTIONS, k=3)
+    assert "target_error" not in memory_config(knn)  # the target is the Decider's, not the memory's
+    rebuilt = build_memory({**memory_config(knn), "target_error": 0.1})  # a k-NN's header from before the Decider
+    assert type(rebuilt) is KNNMemory and memory_config(rebuilt) == memory_config(knn)
+    judgment = JudgmentMemory(["a"], ACTIONS, 2, recommended())
+    old = {**memory_config(judgment), "target_error": 0.05, "refer_confidence": 0.6, "refer_margin": 0.1}
+    assert memory_config(build_memory(old)) == memory_config(judgment)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from gae import RetrievalMemory, RetrievalScorer
-from gae.baselines import retrieval_engine
+from gae.models import retrieval_engine
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream
 
 NAMES = ([f"category {i}" for i in range(CATEGORIES)], [f"action {i}" for i in range(ACTIONS)])
@@ -230,7 +230,7 @@ def test_copies_build_their_own_views():
 def test_unusual_modules_take_the_checked_path(tmp_path):
     """A float64 memory and a store written through to SQLite answer and learn as the checked path does."""
     from gae.episodic import EpisodicMemory
-    from gae.episodic.store import SQLiteStore
+    from gae.storage import SQLiteStore
 
     stream = clustered_stream(10, 80)
     for variant in ("double", "store"):

@@ -26,8 +26,7 @@ OPTIONS = {"tau": 0.2, "eta_confirmed": 0.1, "eta_override": 0.02, "drift_thresh
            "lead_rate": 0.2, "prototypes": 2, "spawn_threshold": 0.7, "spawn_support": 2.0, "win_decay": 0.1,
            "learning": "lvq", "units": "criterion", "rate_floor": 0.05, "relevance_rate": 0.02, "miss_penalty": 0.2,
            "max_log_events": 100, "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}},
-           "trust_rate": 0.7, "trust_share": 0.05, "trust_floor": 0.1, "target_error": 0.05,
-           "refer_confidence": 0.7, "refer_margin": 0.05}
+           "trust_rate": 0.7, "trust_share": 0.05, "trust_floor": 0.1}
 
 
 def stream(seed: int = 0, n: int = 240) -> list[tuple[dict, int]]:

