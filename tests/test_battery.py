@@ -274,3 +274,85 @@ def test_serving_is_the_deciders_and_the_old_calls_say_so(any_memory):
             factory(CATEGORIES, ACTIONS, FACTORS, store=object())
         else:
             factory(factors=FACTORS, actions=ACTIONS, store=object())
+
+
+# ---------------------------------------------------------------------------------------
+# the same contract for the episodic memory (a store of embedded traces, in RAM or on SQLite)
+# ---------------------------------------------------------------------------------------
+def episodic_memory(tmp_path=None):
+    from gae import EpisodicMemory
+    from gae.storage import SQLiteStore
+
+    store = None if tmp_path is None else SQLiteStore(tmp_path / "episodic.db")
+    return EpisodicMemory(4, capacity=20, eviction="importance_recency", store=store)
+
+
+def fill(memory, seed=0, n=30):
+    """``n`` traces added a few at a time (past capacity: evictions), a delete and an expiry."""
+    g = torch.Generator().manual_seed(seed)
+    for start in range(0, n, 5):
+        embeddings = torch.nn.functional.normalize(torch.randn(5, 4, generator=g), dim=-1)
+        memory.add(embeddings, torch.rand(5, generator=g), now=float(start),
+                   scope=["alice", "bob"][start % 2], valid_until=float(100 + 2 * start))
+    memory.delete([int(memory.column("ids")[0])], now=float(n))
+    memory.expire(float(n + 90))
+    return memory
+
+
+def answers(memory, now=125.0):
+    """Six queries' top 3 (ids and scores) at ``now``, when some traces are still valid."""
+    queries = torch.nn.functional.normalize(torch.randn(6, 4, generator=torch.Generator().manual_seed(9)), dim=-1)
+    got = memory.retrieve(queries, now=now, k=3)
+    assert (got.ids >= 0).any()  # (an answer of nothing would hold every comparison trivially)
+    return got.ids.tolist(), got.scores.tolist()
+
+
+@pytest.mark.parametrize("on_store", [False, True], ids=["ram", "sqlite"])
+def test_episodic_memory_keeps_the_modules_contract(tmp_path, on_store):
+    """State round trip through a weights-only load, an independent deep copy, ``to`` keeping the
+    answers, inputs not mutated, a refused call changing nothing, and (on a store) a memory
+    reopened on it the same."""
+    from gae import EpisodicMemory
+
+    memory = fill(episodic_memory(tmp_path if on_store else None))
+    expected = answers(memory)
+
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    buffer.seek(0)
+    loaded = EpisodicMemory(4, capacity=20, eviction="importance_recency")
+    loaded.load_state_dict(torch.load(buffer, weights_only=True))
+    assert answers(loaded) == expected and loaded.version == memory.version
+
+    twin = copy.deepcopy(loaded)
+    twin.add(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), 1.0, now=150.0)
+    assert answers(loaded) == expected and len(twin) == len(loaded) + 1
+
+    moved = copy.deepcopy(loaded).to(torch.float64)
+    assert answers(moved)[0] == answers(loaded)[0]
+
+    embeddings = torch.tensor([[3.0, 4.0, 0.0, 0.0]])
+    kept = embeddings.clone()
+    memory.add(embeddings, 0.5, now=160.0)
+    assert torch.equal(embeddings, kept)  # normalized into the memory, not in place
+    expected, version = answers(memory), memory.version
+
+    before = copy.deepcopy(memory.state_dict())
+    for bad in (dict(embeddings=torch.full((1, 4), float("nan")), importance=0.5),
+                dict(embeddings=torch.ones(1, 5), importance=0.5),
+                dict(embeddings=torch.ones(1, 4), importance=1.5)):
+        with pytest.raises((ValueError, TypeError)):
+            memory.add(bad["embeddings"], bad["importance"], now=170.0)
+    with pytest.raises((ValueError, TypeError, KeyError)):
+        memory.delete([10**6], now=170.0)
+    after = memory.state_dict()
+    assert memory.version == version and answers(memory) == expected
+    for key, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, after[key]), key
+
+    if on_store:  # the store is the source of truth: a memory built on it is the same memory
+        memory.store.close()
+        reopened = episodic_memory(tmp_path)
+        assert answers(reopened) == expected and reopened.version == version
+        reopened.store.close()
