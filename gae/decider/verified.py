@@ -28,7 +28,7 @@ def learned(memory: Any, referral: Referral, row: Any, action: Any, category: An
         confidence, decided, reasons = verified
         if memory.inspects:  # the category's trust after learning it: recent_change's history
             c = memory.category_index(category)
-            referral.observe_verified(c, confidence, bool(confirmed), decided, reasons, seq, memory.trust_one(c))
+            referral.observe_verified(c, confidence, bool(confirmed), decided, reasons, seq, memory.trust_one(category))
         else:
             referral.observe_verified(-1, confidence, bool(confirmed), decided, reasons, seq, None)
     return result

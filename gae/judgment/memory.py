@@ -677,7 +677,10 @@ class JudgmentMemory(DecisionMemory):
             return None
         c = self.category_index(category)
         with self._lock:
-            host = self._host.get(self._buffers, self._parameters, scoring=True)
+            host = self._host  # its trust view is sound while it still views the trust's data (a replaced
+            if host.inspectable():  # tensor drops the views whole): no need to check every scored view
+                return host.trust_row(c)
+            host = self._host.get(self._buffers, self._parameters, scoring=True)  # (with inspect_one's views)
             if host is not None and host.inspectable():
                 return host.trust_row(c)
             values = self.trust_weights[c].tolist()

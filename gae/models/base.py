@@ -459,9 +459,11 @@ class DecisionMemory(nn.Module):
         not have; a memory that ignores categories takes any name as 0 and any index as itself)."""
         if category.__class__ is str:
             index = self._category_positions.get(category)
-            if index is not None:
-                return index
-        return self._category_index(category)
+        elif category.__class__ is int and self._category_names is not None:
+            index = category if 0 <= category < len(self._category_names) else None
+        else:
+            index = None
+        return self._category_index(category) if index is None else index
 
     @property
     def inspects(self) -> bool:
