@@ -680,9 +680,9 @@ class JudgmentMemory(DecisionMemory):
             host = self._host  # its trust view is sound while it still views the trust's data (a replaced
             if host.inspectable():  # tensor drops the views whole): no need to check every scored view
                 return host.trust_row(c)
-            host = self._host.get(self._buffers, self._parameters, scoring=True)  # (with inspect_one's views)
-            if host is not None and host.inspectable():
-                return host.trust_row(c)
+            built = self._host.get(self._buffers, self._parameters, scoring=True)  # (with inspect_one's views)
+            if built is not None and built.inspectable():
+                return built.trust_row(c)
             values = self.trust_weights[c].tolist()
         return tuple(values) if any(values) else (1.0 / len(values),) * len(values)
 
