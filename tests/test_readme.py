@@ -1,4 +1,5 @@
-"""The README's Python examples run as written."""
+"""The README's Python examples run as written, in order, as a reader runs them one after another
+(a block may go on from the one before it, as the Decider's goes on from the memory's)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_example_runs(index):
     namespace: dict = {}
+    for before in range(index):  # what the reader ran first
+        exec(compile(BLOCKS[before], f"README.md block {before}", "exec"), namespace)
+    namespace.pop("train_step", None)
     exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
     if "train_step" in namespace:
         import torch
