@@ -15,7 +15,7 @@ from gae.episodic import EpisodicMemory
 from gae.episodic.scorer import RetrievalScorer
 from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
 from gae.models.retrieval_engine import RetrievalHost
-from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
+from gae.types import Assessment, LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
 
@@ -218,6 +218,25 @@ class RetrievalMemory(DecisionMemory):
             if done is None:
                 return super().score_one(factors, category)
             return self._action_name(done[0]), done[1]
+        finally:
+            lock.release()
+
+    def assess_one(self, factors, category: str | int = "general", inspect: bool = False) -> Assessment:
+        """One decision's :class:`~gae.types.Assessment` (see :meth:`DecisionMemory.assess_one`): on
+        a CPU module ``score_one``'s compiled path, whose votes give every action's share. A
+        retrieval memory keeps nothing to inspect: ``state`` is None."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            row = self._learnable_row(factors)
+            one = None if row is None else self._one(row, category, 0, False)
+            host = None if one is None else self._host.get(self)
+            done = None if host is None or one is None else host.score(self, one[0], one[1])
+            if row is None or host is None or done is None:
+                return super().assess_one(factors, category, inspect)
+            action, confidence = done
+            probs = [0.0] * len(self.action_names) if action < 0 else host.shares(self)
+            return Assessment(int(action), float(confidence), probs, row)
         finally:
             lock.release()
 

@@ -26,6 +26,7 @@ from gae.models.retrieval_kernels import (
     NOT_A_NUMBER,
     SUMMED_BY_TORCH,
     TIED,
+    TOTAL_FLOOR,
     append_row,
     best_share,
     evict_lowest,
@@ -208,6 +209,12 @@ class RetrievalHost:
         if status == SUMMED_BY_TORCH:
             torch.sum(votes_t, 1, keepdim=True, out=total_t)
         return self.call(best_share, votes, total)
+
+    def shares(self, memory: Any) -> list[float]:
+        """After :meth:`score` answered an action: every action's share of the votes, ``_vote``'s
+        ``votes / total.clamp_min(1e-30)`` in float32 (the action's own is its confidence, exactly)."""
+        *_, votes, _, total = self.vote_space(int(memory.k), len(memory.action_names))
+        return (votes[0] / max(total[0, 0], TOTAL_FLOOR)).tolist()
 
     def learn(self, memory: Any, factors: np.ndarray, category: int, action: int, skip: bool) -> bool:
         """``RetrievalMemory._prequential``'s learning of one decision, storing it (unless it is

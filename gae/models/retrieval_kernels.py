@@ -26,7 +26,7 @@ SUMMED_BY_TORCH = 2  # scatter_votes: three actions or more have votes: their to
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # check_factors' bound for a query
 _EPS = np.float32(1e-12)  # nnf.normalize's eps
 _WEIGHT_FLOOR = np.float32(1e-8)  # _vote's clamp_min
-_TOTAL_FLOOR = np.float32(1e-30)  # _vote's clamp_min of the total
+TOTAL_FLOOR = np.float32(1e-30)  # _vote's clamp_min of the total
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -142,7 +142,7 @@ def scatter_votes(scores, labels, votes, total):  # pragma: no cover
 def best_share(votes, total):  # pragma: no cover
     """``_vote``'s ``share = votes / total.clamp_min(1e-30)``, ``share.argmax`` (the first of the
     largest) and its share: ``(action, confidence)``."""
-    denom = max(total[0, 0], _TOTAL_FLOOR)
+    denom = max(total[0, 0], TOTAL_FLOOR)
     best, confidence = 0, votes[0, 0] / denom
     for a in range(1, votes.shape[1]):
         share = votes[0, a] / denom
