@@ -96,8 +96,20 @@ def check_real(argument: str, value: float, *, low: float, high: float = math.in
     below = value <= low if low_open else value < low
     above = value >= high if high_open else value > high
     if not math.isfinite(value) or below or above:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        # (an infinite end is never in it: the number must be finite)
+        opening = "(" if low_open or math.isinf(low) else "["
+        interval = f"{opening}{low}, {high}{')' if high_open or math.isinf(high) else ']'}"
         raise ValueError(f"{argument} must be in {interval}, got {value!r}")
+    return value
+
+
+def check_text(argument: str, value: str) -> str:
+    """Text a store can keep: UTF-8 encodes it (ValueError naming the value for a lone surrogate,
+    which Python strings can hold and no file or database can)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{argument} must be text UTF-8 can encode (no lone surrogate), got {value!r}") from None
     return value
 
 

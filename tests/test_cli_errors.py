@@ -186,7 +186,7 @@ def test_a_dict_value_refused_at_instantiation_names_its_option(capsys):
             parser.instantiate(config)
 
     lines = refused_here(capsys, build)
-    assert lines[0] == "tiny.py: error: --judgments.rec.tau must be in (0.0, inf], got -1.0"
+    assert lines[0] == "tiny.py: error: --judgments.rec.tau must be in (0.0, inf), got -1.0"
 
 
 def test_name_option_takes_the_given_option_with_the_reported_value():

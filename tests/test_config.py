@@ -130,9 +130,9 @@ def test_the_kernels_options_are_the_flat_values():
 
 
 def test_config_errors_name_the_option_by_its_flat_name():
-    cases = [({"tau": 0}, ValueError, r"tau must be in \(0.0, inf\], got 0.0"),
+    cases = [({"tau": 0}, ValueError, r"tau must be in \(0.0, inf\), got 0.0"),
              ({"drift_mode": "adaptiv"}, ValueError, "drift_mode must be 'seed' or 'adaptive', got 'adaptiv'"),
-             ({"trust_rate": -1}, ValueError, r"trust_rate must be in \[0.0, inf\], got -1.0"),
+             ({"trust_rate": -1}, ValueError, r"trust_rate must be in \[0.0, inf\), got -1.0"),
              ({"max_log_events": -1}, ValueError, "max_log_events must be >= 0, got -1"),
              ({"learning": "glvq"}, ValueError, "learning must be 'gated' or 'lvq', got 'glvq'"),
              ({"tau": None}, TypeError, "tau must be a real number, got None"),

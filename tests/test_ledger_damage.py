@@ -37,7 +37,7 @@ def written(path: Path) -> dict[str, bytes]:
     with ledger.writing():
         ledger.set_meta({"kind": "JudgmentMemory", "settings": {"eta_confirmed": 0.05, "tau": 0.25},
                          "categories": ["invoice", "refund"], "actions": ["approve", "review", "reject"],
-                         "head": 0, "epoch": 0})
+                         "factors": [f"f{k}" for k in range(5)], "head": 0, "epoch": 0, "deleted": 0})
         events = []
         for i in range(12):
             decision = f"decision-{i:03d}"
@@ -200,7 +200,7 @@ def test_a_sound_ledger_reads_back_and_passes_check(original, tmp_path):
     store = SQLiteStore(path)
     assert read_all(store) == expected
     report = store.check()
-    assert report.ok and report.tables == {"ledger_audit": 1, "ledger_events": 20, "ledger_meta": 7,
+    assert report.ok and report.tables == {"ledger_audit": 1, "ledger_events": 20, "ledger_meta": 9,
                                            "ledger_pending": 3, "ledger_snapshots": 2}
     meta, position, events, pending = expected[:4]
     assert position == (22, 1) and meta["epoch"] == 1 and len(pending) == 3

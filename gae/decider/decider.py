@@ -17,6 +17,7 @@ In RAM the events are applied and dropped; on a ledger they are appended and com
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -33,6 +34,7 @@ from gae.decider.decision import (
     Ids,
     Pending,
     PendingBook,
+    Probs,
     check_name_or_index,
     plain_action,
     plain_category,
@@ -196,10 +198,12 @@ class Decider:
         if id is not None:
             if not isinstance(id, str) or not id:
                 raise TypeError(f"id must be a non-empty str or None, got {id!r}")
-            id = str(id)  # (a NumPy string would not load with weights_only)
+            id = check.check_text("id", str(id))  # (a NumPy string would not load with weights_only)
         source = None if source_id is None else _source(source_id)
         if category.__class__ is not str:
             check_name_or_index("category", category)
+        elif self.memory.grow:  # (a name met for the first time is kept: in the memory, on a ledger)
+            check.check_text("category", category)
 
         with self._lock:
             if self._durable is not None:
@@ -257,7 +261,7 @@ class Decider:
                                                                    self.referral, memory.n_factors)
         reasons = self.referral.reasons(confidence, probs, unseen=unseen, signals=found)
         decision = Decision.made(self._ids.next() if id is None else id, None if unseen else names[index],
-                                 confidence, dict(zip(names, probs, strict=False)),  # (strict=True costs per decide)
+                                 confidence, Probs(zip(names, probs, strict=False)),  # (strict=True costs per decide)
                                  category if category.__class__ is str else plain_category(category),
                                  memory.version, when, source, reasons)
         return decision, row
@@ -286,15 +290,21 @@ class Decider:
             opened = book.open.get(id) if id.__class__ is str else None
             if opened is None or book.ttl is not None:
                 opened = book.get(id, when)  # (raises, naming the id, when it is not pending)
+            if action.__class__ is not str and isinstance(action, str):
+                action = str(action)  # (a NumPy string: a name, as learn_one and a ledger take it)
             if action.__class__ is str:
                 if not (memory.grow and action):  # (with grow=True a new name is added when learned)
                     memory.action_index(action)  # raises, naming the actions
+                elif action not in memory.action_names:
+                    check.check_text("action", action)
                 name = action
             else:
                 check_name_or_index("action", action)
                 name = memory.action_names[check.lookup("action", action, memory.action_names)]
-            if outcome is not None and outcome.__class__ is not str:
-                raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+            if outcome is not None:
+                if outcome.__class__ is not str:
+                    raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+                check.check_text("outcome", outcome)
             d = opened.decision
             decided = d.action is not None
             result = learned(memory, self.referral, opened.row, action, d.category, decided and d.action == name,
@@ -331,8 +341,12 @@ class Decider:
                 check_name_or_index("action", action)
                 if not (memory.grow and isinstance(action, str) and action):  # a new name, with grow=True
                     check.lookup("action", action, memory.action_names)
-                if outcome is not None and not isinstance(outcome, str):
-                    raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+                elif action not in memory.action_names:
+                    check.check_text("action", action)
+                if outcome is not None:
+                    if not isinstance(outcome, str):
+                        raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+                    check.check_text("outcome", outcome)
                 d = opened.decision
                 if skip:
                     events.append(Event(CLOSE, d.id, at=when, detail={"reason": "skipped"}))
@@ -394,7 +408,13 @@ class Decider:
         memory = self.memory
         if key == "categories" and memory.category_names is None:
             memory.add_categories_(names)  # raises, naming the reason
-        listed = [names] if isinstance(names, str) else list(names)
+        try:
+            listed = [names] if isinstance(names, str) else list(names)
+        except TypeError:
+            raise TypeError(f"names must be a name or a sequence of names, got {names!r}") from None
+        for name in listed:
+            if isinstance(name, str):
+                check.check_text("names", name)
 
         def build() -> list[Event]:
             check.new_names(key, listed, memory.action_names if key == "actions" else memory.category_names or ())
@@ -531,9 +551,14 @@ class Decider:
             book = PendingBook(self._book.max_pending, self._book.ttl)
             referral = Referral(self.referral.target_error, min_confidence=self.referral.min_confidence,
                                 min_margin=self.referral.min_margin)
-            book.load_state(own, self.memory.action_names, self.memory.n_factors)
-            referral.load_state(own.get("referral"))
-            self.memory.load_state_dict(memory_state, quiet=True)
+            before = self.memory.state_dict()  # the memory first (its names, sizes and mode, checked whole: the
+            self.memory.load_state_dict(memory_state, quiet=True)  # clearest error), put back if the rest is refused
+            try:
+                book.load_state(own, self.memory.action_names, self.memory.n_factors)
+                referral.load_state(own.get("referral"))
+            except BaseException:
+                self.memory.load_state_dict(before, quiet=True)
+                raise
             self._book, self.referral = book, referral
 
     def __getstate__(self) -> dict[str, Any]:
@@ -542,6 +567,15 @@ class Decider:
                             "store (it loads the same state), or copy its state_dict()")
         with self._lock:
             return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Decider:
+        """A deep copy made whole under the lock (deepcopy reads the attributes after ``__getstate__``
+        returns, when another thread may be deciding). Pickle a Decider while no other thread uses it."""
+        with self._lock:
+            twin = type(self).__new__(type(self))
+            memo[id(self)] = twin
+            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return twin
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

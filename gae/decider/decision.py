@@ -27,6 +27,21 @@ logger = logging.getLogger("gae.decider")
 MAX_PENDING = 100_000  # open decisions a Decider keeps by default
 
 
+class Probs(dict):
+    """A :class:`Decision`'s probabilities: a ``dict`` (JSON, ``==``, ``.items()`` as usual) that
+    refuses changes, for a decision is kept by its Decider as it was made."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a Decision's probs are read-only: copy them first (dict(decision.probs))")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:  # (pickle and copy give a Probs again, without calling update)
+        return (Probs, (dict(self),))
+
+
 @dataclass(frozen=True)
 class Decision:
     """One decision as the :class:`~gae.Decider` made it, pending until verified.
@@ -35,7 +50,7 @@ class Decision:
         id: its id (unique across processes unless the caller gave one).
         action: the recommended action's name, or None when the memory abstained.
         confidence: the recommendation's probability (0.0 when abstaining).
-        probs: every action's name -> its probability.
+        probs: every action's name -> its probability (a read-only ``dict``, :class:`Probs`).
         category: the category, as given.
         version: the memory's ``version`` when it decided.
         created_at: when it decided (seconds, ``time.time()`` unless ``now`` was given).
@@ -63,6 +78,8 @@ class Decision:
             raise ValueError(f"a Decision refers exactly when it has reasons, each one of {list(REASONS)} once, in "
                              f"that order; got refer={self.refer!r}, reasons={self.reasons!r}")
         object.__setattr__(self, "reasons", reasons)  # frozen: a list given becomes the tuple it stands for
+        if self.probs.__class__ is not Probs:
+            object.__setattr__(self, "probs", Probs(self.probs))  # (a copy the caller's dict cannot change)
 
     @classmethod
     def made(cls, id: str, action: str | None, confidence: float, probs: dict[str, float], category: str | int,
@@ -70,6 +87,7 @@ class Decision:
         """A decision whose fields the Decider computed and checked itself (``reasons`` a tuple
         in :data:`REASONS` order): built without the checks of ``__init__``, a microsecond less."""
         decision = _new(cls)
+        probs = probs if probs.__class__ is Probs else Probs(probs)
         _set(decision, "__dict__", {"id": id, "action": action, "confidence": confidence, "probs": probs,
                                     "category": category, "version": version, "created_at": created_at,
                                     "source_id": source_id, "refer": bool(reasons), "reasons": reasons})

@@ -58,11 +58,14 @@ class LedgerLink:
             names = _names(memory)
             if not meta:
                 ledger.set_meta({"kind": type(memory).__name__, "settings": memory.settings(), "head": 0, "epoch": 0,
+                                 "deleted": 0,
                                  **{key: None if value is None else list(value) for key, value in names.items()}})
                 self.names_written = (memory.category_names, memory.action_names)
                 if int(memory.num_decisions):  # a memory that learned before: the ledger starts from its state
                     ledger.write_snapshot(0, memory.version, self.snapshot_state())
             else:
+                ledger.require_meta(meta, ("kind", "settings", "head", "epoch", *_names(memory)))
+                ledger.check_rows(adopt=True)
                 extra = _check_meta(meta, ledger, memory)
                 if int(memory.num_decisions):
                     raise ValueError(f"ledger {name!r} in {store!r} holds its own state, but the memory has learned "
@@ -89,7 +92,8 @@ class LedgerLink:
             raise RuntimeError(f"this Decider left ledger {self.ledger.name!r} (close()): open a new Decider")
         now = self.decider.memory.state_mark
         if now != self.marked:
-            raise RuntimeError(f"decider.memory was changed outside its Decider (version {now[0]}, the ledger's "
+            raise RuntimeError(f"decider.memory was changed outside its Decider (it learned, loaded, grew or had a "
+                               f"parameter updated in place: version {now[0]}, the ledger's "
                                f"{self.marked[0] if self.marked else None}): on a ledger, learn and grow through the "
                                "Decider, or every process would hold another state; open a new Decider on the "
                                "store to get the ledger's state back")
@@ -162,18 +166,20 @@ class LedgerLink:
         """The Decider as the ledger holds it now: the replayed state and referral, its pending
         decisions, the expired count, and the decisions this Decider has not written yet."""
         decider, ledger = self.decider, self.ledger
+        ledger.check_rows()
         fresh, referral, count = self.replayed()
-        memory = decider.memory
+        pending, expired, position = ledger.pending(), ledger.count(CLOSE, "expired"), ledger.position()
+        memory = decider.memory  # (every read done: a damaged row refused above leaves the Decider as it was)
         grow_to(memory, fresh.action_names, fresh.category_names or ())
         memory.load_state_dict(fresh.state_dict(), quiet=True)
         decider.referral = referral
         book = decider._book
         book.open.clear()
-        for event in ledger.pending():
+        for event in pending:
             decider._apply(event)
-        book.expired = ledger.count(CLOSE, "expired")
+        book.expired = expired
         self.since_snapshot = count
-        self.seen, self.epoch = ledger.position()
+        self.seen, self.epoch = position
         for event in self.unflushed:
             decider._apply(event)
         self.mark()
@@ -196,7 +202,7 @@ class LedgerLink:
             self.unflushed.extend(events)
             self.mark()
             return results
-        applied = False
+        applied, version = False, memory.version
         try:
             with ledger.writing():
                 self.catch_up()
@@ -215,7 +221,7 @@ class LedgerLink:
                 commits = ledger.commits()
         except BaseException:
             if applied:  # the state in RAM went ahead of a transaction that did not land
-                self.recover()
+                self.recover(version)
             raise
         self.seen, self.unflushed, self.commits_seen = head, [], commits
         self.mark()
@@ -231,12 +237,17 @@ class LedgerLink:
                                   "grown_actions": list(names[1])})
             self.names_written = names
 
-    def recover(self) -> None:
-        """After a failed commit: the Decider as the ledger holds it (best effort; the next call rebuilds otherwise)."""
+    def recover(self, version: int) -> None:
+        """After a failed commit: the Decider as the ledger holds it (best effort; the next call
+        rebuilds otherwise), its memory's :attr:`version` as it was before the call (``version``)
+        where the replay counted fewer steps (names it grew at once that the events grew one by one)."""
         self.epoch, self.commits_seen = -1, -2  # whatever happens here, the next catch-up rebuilds
         try:
             with self.ledger.reading():
                 self.rebuild()
+            memory = self.decider.memory
+            if memory.version < version:
+                memory.note_rebuilt_(version - 1)  # (moves it to version: it only grows)
         except Exception:  # noqa: BLE001 - the original error is the one to raise
             pass
         self.mark()
@@ -296,7 +307,7 @@ class LedgerLink:
         except BaseException:
             if changed:
                 self.unflushed = flushed  # not written after all: kept for the next commit
-                self.recover()
+                self.recover(version)
             raise
         self.mark()
         if erase:

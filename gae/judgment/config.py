@@ -227,7 +227,7 @@ class JudgmentConfig:
         >>> JudgmentConfig(tau=0)
         Traceback (most recent call last):
         ...
-        ValueError: tau must be in (0.0, inf], got 0.0
+        ValueError: tau must be in (0.0, inf), got 0.0
     """
 
     rule: Rule = Rule()  # the seed rule: temperature, gated eta steps, clip, push, minimum confidence

@@ -472,8 +472,8 @@ class JudgmentMemory(DecisionMemory):
             row = None if host is None or index is None else self._fast_row(factors)
             if host is None or index is None or row is None:
                 return super().assess_one(factors, category, inspect)
-            if row is factors:
-                row = row.copy()  # (the caller's own array: what is kept must not change with it)
+            if factors.__class__ is not list:
+                row = row.copy()  # (the caller's own array, or a view of its tensor: what is kept must not change)
             if self._config.judges:  # the kernel refuses a factor past the learning limit (NOT_FINITE), as learn_one
                 decided = self._judged_one(host, row, index, check.LEARN_LIMIT)
                 if decided is None:

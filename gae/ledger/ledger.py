@@ -159,6 +159,14 @@ class Ledger:
         return {row.key: self._json(META, f"(key={row.key!r})", row.value)
                 for row in self.store.select(META, "ledger = ?", (self.name,))}
 
+    def require_meta(self, meta: dict[str, Any], keys: Sequence[str]) -> None:
+        """StoreCorrupted naming the file when ``meta`` (not empty) lacks one of ``keys``, values
+        its writer gave every ledger it made: rows deleted behind the ledger's back."""
+        missing = [key for key in keys if key not in meta]
+        if meta and missing:
+            raise StoreCorrupted(self.store.where, f"table {META.name}: ledger {self.name!r} lacks its {missing} "
+                                                   "(rows deleted behind the ledger's back)")
+
     def set_meta(self, values: dict[str, Any]) -> None:
         """Inside :meth:`writing`: set meta values."""
         self.store.insert(META, [(self.name, key, json.dumps(value)) for key, value in values.items()], upsert=True)
@@ -168,6 +176,10 @@ class Ledger:
         found = {row.key: self._json(META, f"(key={row.key!r})", row.value) for row in self.store.select(
             META, "ledger = ? AND key IN ('head', 'epoch')", (self.name,))}
         head, epoch = found.get("head", 0), found.get("epoch", 0)
+        if len(found) == 1:  # (a ledger has both from its first commit, or neither yet)
+            raise StoreCorrupted(self.store.where, f"table {META.name}: ledger {self.name!r} lacks its "
+                                                   f"{'head' if 'head' not in found else 'epoch'} (a row deleted "
+                                                   "behind the ledger's back)")
         if not all(type(value) is int and value >= 0 for value in (head, epoch)):
             raise self._damaged(META, "(key='head')", ValueError(f"head {head!r} and epoch {epoch!r} must be ints"))
         return head, epoch
@@ -286,6 +298,7 @@ class Ledger:
         what). Returns the learn events deleted."""
         doomed, learned, paired = set(seqs), [], set[int]()
         with self.writing():
+            self.check_rows()  # (what it counts from must be sound)
             for chunk in _chunks(sorted(doomed)):
                 for row in self.store.select(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk)):
                     if row.kind != LEARN:
@@ -298,15 +311,47 @@ class Ledger:
                         paired.update(int(decided.seq) for decided in found)
             decisions = len(doomed - paired)  # each decision once: verified (its learn event), or decided and not
             doomed |= paired
+            found_rows = {int(row.seq) for chunk in _chunks(sorted(doomed)) for row in self.store.select(
+                EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))}
             for chunk in _chunks(sorted(doomed)):
                 self.store.delete(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
                 self.store.delete(PENDING, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
             if learned:
                 self.store.delete(SNAPSHOTS, "ledger = ? AND seq >= ?", (self.name, min(learned)))
             head, epoch = self.position()
-            self.set_meta({"epoch": epoch + 1})
+            self.set_meta({"epoch": epoch + 1, "deleted": self._deleted() + len(found_rows)})
             self.store.insert(AUDIT, [(self.name, time.time(), actor, action, reason, decisions, head)])
         return len(learned)
+
+    def _deleted(self) -> int:
+        """The event rows deleted by forget and undo so far (the ledger's meta ``deleted``)."""
+        found = self.store.select(META, "ledger = ? AND key = 'deleted'", (self.name,))
+        deleted = self._json(META, "(key='deleted')", found[0].value) if found else 0
+        if type(deleted) is not int or deleted < 0:
+            raise self._damaged(META, "(key='deleted')", ValueError(f"deleted {deleted!r} must be an int >= 0"))
+        return deleted
+
+    def check_rows(self, adopt: bool = False) -> None:
+        """StoreCorrupted when the events held and those deleted do not add up to the head: an
+        event row deleted behind the ledger's back (a torn copy, a hand edit), which a checksum on
+        each row cannot see. A ledger written before the count was kept gains it here, from what it
+        holds (``adopt``, inside :meth:`writing`). Inside :meth:`reading` or :meth:`writing`."""
+        head, _ = self.position()
+        held = self.store.count(EVENTS, "ledger = ?", (self.name,))
+        found = self.store.select(META, "ledger = ? AND key = 'deleted'", (self.name,))
+        if not found:
+            if held > head:
+                raise StoreCorrupted(self.store.where, f"table {EVENTS.name}: ledger {self.name!r} holds {held} "
+                                                       f"events past its head {head}")
+            if adopt:
+                self.set_meta({"deleted": head - held})  # (adopted: the first count, from the rows as they are)
+            return
+        deleted = self._deleted()
+        if held + deleted != head:
+            how = "rows are missing" if held + deleted < head else "rows were added"
+            raise StoreCorrupted(self.store.where, f"table {EVENTS.name}: ledger {self.name!r} holds {held} events "
+                                                   f"and deleted {deleted}, but its head is {head}: {how} behind the "
+                                                   "ledger's back")
 
     def audit(self) -> list[dict[str, Any]]:
         """Every forget and undo, oldest first: ``at``, ``actor``, ``action``, ``reason``, ``count``

@@ -34,7 +34,10 @@ VIEWS = ("_host", "_judge_host")  # the attributes that hold single-decision vie
 # what a Decider serves now, and was a memory's own before it: the sentence each old call answers with
 MOVED = {name: f"Decider(memory).{name}" for name in (
     "decide", "verify", "verify_many", "pending", "explain_decision", "sync", "referral", "max_pending",
-    "pending_ttl", "expired_decisions", "ledger_version", "snapshot_every", "durable_decisions")}
+    "pending_ttl", "expired_decisions", "ledger_version")}
+MOVED.update({name: f"Decider(memory, store=..., {name}=...)" for name in ("snapshot_every", "durable_decisions")})
+MOVED.update({name: f"Decider(memory, store=...).{name}(...) (it replays the ledger without them)"
+              for name in ("forget_", "undo_")})  # (the k-NN and retrieval memories forget and undo on a ledger)
 # the extra state a memory saved before the Decider held its decisions and referral (read by Decider.load_state_dict)
 DECIDER_STATE = ("pending", "expired_decisions", "referral")
 # constructor arguments that configured serving, now the Decider's
@@ -150,8 +153,10 @@ class DecisionMemory(nn.Module):
             skip: (B,) bool, True for uncertain outcomes that must not be learned. Default none.
             source_ids: (B,) int64, where each decision came from (a user's episode, a ticket),
                 kept by :class:`~gae.JudgmentMemory`'s decision log for ``trace`` and
-                ``forget_``. Default: the decisions' sequence numbers. Memories without a log
-                validate and ignore them.
+                ``forget_``. Default: one past the largest id the log has given so far (the
+                sequence numbers, while no id is given and nothing forgotten); the log's own count,
+                not kept in a ledger: give ids to forget by them on a ledger. Memories without a
+                log validate and ignore them.
 
         Returns:
             :class:`~gae.types.StreamStep` with the pre-learning outputs and the learn events.
@@ -190,7 +195,8 @@ class DecisionMemory(nn.Module):
         Returns a dict like the original: ``{'skipped': True}`` or the gate's verdict with
         ``gated``, ``eta``, ``disp`` and ``initialized``. A memory built with ``grow=True``
         adds an action or category name it has not met (:meth:`add_actions_`). ``source_id``:
-        where the decision came from (``forget_`` removes by it; default its sequence number).
+        where the decision came from (``forget_`` removes by it; default as ``source_ids`` of
+        :meth:`prequential_`).
         """
         return self._learn_checked(factors, action, category, confirmed, outcome, source_id)
 
@@ -524,12 +530,13 @@ class DecisionMemory(nn.Module):
         raise NotImplementedError
 
     @property
-    def state_mark(self) -> tuple[int, int, int, int]:
+    def state_mark(self) -> tuple[int, ...]:
         """What changes whenever the memory's state does, cheaply: its :attr:`version`, the states
-        loaded and the edits made into it (a window cut, a delete), and its vocabulary's sizes. A
-        holder (a Decider on a ledger) compares it to tell whether another caller changed the memory."""
+        loaded and the edits made into it (a window cut, a delete), its vocabulary's sizes and each
+        parameter's in-place updates (an optimizer step). A holder (a Decider on a ledger) compares
+        it to tell whether another caller changed the memory."""
         return (self.version, self.__dict__.get("_edits", 0), len(self._action_names),
-                len(self._category_names or ()))
+                len(self._category_names or ()), *(p._version for p in self._parameters.values() if p is not None))
 
     def _edited(self) -> None:
         """Count a change of the state that :attr:`version` does not (a load, a window cut, a delete)."""

@@ -154,9 +154,17 @@ def sqlite_file_problems(path: str) -> list[str]:
     pages = int.from_bytes(header[28:32], "big")
     counted = pages > 0 and header[24:28] == header[92:96]  # SQLite's rule for a valid in-header size
     # with a write-ahead log or a hot journal, the file may lag its header until they are replayed
-    logged = any(os.path.exists(path + suffix) and os.path.getsize(path + suffix) > 0
-                 for suffix in ("-wal", "-journal"))
+    logged = any(_size(path + suffix) > 0 for suffix in ("-wal", "-journal"))
     if counted and not logged and size < pages * page_size:
         problems.append(f"it is {size:,} bytes, but its header counts {pages:,} pages of {page_size:,} bytes "
                         f"({pages * page_size:,}): truncated")
     return problems
+
+
+def _size(path: str) -> int:
+    """A file's size, 0 when it is not there (a log another connection deletes as it closes may go
+    between a check of its existence and a read of its size)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0

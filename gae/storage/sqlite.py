@@ -383,7 +383,7 @@ class SQLiteStore(MemoryStore):
     def _hold(self) -> Iterator[None]:
         """The writers' queue (:class:`~gae.storage.sqlite_lock.WriterQueue`), then ``BEGIN
         IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises)."""
-        with self._queue.held() if self._queue is not None else nullcontext():
+        with self._queue.held(self.timeout) if self._queue is not None else nullcontext():
             try:
                 self._begin_write()
                 yield

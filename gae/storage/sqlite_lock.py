@@ -10,6 +10,8 @@ ledger, whose writers took it first: processes of that gae queue with this one.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -30,14 +32,29 @@ class WriterQueue:
         self._file: IO[bytes] | None = None
 
     @contextmanager
-    def held(self) -> Iterator[None]:
-        """The exclusive lock, waited for (the kernel wakes the next waiter when it is released)."""
+    def held(self, timeout: float = math.inf) -> Iterator[None]:
+        """The exclusive lock, waited for up to ``timeout`` seconds (then TimeoutError, nothing
+        taken). Without a finite timeout the kernel wakes the next waiter when it is released; with
+        one, a waiter asks again every 0.1 to 2 ms, as a blocking wait cannot be given up."""
         if fcntl is None:  # pragma: no cover - Windows
             yield
             return
         if self._file is None:
             self._file = open(self.path, "a+b")  # noqa: SIM115 - held until close()
-        fcntl.flock(self._file, fcntl.LOCK_EX)
+        if math.isinf(timeout):
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+        else:
+            deadline, pause = time.monotonic() + timeout, 1e-4
+            while True:
+                try:
+                    fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock "
+                                           f"for more than {timeout:g} s; nothing of this call was written") from None
+                    time.sleep(pause)
+                    pause = min(2 * pause, 2e-3)
         try:
             yield
         finally:

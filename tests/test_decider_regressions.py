@@ -1,0 +1,173 @@
+"""What a hostile user found in the Decider, each held: what a Decider keeps of a decision cannot
+change behind its back, text no store can keep is refused as bad input (the same in RAM and on a
+ledger), a failed commit leaves the Decider as it was, and errors name the argument."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gae import Decider, JudgmentMemory
+from gae.ledger.ledger import Ledger
+from gae.storage import SQLiteStore
+
+
+def served(tmp_path, where, grow=False):
+    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 3, grow=grow)
+    return Decider(memory, store=SQLiteStore(tmp_path / "ledger.db") if where == "sqlite" else None)
+
+
+@pytest.mark.parametrize("where", ["ram", "sqlite"])
+def test_decide_keeps_a_copy_of_the_factors_it_was_given(tmp_path, where):
+    decider = served(tmp_path, where)
+    decider.verify(decider.decide([0.9, 0.1, 0.4], "billing").id, "approve")
+    for case in (torch.tensor([0.9, 0.1, 0.4], dtype=torch.float64), np.array([0.9, 0.1, 0.4]),
+                 torch.tensor([0.9, 0.1, 0.4]), [0.9, 0.1, 0.4]):
+        decision = decider.decide(case, "billing")
+        case[0], case[1] = 0.0, 1.0  # the agent reuses its buffer
+        [row] = [factors for d, factors in decider._book.open.values() if d.id == decision.id]
+        assert row.tolist() == pytest.approx([0.9, 0.1, 0.4]), type(case)
+
+
+def test_a_decisions_probs_cannot_change_the_deciders_state():
+    decider = served(None, "ram")
+    decision = decider.decide([0.8, 0.2, 0.4], "billing")
+    with pytest.raises(TypeError, match="read-only"):
+        decision.probs["approve"] = math.nan
+    with pytest.raises(TypeError, match="read-only"):
+        decision.probs.update(approve=1.0)
+    assert decider.pending()[0].probs == {"approve": 0.0, "escalate": 0.0} and isinstance(decision.probs, dict)
+    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3)).load_state_dict(decider.state_dict())
+
+
+@pytest.mark.parametrize("where", ["ram", "sqlite"])
+def test_text_no_store_can_keep_is_refused_naming_the_argument_and_changes_nothing(tmp_path, where):
+    decider = served(tmp_path, where, grow=True)
+    decision = decider.decide([0.1, 0.2, 0.3], "billing")
+    before = (decider.version, [d.id for d in decider.pending()], decider.memory.action_names)
+    for argument, call in (("id", lambda: decider.decide([0.1, 0.2, 0.3], "billing", id="a\ud800")),
+                           ("category", lambda: decider.decide([0.1, 0.2, 0.3], "b\ud800")),
+                           ("outcome", lambda: decider.verify(decision.id, "approve", outcome="o\ud800")),
+                           ("action", lambda: decider.verify(decision.id, "n\ud800")),
+                           ("action", lambda: decider.verify_many([decision.id], ["n\ud800"])),
+                           ("names", lambda: decider.add_actions_(["z\ud800"]))):
+        with pytest.raises(ValueError, match=f"^{argument} must be text UTF-8 can encode"):
+            call()
+    assert (decider.version, [d.id for d in decider.pending()], decider.memory.action_names) == before
+
+
+@pytest.mark.parametrize("where", ["ram", "sqlite"])
+def test_a_numpy_string_is_a_name_in_ram_as_on_a_ledger(tmp_path, where):
+    decider = served(tmp_path, where, grow=True)
+    decider.verify(decider.decide([0.1, 0.2, 0.3], "billing").id, np.str_("hold"))
+    assert decider.memory.action_names == ("approve", "escalate", "hold")
+
+
+def test_a_commit_that_fails_leaves_the_decider_as_it_was(tmp_path, monkeypatch):
+    """The state in RAM goes ahead of the transaction; when it does not land, the Decider is the
+    ledger's again, its version included (a memory that grew name by name is rebuilt to the same)."""
+    path = tmp_path / "ledger.db"
+
+    def opened():
+        return Decider(JudgmentMemory(["billing"], ["approve"], 3, grow=True), store=SQLiteStore(path))
+
+    decider = opened()
+    for action in ("escalate", "hold"):
+        decider.verify(decider.decide([0.1, 0.2, 0.3], "billing").id, action)
+    decision = decider.decide([0.4, 0.5, 0.6], "billing")
+    before = (decider.version, decider.memory.state_dict()["centroids"].clone())
+
+    def full(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Ledger, "append", full)
+        with pytest.raises(OSError, match="disk full"):
+            decider.verify(decision.id, "approve")
+    assert decider.version == before[0] == opened().version
+    assert torch.equal(decider.memory.state_dict()["centroids"], before[1])
+    assert [d.id for d in decider.pending()] == [decision.id]
+    decider.verify(decision.id, "approve")
+    assert decider.decide([0.4, 0.5, 0.6], "billing").version == opened().version
+
+
+def test_errors_name_the_argument():
+    decider = served(None, "ram")
+    with pytest.raises(TypeError, match="^names must be a name or a sequence of names, got 5$"):
+        decider.add_actions_(5)
+    with pytest.raises(ValueError, match=r"^pending_ttl must be in \(0\.0, inf\), got inf$"):
+        Decider(JudgmentMemory(["billing"], ["approve"], 3), pending_ttl=math.inf)
+
+
+def test_a_state_of_other_names_is_refused_for_its_names_and_changes_nothing():
+    grown = Decider(JudgmentMemory(["billing"], ["approve"], 3, grow=True))
+    grown.verify(grown.decide([0.1, 0.2, 0.3], "billing").id, "hold")
+    grown.decide([0.1, 0.2, 0.3], "billing")
+    decider = served(None, "ram")
+    decider.verify(decider.decide([0.5, 0.5, 0.5], "billing").id, "approve")
+    before = decider.state_dict()
+    with pytest.raises(ValueError, match="saved with action_names=\\['approve', 'hold'\\]"):
+        decider.load_state_dict(grown.state_dict())
+    after = decider.state_dict()
+    assert torch.equal(after["memory"]["centroids"], before["memory"]["centroids"])
+    assert after["pending"] == before["pending"]
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM ledger_events WHERE seq = (SELECT MAX(seq) FROM ledger_events WHERE kind = 'learn')",
+    "DELETE FROM ledger_events WHERE seq = 1",
+    "DELETE FROM ledger_meta WHERE key = 'settings'",
+    "DELETE FROM ledger_meta WHERE key = 'head'",
+], ids=["last learn", "first decide", "settings", "head"])
+def test_a_row_deleted_behind_the_ledgers_back_is_refused_naming_the_file(tmp_path, statement):
+    """A checksum on each row cannot see a row that is gone: the head, the events held and those
+    forgotten must add up, and every ledger has its meta."""
+    import sqlite3
+
+    from gae.storage import StoreCorrupted
+
+    decider = served(tmp_path, "sqlite")
+    for i in range(6):
+        decider.verify(decider.decide([0.1 * i, 0.2, 0.3], "billing", source_id=i).id, "approve")
+    decider.forget_([2])  # a deletion the ledger made itself is no damage
+    decider.close()
+    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db")).close()
+    connection = sqlite3.connect(tmp_path / "ledger.db")
+    with connection:
+        connection.execute(statement)
+    connection.close()
+    with pytest.raises(StoreCorrupted, match=str(tmp_path / "ledger.db")):
+        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db"))
+
+
+def test_a_writer_waits_for_another_no_longer_than_its_timeout(tmp_path):
+    import threading
+
+    path = tmp_path / "store.db"
+    SQLiteStore(path).close()
+    holding, done = threading.Event(), threading.Event()
+
+    def hold():
+        store = SQLiteStore(path)
+        with store.exclusive():
+            holding.set()
+            done.wait(10)
+        store.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(10)
+    waiting = SQLiteStore(path, timeout=0.2)
+    try:
+        with pytest.raises(TimeoutError, match="another writer held the write lock for more than 0.2 s"):
+            with waiting.exclusive():
+                pass
+    finally:
+        done.set()
+        thread.join()
+    with waiting.exclusive():  # and once it is free, it writes
+        pass
+    waiting.close()
