@@ -201,3 +201,25 @@ def test_act_or_refer_after_a_forget_is_the_same_in_ram_and_on_a_ledger(tmp_path
     ledger.close()
     reopened = Decider(memory(), target_error=0.1, store=SQLiteStore(path))
     assert reopened.referral.state() == ram.referral.state()
+
+
+def test_the_serial_replay_equals_the_deciders_after_a_name_s_first_use_is_forgotten(tmp_path):
+    from gae.ledger import Ledger
+    from gae.ledger.events import replay
+
+    def memory():
+        return JudgmentMemory(["billing"], ["approve"], 3, grow=True)
+
+    path = tmp_path / "ledger.db"
+    decider = Decider(memory(), store=SQLiteStore(path))
+    decider.verify(decider.decide([0.1, 0.9, 0.5], "billing", source_id=1).id, "hold")  # brings 'hold'
+    decider.verify(decider.decide([0.9, 0.1, 0.5], "billing", source_id=2).id, "escalate")
+    decider.verify(decider.decide([0.5, 0.5, 0.9], "billing", source_id=3).id, "hold")
+    decider.forget_([1])
+    replayed = replay(Ledger(SQLiteStore(path), "judgment"), memory())
+    reopened = Decider(memory(), store=SQLiteStore(path)).memory
+    names = ("approve", "hold", "escalate")
+    assert replayed.action_names == reopened.action_names == decider.memory.action_names == names
+    for name, tensor in decider.memory.state_dict().items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+            assert torch.equal(replayed.state_dict()[name], tensor), name
