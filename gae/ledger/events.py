@@ -89,7 +89,7 @@ def replay(ledger: Any, memory: Any) -> Any:
         extra = state.get("_extra_state", {})
         grow_to(memory, extra.get("action_names") or (), extra.get("category_names") or ())
         memory.load_state_dict(state)
-    meta = ledger.meta()  # the ledger's names today, in their order: a name whose first use was forgotten keeps its place
+    meta = ledger.meta()  # its names today, in order: a name whose first use was forgotten keeps its place
     grow_to(memory, meta.get("grown_actions") or meta.get("actions") or (),
             meta.get("grown_categories") or meta.get("categories") or ())
     for event in ledger.events(0, kinds=(LEARN, GROW)):
