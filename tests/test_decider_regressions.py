@@ -223,3 +223,19 @@ def test_the_serial_replay_equals_the_deciders_after_a_name_s_first_use_is_forgo
     for name, tensor in decider.memory.state_dict().items():
         if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
             assert torch.equal(replayed.state_dict()[name], tensor), name
+
+
+def test_a_ledger_whose_meta_is_gone_is_not_taken_for_a_new_one(tmp_path):
+    import sqlite3
+
+    from gae.storage import StoreCorrupted
+
+    decider = served(tmp_path, "sqlite")
+    decider.verify(decider.decide([0.1, 0.2, 0.3], "billing").id, "approve")
+    decider.close()
+    connection = sqlite3.connect(tmp_path / "ledger.db")
+    with connection:
+        connection.execute("DELETE FROM ledger_meta")
+    connection.close()
+    with pytest.raises(StoreCorrupted, match="holds 2 events and snapshots but no meta"):
+        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db"))

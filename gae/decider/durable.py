@@ -56,6 +56,7 @@ class LedgerLink:
         with decider._lock, ledger.writing():
             meta = ledger.meta()
             names = _names(memory)
+            ledger.require_meta(meta, ("kind", "settings", "head", "epoch", *names))
             if not meta:
                 ledger.set_meta({"kind": type(memory).__name__, "settings": memory.settings(), "head": 0, "epoch": 0,
                                  "deleted": 0,
@@ -64,7 +65,6 @@ class LedgerLink:
                 if int(memory.num_decisions):  # a memory that learned before: the ledger starts from its state
                     ledger.write_snapshot(0, memory.version, self.snapshot_state())
             else:
-                ledger.require_meta(meta, ("kind", "settings", "head", "epoch", *_names(memory)))
                 ledger.check_rows(adopt=True)
                 extra = _check_meta(meta, ledger, memory)
                 if int(memory.num_decisions):

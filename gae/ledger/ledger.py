@@ -161,7 +161,13 @@ class Ledger:
 
     def require_meta(self, meta: dict[str, Any], keys: Sequence[str]) -> None:
         """StoreCorrupted naming the file when ``meta`` (not empty) lacks one of ``keys``, values
-        its writer gave every ledger it made: rows deleted behind the ledger's back."""
+        its writer gave every ledger it made: rows deleted behind the ledger's back; or when it is
+        empty and the ledger holds events or snapshots (its meta gone)."""
+        if not meta:
+            held = sum(self.store.count(table, "ledger = ?", (self.name,)) for table in (EVENTS, SNAPSHOTS))
+            if held:
+                raise StoreCorrupted(self.store.where, f"table {META.name}: ledger {self.name!r} holds {held} events "
+                                                       "and snapshots but no meta (rows deleted behind its back)")
         missing = [key for key in keys if key not in meta]
         if meta and missing:
             raise StoreCorrupted(self.store.where, f"table {META.name}: ledger {self.name!r} lacks its {missing} "
