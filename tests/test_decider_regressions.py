@@ -239,3 +239,24 @@ def test_a_ledger_whose_meta_is_gone_is_not_taken_for_a_new_one(tmp_path):
     connection.close()
     with pytest.raises(StoreCorrupted, match="holds 2 events and snapshots but no meta"):
         Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db"))
+
+
+def test_a_decision_written_later_is_explained_by_the_state_it_was_made_on(tmp_path):
+    """With ``durable_decisions=False`` a decision reaches the ledger after other writers'
+    commits: its explanation is still the state it was made on."""
+    path = tmp_path / "ledger.db"
+
+    def memory():
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+
+    other = Decider(memory(), store=SQLiteStore(path))
+    other.verify(other.decide([0.9, 0.1], "billing").id, "approve")
+    buffered = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    decision = buffered.decide([0.9, 0.1], "billing")
+    for _ in range(3):
+        other.verify(other.decide([0.9, 0.1], "billing").id, "escalate")
+    buffered.sync()
+    for decider in (buffered, other, Decider(memory(), store=SQLiteStore(path))):
+        explained = decider.explain_decision(decision.id)
+        assert decider.memory.action_names[int(explained.action[0])] == decision.action == "approve"
+        assert float(explained.confidence[0]) == pytest.approx(decision.confidence)

@@ -226,6 +226,8 @@ class Decider:
         """``decide`` on a ledger: the decision's events (those it expires, itself, those it
         pushes out) built on the caught-up state and written (:meth:`gae.decider.durable.LedgerLink.write`)."""
         made: list[str] = []
+        durable = self._durable
+        assert durable is not None
 
         def build() -> list[Event]:
             book = self._book
@@ -240,7 +242,8 @@ class Decider:
                 DECIDE, decision.id, decision.category, row, decision.action, source_id=source,
                 decided_version=decision.version, at=when,
                 detail={"confidence": decision.confidence, "names": list(decision.probs),
-                        "probs": list(decision.probs.values()), "reasons": list(decision.reasons)}),
+                        "probs": list(decision.probs.values()), "reasons": list(decision.reasons),
+                        "after": durable.seen}),  # the last event of the state it was made on
                 *_closes(crowded, when)]
 
         try:

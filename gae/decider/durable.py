@@ -337,7 +337,11 @@ class LedgerLink:
             event = ledger.decision(id) if isinstance(id, str) else None
             if event is None:
                 raise KeyError(f"decision {id!r} is not in the ledger")
-            past = self.replayed(before=event.seq)[0]
+            # the state it was made on: the ledger up to the last event its Decider had seen (a decision kept
+            # for a later commit, durable_decisions=False, is written after others' commits; a ledger written
+            # before "after" was recorded: just before the decision)
+            after = event.detail.get("after")
+            past = self.replayed(before=after + 1 if type(after) is int and 0 <= after < event.seq else event.seq)[0]
         self.mark()
         category, names = event.category, past.category_names
         if isinstance(category, str) and names is not None and category not in names:
