@@ -260,3 +260,27 @@ def test_a_decision_written_later_is_explained_by_the_state_it_was_made_on(tmp_p
         explained = decider.explain_decision(decision.id)
         assert decider.memory.action_names[int(explained.action[0])] == decision.action == "approve"
         assert float(explained.confidence[0]) == pytest.approx(decision.confidence)
+
+
+def test_a_default_source_id_is_the_same_in_ram_on_a_ledger_and_after_a_reopen(tmp_path):
+    """A decision decided without a source id gets the memory's next one; a Decider on a ledger
+    records it, so ``forget_`` finds it there and a reopened process goes on from the same."""
+    path = tmp_path / "ledger.db"
+
+    def memory():
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+
+    ram, ledger = Decider(memory()), Decider(memory(), store=SQLiteStore(path), snapshot_every=3)
+    for decider in (ram, ledger):
+        for i in range(8):
+            decision = decider.decide([0.1 * i, 0.5], "billing", source_id=100 if i == 3 else None)
+            decider.verify(decision.id, ["escalate", "approve"][i % 2])
+        decider.learn_one([0.3, 0.3], "approve", "billing")  # (a plain learn takes the next one too)
+    expected = [0, 1, 2, 100, 101, 102, 103, 104, 105]
+    assert ram.memory.decision_log.events()["source_id"].tolist() == expected
+    assert ledger.memory.decision_log.events()["source_id"].tolist() == expected
+    assert Decider(memory(), store=SQLiteStore(path)).memory.next_source_id() == 106
+    ram.forget_([1, 105])
+    ledger.forget_([1, 105])
+    for decider in (ram, ledger, Decider(memory(), store=SQLiteStore(path))):
+        assert torch.equal(decider.memory.centroids, ram.memory.centroids)

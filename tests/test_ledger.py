@@ -300,8 +300,12 @@ def test_a_reopened_memory_starts_its_logs_at_its_snapshot(kind: str, tmp_path: 
     drive([live], 20, seed=3)
     snapshot = ledger_of(live).snapshot()
     assert snapshot is not None and set(snapshot.state) == {"memory", "referral"}  # the Decider's state, no pending
-    assert not [key for key in snapshot.state["memory"]["_extra_state"] if key.endswith("_log")]
-    assert_same(make(kind, path, snapshot_every=3), live, logs=False)
+    extra = snapshot.state["memory"]["_extra_state"]  # of the logs, only where the next default source id is
+    assert [key for key in extra if key.endswith("_log")] == ["decision_log"]
+    assert set(extra["decision_log"]) == {"max_events", "next_source"}
+    reopened = make(kind, path, snapshot_every=3)
+    assert_same(reopened, live, logs=False)
+    assert reopened.memory.next_source_id() == live.memory.next_source_id() > 0
 
 
 @pytest.mark.parametrize("kind", KINDS)

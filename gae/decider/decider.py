@@ -336,6 +336,7 @@ class Decider:
         def build() -> list[Event]:
             book, memory, seen = self._book, self.memory, set()
             events: list[Event] = []
+            following = memory.next_source_id() if self._durable is not None else None
             for id_, action, outcome in zip(ids, actions, outcomes, strict=True):
                 opened = book.get(id_, when)
                 if id_ in seen:
@@ -356,8 +357,12 @@ class Decider:
                     continue
                 name = action if isinstance(action, str) else memory.action_names[int(action)]
                 confirmed = d.action is not None and d.action == name
+                source = d.source_id
+                if following is not None:  # the id the memory gives it, in the ledger: forget_ finds it there
+                    source = following if source is None else source
+                    following = max(following, source + 1)
                 events.append(Event(LEARN, d.id, d.category, opened.row, plain_action(action), confirmed, outcome,
-                                    d.source_id, d.version, at=when,
+                                    source, d.version, at=when,
                                     detail={"referral": {"confidence": d.confidence, "decided": d.action is not None,
                                                          "reasons": list(d.reasons),
                                                          **verified_detail(d.action is not None, d.reasons)}}))
@@ -393,8 +398,9 @@ class Decider:
 
         def build() -> list[Event]:
             row = self.memory.factor_row(factors)
+            given = source if source is not None or self._durable is None else self.memory.next_source_id()
             return [Event(LEARN, None, plain_category(category), row, plain_action(action),
-                          None if confirmed is None else bool(confirmed), outcome, source)]
+                          None if confirmed is None else bool(confirmed), outcome, given)]
 
         with self._lock:
             return self._write(build)[0]  # type: ignore[return-value]

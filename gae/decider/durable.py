@@ -256,10 +256,15 @@ class LedgerLink:
         """The memory's ``state_dict`` without its in-RAM logs (the ledger holds every event: a
         snapshot stays the size of the state, and a Decider opened from it starts its logs there)
         and the referral's state. The pending decisions are the ledger's pending table."""
-        state = self.decider.memory.state_dict()
+        memory = self.decider.memory
+        state = memory.state_dict()
         extra = state.get("_extra_state")
         if isinstance(extra, dict):
             state["_extra_state"] = {key: value for key, value in extra.items() if not key.endswith("_log")}
+            following = memory.next_source_id()
+            if following is not None:  # a log of no decisions, whose next default source id goes on from here
+                state["_extra_state"]["decision_log"] = {"max_events": extra["decision_log"]["max_events"],
+                                                         "next_source": following}
         return {"memory": state, "referral": self.decider.referral.state()}
 
     # -- forgetting -----------------------------------------------------------------------------

@@ -160,6 +160,8 @@ class History:
                        for name in EVENT_LOGS})
         if "decision_log" in extra and max_events != 0:
             self.log = DecisionLog.from_state(extra["decision_log"])
+            if not self.log.base and not self.log.chunks:  # a log of no decisions (a ledger's snapshot): from here
+                self.log.base = buffer_state(module)
         else:
             self.log = DecisionLog(max_events)
             self.log.base = buffer_state(module)

@@ -774,6 +774,20 @@ class JudgmentMemory(DecisionMemory):
     def note_rebuilt_(self, version: int) -> None:
         self._updates = max(self._updates, int(version)) + 1  # the version only grows, as forget_ in RAM moves it
 
+    def next_source_id(self) -> int | None:
+        """The source id the next decision learned without one gets (one past the largest given so
+        far, never reused; the staged decisions counted row by row, as the log will take them);
+        None when the log is off."""
+        with self._lock:
+            history = self.history
+            if history.log.max_events == 0:
+                return None
+            following, staged = history.log.next_source, history.staged
+            if staged is not None:
+                for source in staged.sources[:staged.n].tolist():  # (history.default_sources, row by row)
+                    following = following + 1 if source < 0 else max(following, source + 1)
+            return following
+
     @property
     def decision_log(self) -> DecisionLog:
         """The :class:`~gae.judgment.decision_log.DecisionLog`: every decision learned since its base state."""

@@ -153,10 +153,10 @@ class DecisionMemory(nn.Module):
             skip: (B,) bool, True for uncertain outcomes that must not be learned. Default none.
             source_ids: (B,) int64, where each decision came from (a user's episode, a ticket),
                 kept by :class:`~gae.JudgmentMemory`'s decision log for ``trace`` and
-                ``forget_``. Default: one past the largest id the log has given so far (the
-                sequence numbers, while no id is given and nothing forgotten); the log's own count,
-                not kept in a ledger: give ids to forget by them on a ledger. Memories without a
-                log validate and ignore them.
+                ``forget_``. Default: one past the largest id given so far, never reused (the
+                sequence numbers, while no id is given and nothing forgotten; a Decider on a
+                ledger records the id each decision got, :meth:`next_source_id`). Memories
+                without a log validate and ignore them.
 
         Returns:
             :class:`~gae.types.StreamStep` with the pre-learning outputs and the learn events.
@@ -453,6 +453,12 @@ class DecisionMemory(nn.Module):
                 out = self(x, torch.tensor([self._category_index(category)], device=x.device))
             state = self.inspect_one(row, category) if inspect and self.inspects else None
             return Assessment(int(out.action[0]), float(out.confidence[0]), out.probs[0].tolist(), row, state)
+
+    def next_source_id(self) -> int | None:
+        """The source id the next decision learned without one gets (one past the largest given so
+        far, never reused): what a Decider on a ledger records for it. None for a memory that keeps
+        no sources (it cannot forget by them)."""
+        return None
 
     @property
     def next_seq(self) -> int:
