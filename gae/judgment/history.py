@@ -68,6 +68,20 @@ class History:
     def log(self, log: DecisionLog) -> None:
         self._log = log
 
+    def next_source(self) -> int:
+        """The source id the next decision learned without one gets: one past the largest given so
+        far, the staged decisions counted row by row as :func:`default_sources` will number them,
+        without taking them into the log (counted once: a run of calls costs one row each)."""
+        following, staged = self._log.next_source, self.staged
+        if staged is not None and staged.n:
+            counted, after = staged.counted
+            if counted:
+                following = after
+            for source in staged.sources[counted:staged.n].tolist():
+                following = following + 1 if source < 0 else max(following, source + 1)
+            staged.counted = (staged.n, following)
+        return following
+
     @property
     def chunks(self) -> dict[str, list[Any]]:
         """The gate, promotion and recycle logs as the chunks appended call by call, with every

@@ -779,14 +779,7 @@ class JudgmentMemory(DecisionMemory):
         far, never reused; the staged decisions counted row by row, as the log will take them);
         None when the log is off."""
         with self._lock:
-            history = self.history
-            if history.log.max_events == 0:
-                return None
-            following, staged = history.log.next_source, history.staged
-            if staged is not None:
-                for source in staged.sources[:staged.n].tolist():  # (history.default_sources, row by row)
-                    following = following + 1 if source < 0 else max(following, source + 1)
-            return following
+            return None if self._config.log.max_events == 0 else self.history.next_source()
 
     @property
     def decision_log(self) -> DecisionLog:

@@ -103,6 +103,7 @@ class Staged:
         self.nearest = torch.zeros(rows, n_actions, dtype=torch.int64)
         self.before = torch.zeros(rows, n_factors, **f32)
         self.sources = np.full(rows, -1, dtype=np.int64)  # each row's source id (-1: its default), not the kernel's
+        self.counted = (0, 0)  # rows whose source ids History.next_source has counted, and the next id after them
         self._carve()
         self._reset(rows)
         self.n = 0  # rows in use
@@ -170,6 +171,7 @@ class Staged:
         rows = Rows(self.first, self.x[:n].clone(), category, action, used, given, step, promotions, self.logits,
                     source_ids)
         sources[:] = -1
+        self.counted = (0, 0)
         self._reset(n)
         self.n, self.logits, self.logits_array, self.alpha = 0, None, None, None
         return rows
