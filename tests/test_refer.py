@@ -212,3 +212,16 @@ def test_the_tallied_threshold_is_the_one_counted_over_the_window(seed):
     calibrator.unlearned(list(range(1400, 1450)))
     kept = [e for e, seq in zip(entries, range(800, 1500), strict=True) if not 1400 <= seq < 1450]
     assert calibrator.threshold == slow_threshold(kept, 0.05, 0.05)
+
+
+def test_the_running_tally_is_the_tally_counted_again():
+    """Each observation updates the level buckets in place (the one leaving the window and the
+    one coming): held equal to counting the window's entries from scratch."""
+    calibrator = ReferralCalibrator(0.1, window=50)
+    rng = np.random.default_rng(5)
+    for seq in range(400):
+        calibrator.observe(float(rng.random()), bool(rng.random() < 0.8), seq, alone=bool(rng.random() < 0.5))
+        if seq % 37 == 0:
+            running = (list(calibrator._decided), list(calibrator._wrong))
+            calibrator._recount()
+            assert (calibrator._decided, calibrator._wrong) == running

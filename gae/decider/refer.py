@@ -175,11 +175,19 @@ class ReferralCalibrator(_Locked):
 
     def _take(self, confidence: float, correct: bool, alone: bool, seq: int) -> None:
         """:meth:`observe` of checked values."""
-        with self._lock:
-            if len(self._seen) == self.window:  # the oldest leaves the window
-                self._count(self._seen[0], -1)
-            self._seen.append((confidence, correct, alone, seq))
-            self._count(self._seen[-1], 1)
+        with self._lock:  # (_count of the entry leaving and of the one coming, inline: once per verify)
+            seen, decided, wrong = self._seen, self._decided, self._wrong
+            if len(seen) == self.window:  # the oldest leaves the window
+                oldest = seen[0]
+                bucket = bisect.bisect_right(GRID, oldest[0])
+                decided[bucket] -= 1
+                if not oldest[1]:
+                    wrong[bucket] -= 1
+            seen.append((confidence, correct, alone, seq))
+            bucket = bisect.bisect_right(GRID, confidence)
+            decided[bucket] += 1
+            if not correct:
+                wrong[bucket] += 1
             if alone and self.target_error is not None:
                 self._change = max(0.0, self._change + self._evidence[0 if not correct else 1])
                 if self._change >= CHANGE_LEVEL:

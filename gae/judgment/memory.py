@@ -147,6 +147,8 @@ class JudgmentMemory(DecisionMemory):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
+        config = self._config  # (fixed for the memory's life: what inspect_one has to say, read per decide)
+        self._inspects = config.learning == "lvq" or config.adaptive or bool(config.judges)
         self.grow = bool(grow)
         self._set_category_names(check.resolve_names("categories", categories))
         self._set_action_names(check.resolve_names("actions", actions))
@@ -621,8 +623,7 @@ class JudgmentMemory(DecisionMemory):
     @property
     def inspects(self) -> bool:
         """True with ``learning='lvq'``, ``drift_mode='adaptive'`` or judges (see :meth:`inspect_one`)."""
-        config = self._config
-        return config.learning == "lvq" or config.adaptive or bool(config.judges)
+        return self._inspects
 
     def inspect_one(self, factors, category: str | int = "general") -> CaseState:
         """What the memory's state says about one case (:class:`~gae.types.CaseState`): its

@@ -464,7 +464,7 @@ class DecisionMemory(nn.Module):
     def next_seq(self) -> int:
         """The sequence number the next decision learned takes (``num_decisions`` as an int): what
         ``trace``, ``forget_`` and a Decider's act or refer key decisions by."""
-        return int(cast(Tensor, self._buffers["num_decisions"]))  # (the buffer itself: per verify, no __getattr__)
+        return self._buffers["num_decisions"].item()  # type: ignore[union-attr,return-value]  # (per verify: the buffer)
 
     def category_index(self, category: str | int) -> int:
         """The index of a category name or index (ValueError / TypeError for one the memory does
