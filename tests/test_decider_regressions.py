@@ -284,3 +284,52 @@ def test_a_default_source_id_is_the_same_in_ram_on_a_ledger_and_after_a_reopen(t
     ledger.forget_([1, 105])
     for decider in (ram, ledger, Decider(memory(), store=SQLiteStore(path))):
         assert torch.equal(decider.memory.centroids, ram.memory.centroids)
+
+
+def test_a_default_source_id_is_never_given_twice_on_a_ledger(tmp_path, monkeypatch):
+    """After an undo (a rebuild from an older snapshot), and on a ledger whose snapshots did not
+    keep the next id (written before they did), the next default id is past every id given."""
+    from gae.decider.durable import LedgerLink
+
+    def memory():
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+
+    ram, ledger = Decider(memory()), Decider(memory(), store=SQLiteStore(tmp_path / "ledger.db"), snapshot_every=2)
+    for decider in (ram, ledger):
+        for i in range(5):
+            decider.verify(decider.decide([0.1 * i, 0.5], "billing").id, "approve")
+        decider.undo_(2)
+        decider.verify(decider.decide([0.9, 0.5], "billing").id, "approve")
+        with pytest.raises(ValueError, match=r"source_ids \[3\]"):
+            decider.forget_([3])  # (given, then undone: never given again)
+    assert ram.memory.next_source_id() == ledger.memory.next_source_id() == 6
+    assert Decider(memory(), store=SQLiteStore(tmp_path / "ledger.db")).memory.next_source_id() == 6
+
+    old = LedgerLink.snapshot_state
+
+    def without_the_next_id(self):  # as a gae before the ids were kept wrote its snapshots
+        state = old(self)
+        state["memory"]["_extra_state"].pop("decision_log", None)
+        return state
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LedgerLink, "snapshot_state", without_the_next_id)
+        written = Decider(memory(), store=SQLiteStore(tmp_path / "old.db"), snapshot_every=3)
+        for i in range(7):
+            written.verify(written.decide([0.1 * i, 0.5], "billing", source_id=i).id, "approve")
+        written.close()
+    assert Decider(memory(), store=SQLiteStore(tmp_path / "old.db")).memory.next_source_id() == 7
+
+
+def test_a_memory_pickled_before_its_inspection_was_kept_still_serves():
+    import pickle
+
+    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+    for i in range(5):
+        memory.learn_one([0.1 * i, 0.5], "approve", "billing")
+    del memory.__dict__["_inspects"]  # as an earlier gae pickled it
+    del memory.history.staged.__dict__["counted"]
+    back = pickle.loads(pickle.dumps(memory))
+    assert back.inspects is False and back.next_source_id() == 5
+    decider = Decider(back)
+    decider.verify(decider.decide([0.2, 0.5], "billing").id, "approve")

@@ -167,11 +167,15 @@ class LedgerLink:
         decisions, the expired count, and the decisions this Decider has not written yet."""
         decider, ledger = self.decider, self.ledger
         ledger.check_rows()
+        following = decider.memory.next_source_id()  # (ids given before the rebuild are never given again)
         fresh, referral, count = self.replayed()
         pending, expired, position = ledger.pending(), ledger.count(CLOSE, "expired"), ledger.position()
         memory = decider.memory  # (every read done: a damaged row refused above leaves the Decider as it was)
         grow_to(memory, fresh.action_names, fresh.category_names or ())
         memory.load_state_dict(fresh.state_dict(), quiet=True)
+        if following is not None:  # nor any the ledger holds (one written before they were recorded restarts low)
+            largest = ledger.largest_source()
+            memory.note_sources_(max(following, -1 if largest is None else largest + 1))
         decider.referral = referral
         book = decider._book
         book.open.clear()

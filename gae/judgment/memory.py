@@ -147,8 +147,7 @@ class JudgmentMemory(DecisionMemory):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
         config = JudgmentConfig.seed() if config is None else config
         self._config = config.replace(**overrides) if overrides else config
-        config = self._config  # (fixed for the memory's life: what inspect_one has to say, read per decide)
-        self._inspects = config.learning == "lvq" or config.adaptive or bool(config.judges)
+        self._inspects = _inspects(self._config)  # (fixed for the memory's life, read per decide)
         self.grow = bool(grow)
         self._set_category_names(check.resolve_names("categories", categories))
         self._set_action_names(check.resolve_names("actions", actions))
@@ -775,6 +774,18 @@ class JudgmentMemory(DecisionMemory):
     def note_rebuilt_(self, version: int) -> None:
         self._updates = max(self._updates, int(version)) + 1  # the version only grows, as forget_ in RAM moves it
 
+    def _migrated(self) -> None:
+        if "_inspects" not in self.__dict__:  # pickled by a gae before it was kept
+            self._inspects = _inspects(self._config)
+
+    def note_sources_(self, following: int) -> None:
+        """After a Decider rebuilt this memory from its ledger: the next default source id is at
+        least ``following`` (one past every id given before the rebuild, and every id in the
+        ledger): an id once given is never given again, as in a memory that never stopped."""
+        with self._lock:
+            log = self.history.log
+            log.next_source = max(log.next_source, int(following))
+
     def next_source_id(self) -> int | None:
         """The source id the next decision learned without one gets (one past the largest given so
         far, never reused; the staged decisions counted row by row, as the log will take them);
@@ -868,3 +879,8 @@ class JudgmentMemory(DecisionMemory):
         """In place: a state an earlier gae saved (``version`` < 2, or unrecorded and of an older
         layout), in this version's layout (see gae/judgment/state.py)."""
         layout.upgrade_state_dict(state_dict, prefix, self._config, version)
+
+
+def _inspects(config: JudgmentConfig) -> bool:
+    """Whether a memory of ``config`` has anything for :meth:`JudgmentMemory.inspect_one` to say."""
+    return config.learning == "lvq" or config.adaptive or bool(config.judges)

@@ -145,6 +145,7 @@ class Staged:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("counted", (0, 0))  # (pickled by a gae before it was kept)
         self.logits_array = None if self.logits is None else self.logits.numpy()
         self._carve()
         self._views()

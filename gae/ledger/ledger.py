@@ -217,6 +217,10 @@ class Ledger:
             params.extend(kinds)
         return [self._event(row) for row in self.store.select(EVENTS, where, params, order="seq")]
 
+    def largest_source(self) -> int | None:
+        """The largest source id a decide or learn event of the ledger holds (None: none holds one)."""
+        return self.store.largest(EVENTS, "source_id", "ledger = ? AND kind IN (?, ?)", (self.name, DECIDE, LEARN))
+
     def pending(self) -> list[Event]:
         """The decide events of the decisions still pending, oldest first."""
         with self.store.reading():  # the pending rows and their events in one view

@@ -654,6 +654,14 @@ class DecisionMemory(nn.Module):
         for name in ("_open", "expired_decisions", "referral", "_max_pending", "_pending_ttl"):
             self.__dict__.pop(name, None)  # pickled by a gae before the Decider: serving state is the Decider's
         self._drop_views()  # fresh views whoever pickled them (an older gae's hold other fields)
+        self._migrated()
+
+    def _migrated(self) -> None:
+        """After unpickling: what a subclass computes from its state that an older gae did not keep."""
+
+    def note_sources_(self, following: int) -> None:
+        """After a Decider rebuilt this memory from its ledger: the next default source id is at
+        least ``following``. A memory that keeps no sources has nothing to note."""
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Any:
         """torch's conversions (``to``, ``float``, ``share_memory``, ...): a conversion may move a

@@ -247,6 +247,19 @@ class Store(abc.ABC):
         with self.reading(), self._guard(f"table {table.name} cannot be read"):
             return int(self._rows(statement, tuple(params))[0][0])
 
+    def largest(self, table: Table, column: str, where: str = "", params: Sequence[Any] = ()) -> Any:
+        """The largest value of ``column`` over the rows of ``table`` that match ``where`` (see
+        :meth:`select`), found by the database (None: no row, or none with a value); as
+        :meth:`count`, no checksum is read."""
+        self._check_table(table)
+        if column not in table.names:
+            raise ValueError(f"table {table.name} has no column {column!r}; its columns: {list(table.names)}")
+        statement = f"SELECT MAX({column}) FROM {self._physical(table.name)}" + (f" WHERE {where}" if where else "")
+        if not self._ensure(table, write=False):
+            return None
+        with self.reading(), self._guard(f"table {table.name} cannot be read"):
+            return self._rows(statement, tuple(params))[0][0]
+
     def delete(self, table: Table, where: str = "", params: Sequence[Any] = ()) -> int:
         """Delete the rows of ``table`` that match ``where`` (see :meth:`select`; empty: all), in
         one write transaction (the caller's, if any). Returns how many. The deleted data stays
