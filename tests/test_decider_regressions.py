@@ -173,36 +173,6 @@ def test_a_writer_waits_for_another_no_longer_than_its_timeout(tmp_path):
     waiting.close()
 
 
-@pytest.mark.parametrize("take_back", ["forget", "undo"])
-def test_act_or_refer_after_a_forget_is_the_same_in_ram_and_on_a_ledger(tmp_path, take_back):
-    """The referral takes the learns back alike on both (their calibration entries go, and the
-    trust rows recorded after the first of them), and a reopened Decider holds the same."""
-    from gae import JudgmentConfig
-
-    def memory():
-        return JudgmentMemory(["a", "b"], ["x", "y", "z"], 3, JudgmentConfig.recommended())
-
-    path = tmp_path / "ledger.db"
-    ram, ledger = Decider(memory(), target_error=0.1), Decider(memory(), target_error=0.1, store=SQLiteStore(path))
-    gen = np.random.default_rng(3)
-    reasons = {"ram": [], "ledger": []}
-    for step in range(120):
-        case = gen.random(3)
-        category, action = ["a", "b"][step % 2], ["x", "y", "z"][int(case[0] * 3)]
-        for name, decider in (("ram", ram), ("ledger", ledger)):
-            decision = decider.decide(case.tolist(), category, source_id=step)
-            reasons[name].append(decision.reasons)
-            decider.verify(decision.id, action)
-        if step == 60:
-            for decider in (ram, ledger):
-                decider.forget_([4, 9]) if take_back == "forget" else decider.undo_(3)
-    assert reasons["ram"] == reasons["ledger"]
-    assert ram.referral.state() == ledger.referral.state()
-    ledger.close()
-    reopened = Decider(memory(), target_error=0.1, store=SQLiteStore(path))
-    assert reopened.referral.state() == ram.referral.state()
-
-
 def test_the_serial_replay_equals_the_deciders_after_a_name_s_first_use_is_forgotten(tmp_path):
     from gae.ledger import Ledger
     from gae.ledger.events import replay

@@ -170,8 +170,8 @@ def test_unlearned_entries_go_and_the_later_ones_renumber():
     referral = Referral(0.1)
     for seq in range(5):
         referral.observe(0, 0.9, True, eligible=seq != 2, seq=seq, trust=[0.5, 0.5])
-    referral.unlearned(np.array([2]))  # the trust rows from the first taken back on were the memory's with it
-    assert referral.state()["trust"]["seq"] == [0, 1] and referral.state()["calibration"]["seq"] == [0, 1, 2, 3]
+    referral.unlearned(np.array([0]))
+    assert referral.state()["trust"]["seq"] == [0, 1, 2, 3] and referral.state()["calibration"]["seq"] == [0, 2, 3]
 
 
 def test_the_closed_form_pass_test_is_the_bound_at_most_the_target():

@@ -304,21 +304,10 @@ class LedgerLink:
                 self.catch_up()
                 head = ledger.append(flushed, self.seen)  # this Decider's position moves once it commits
                 seqs = seqs_of(ledger)
-                # act or refer takes the learns back as a Decider in RAM does (Referral.unlearned), by the
-                # memory's sequence numbers: the offset of a memory that learned before its ledger, then one
-                # per learn event
-                learns = [seq for seq, _ in ledger.learned()]
-                offset = memory.next_seq - len(learns)
-                doomed = set(seqs)
-                taken = sorted(offset + i for i, seq in enumerate(learns) if seq in doomed)
-                referral = self.decider.referral.fresh()
-                referral.load_state(self.decider.referral.state())
                 changed = True
                 removed = ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
                 self.unflushed = []  # (in the ledger now: the rebuild must not apply them twice)
                 self.rebuild()
-                referral.unlearned(taken)
-                self.decider.referral = referral  # (the snapshot at the head below records it for every process)
                 memory.note_rebuilt_(version)
                 ledger.write_snapshot(head, memory.version, self.snapshot_state())
                 self.since_snapshot = 0

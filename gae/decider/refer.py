@@ -409,23 +409,19 @@ class Referral(_Locked):
                 rows.append((seq, trust))
 
     def unlearned(self, seqs: Sequence[int] | np.ndarray) -> None:
-        """The learns of these sequence numbers were taken back: what they fed goes (see the module),
-        and with them the trust rows recorded after the first of them (trust the memory had while it
-        held a decision now taken back)."""
+        """The learns of these sequence numbers were taken back: what they fed goes (see the module)."""
         self.calibrator.unlearned(seqs)
-        first = int(min(seqs)) if len(seqs) else None
         with self._lock:
             for category, rows in list(self._trust.items()):
-                kept = [(seq, row) for row, seq in _renumbered([(row, seq) for seq, row in rows], seqs)
-                        if first is None or seq < first]
+                kept = [(seq, row) for row, seq in _renumbered([(row, seq) for seq, row in rows], seqs)]
                 self._trust[category] = deque(kept, maxlen=RECENT)
 
     def state(self) -> dict[str, Any]:
         """What :meth:`load_state` takes back, as ``weights_only`` data (lists, numbers, names)."""
-        with self._lock:  # (by category: one state for one history, whichever category was met first)
-            trust = {"category": [c for c, rows in sorted(self._trust.items()) for _ in rows],
-                     "seq": [seq for _, rows in sorted(self._trust.items()) for seq, _ in rows],
-                     "row": [list(row) for _, rows in sorted(self._trust.items()) for _, row in rows]}
+        with self._lock:
+            trust = {"category": [c for c, rows in self._trust.items() for _ in rows],
+                     "seq": [seq for rows in self._trust.values() for seq, _ in rows],
+                     "row": [list(row) for rows in self._trust.values() for _, row in rows]}
         return {"calibration": self.calibrator.state(), "trust": trust}
 
     def load_state(self, state: dict[str, Any] | None) -> None:
