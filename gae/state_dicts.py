@@ -99,3 +99,14 @@ def load_all_or_nothing(module: nn.Module, load: Callable[..., Any], state_dict:
     except BaseException:
         load(before, strict=True, assign=assign)
         raise
+
+
+def locked_deepcopy(obj: Any, lock: Any, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy`` of an object that others change under ``lock``, made whole under it:
+    deepcopy reads the attributes after ``__getstate__`` returns, when another thread may be
+    changing them. The object's ``__getstate__`` / ``__setstate__`` say what a copy holds."""
+    with lock:
+        twin = object.__new__(type(obj))
+        memo[id(obj)] = twin
+        twin.__setstate__(copy.deepcopy(obj.__getstate__(), memo))
+    return twin

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from gae import KNNMemory
-from gae.models.base import refuse_serving
+from gae.moved import refuse_serving
 from gae.types import LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names, names_by_keyword
 

@@ -17,7 +17,6 @@ In RAM the events are applied and dropped; on a ledger they are appended and com
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -44,6 +43,7 @@ from gae.decider.refer import MIN_CONFIDENCE, MIN_MARGIN, Referral, verified_det
 from gae.decider.verified import learned, verified_of
 from gae.ledger.events import CLOSE, DECIDE, GROW, LEARN, Event, apply_event
 from gae.models.base import DecisionMemory
+from gae.state_dicts import locked_deepcopy
 
 SNAPSHOT_EVERY = 1000  # verifications between two snapshots of a ledger, by default
 
@@ -580,11 +580,7 @@ class Decider:
     def __deepcopy__(self, memo: dict[int, Any]) -> Decider:
         """A deep copy made whole under the lock (deepcopy reads the attributes after ``__getstate__``
         returns, when another thread may be deciding). Pickle a Decider while no other thread uses it."""
-        with self._lock:
-            twin = type(self).__new__(type(self))
-            memo[id(self)] = twin
-            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return twin
+        return locked_deepcopy(self, self._lock, memo)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

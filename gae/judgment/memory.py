@@ -21,7 +21,8 @@ from gae.judgment.decision_log import DecisionLog, Trace
 from gae.judgment.explain import Explanation
 from gae.judgment.explain import explain as explain_batch
 from gae.judgment.history import RELEARNED, History, buffer_state
-from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
+from gae.models.base import INCORRECT, DecisionMemory
+from gae.moved import refuse_serving
 from gae.types import Assessment, CaseState, GateLog, LearnEvents, MemoryOutput, PromotionLog, RecycleLog, StreamStep
 from gae.validation import Names
 

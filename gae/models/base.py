@@ -12,7 +12,6 @@ serving a memory to agents (pending decisions, act or refer, a durable ledger) i
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import threading
@@ -25,33 +24,15 @@ import torch
 from torch import Tensor, nn
 
 from gae import validation as check
-from gae.state_dicts import check_state_dict, load_all_or_nothing
+from gae.moved import SERVED
+from gae.state_dicts import check_state_dict, load_all_or_nothing, locked_deepcopy
 from gae.types import Assessment, CaseState, LearnEvents, StreamStep
 
 INCORRECT = "__incorrect__"  # the original API's outcome marker for an uncertain decision
 FLOAT64 = np.dtype(np.float64)  # the single-decision rows' dtype (NumPy keeps one object per builtin dtype)
 VIEWS = ("_host", "_judge_host")  # the attributes that hold single-decision views
-# what a Decider serves now, and was a memory's own before it: the sentence each old call answers with
-MOVED = {name: f"Decider(memory).{name}" for name in (
-    "decide", "verify", "verify_many", "pending", "explain_decision", "sync", "referral", "max_pending",
-    "pending_ttl", "expired_decisions", "ledger_version")}
-MOVED.update({name: f"Decider(memory, store=..., {name}=...)" for name in ("snapshot_every", "durable_decisions")})
-MOVED.update({name: f"Decider(memory, store=...).{name}(...) (it replays the ledger without them)"
-              for name in ("forget_", "undo_")})  # (the k-NN and retrieval memories forget and undo on a ledger)
 # the extra state a memory saved before the Decider held its decisions and referral (read by Decider.load_state_dict)
 DECIDER_STATE = ("pending", "expired_decisions", "referral")
-# constructor arguments that configured serving, now the Decider's
-SERVING = ("store", "ledger", "snapshot_every", "durable_decisions", "max_pending", "pending_ttl", "target_error",
-           "refer_confidence", "refer_margin")
-
-
-def refuse_serving(owner: str, given: Mapping[str, Any]) -> None:
-    """TypeError for a constructor argument that configures serving (a store, act or refer, pending
-    decisions): one sentence naming the Decider's call."""
-    moved = [name for name in SERVING if name in given]
-    if moved:
-        named = ", ".join(f"{name}=..." for name in moved)
-        raise TypeError(f"{owner}({named}): serving a memory moved to gae.Decider: Decider({owner}(...), {named})")
 
 
 class DecisionMemory(nn.Module):
@@ -91,9 +72,9 @@ class DecisionMemory(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name in MOVED:
+            if name in SERVED:
                 raise AttributeError(f"{type(self).__name__}.{name} moved to gae.Decider, which serves a memory to "
-                                     f"agents: {MOVED[name]}") from None
+                                     f"agents: {SERVED[name]}") from None
             raise
 
     # -- names (each with a dict of positions: the single-decision paths look names up per call)
@@ -642,11 +623,7 @@ class DecisionMemory(nn.Module):
         ``__getstate__`` returns, when another thread may be learning). Pickling keeps torch's
         own path (``map_location``, shared memory, shared parameters), so it is not locked:
         pickle a memory while no other thread learns it, or pickle a deep copy."""
-        with self._lock:
-            twin = type(self).__new__(type(self))
-            memo[id(self)] = twin
-            twin.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return twin
+        return locked_deepcopy(self, self._lock, memo)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

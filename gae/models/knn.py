@@ -10,8 +10,9 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
+from gae.models.base import INCORRECT, DecisionMemory
 from gae.models.knn_engine import KNNHost, KNNState, knn_neighbours, knn_prequential, knn_results, knn_vote
+from gae.moved import refuse_serving
 from gae.types import Assessment, LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 

@@ -13,8 +13,9 @@ from torch import Tensor
 from gae import validation as check
 from gae.episodic import EpisodicMemory
 from gae.episodic.scorer import RetrievalScorer
-from gae.models.base import INCORRECT, DecisionMemory, refuse_serving
+from gae.models.base import INCORRECT, DecisionMemory
 from gae.models.retrieval_engine import RetrievalHost
+from gae.moved import refuse_serving
 from gae.types import Assessment, LearnEvents, MemoryOutput, Retrieved, StreamStep
 from gae.validation import Names
 
