@@ -321,15 +321,14 @@ class Ledger:
                         paired.update(int(decided.seq) for decided in found)
             decisions = len(doomed - paired)  # each decision once: verified (its learn event), or decided and not
             doomed |= paired
-            found_rows = {int(row.seq) for chunk in _chunks(sorted(doomed)) for row in self.store.select(
-                EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))}
+            deleted = 0  # the event rows gone: the head's count goes on adding up (check_rows)
             for chunk in _chunks(sorted(doomed)):
-                self.store.delete(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
+                deleted += self.store.delete(EVENTS, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
                 self.store.delete(PENDING, f"ledger = ? AND seq IN ({_marks(chunk)})", (self.name, *chunk))
             if learned:
                 self.store.delete(SNAPSHOTS, "ledger = ? AND seq >= ?", (self.name, min(learned)))
             head, epoch = self.position()
-            self.set_meta({"epoch": epoch + 1, "deleted": self._deleted() + len(found_rows)})
+            self.set_meta({"epoch": epoch + 1, "deleted": self._deleted() + deleted})
             self.store.insert(AUDIT, [(self.name, time.time(), actor, action, reason, decisions, head)])
         return len(learned)
 
