@@ -250,14 +250,13 @@ class DecisionMemory(nn.Module):
         """For the single-decision paths: one decision's factors as a C-contiguous float64 row (a
         list of numbers converted in one step), or None when the checked path must look at them
         (other shapes, complex, object or string values, a tensor that needs a gradient, ...)."""
-        if factors.__class__ is np.ndarray and factors.dtype is FLOAT64 and factors.shape == (self.n_factors,) \
-                and factors.flags.c_contiguous:
-            return factors  # (a checked row, as factor_row gives: the common case of a Decider's calls)
         try:
             if factors.__class__ is list:
                 row = np.array(factors)  # floats, the common case, come as float64: naming it costs more
                 if row.dtype is not FLOAT64:
                     row = np.array(factors, dtype=np.float64)  # ints, bools, ... as before; anything else raises
+            elif factors.__class__ is np.ndarray and factors.dtype is FLOAT64 and factors.flags.c_contiguous:
+                row = factors  # (a checked row, as factor_row gives: a Decider's verify)
             else:
                 raw = np.asarray(factors)
                 if raw.dtype.kind not in "fiu":
