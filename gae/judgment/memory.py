@@ -453,7 +453,7 @@ class JudgmentMemory(DecisionMemory):
                 return None if decided[0] < 0 else self._action_names[decided[0]], decided[1]
             score = host.score  # bound on the first score: then called here, a Python call less
             action, confidence = (host.score_row(row, index, self._options) if score is None
-                                  else score(row, index, math.inf, *host.score_bound))
+                                  else score(row, index, *host.score_unlimited))
             if action == kernels.NOT_FINITE:
                 return super().score_one(factors, category)
             return None if action < 0 else self._action_names[action], confidence

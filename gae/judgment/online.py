@@ -205,6 +205,7 @@ class HostState:
         self.bound_to: Staged | None = None  # the staged batch they were bound for (by its current run)
         self.score: Any = None  # the entry point of kernels.score_one_at for these arrays
         self.score_bound: tuple = ()  # its arguments fixed for the memory: options, the arrays' addresses
+        self.score_unlimited: tuple = ()  # and those after no limit on a factor's size
         self.score_table: ArrayTable | None = None  # the arrays they address
         self.novelty_call: Any = None  # kernels.novelty's entry point for these arrays
         self.novelty_args: tuple = ()
@@ -293,5 +294,6 @@ class HostState:
             self.score_bound = (options.adaptive, options.tau, options.spawn_support, options.min_confidence,
                                 options.pooled, table.addresses, table.shapes)
             self.score_table = table
-            self.score = entry_point(kernels.score_one_at, row, c, math.inf, *self.score_bound)
+            self.score_unlimited = (math.inf, *self.score_bound)  # score_one's: no limit on a factor's size
+            self.score = entry_point(kernels.score_one_at, row, c, *self.score_unlimited)
         return self.score(row, c, limit, *self.score_bound)
