@@ -9,20 +9,17 @@ online. Its parameters are the :class:`~gae.JudgmentConfig` options, with the de
 :meth:`~gae.JudgmentConfig.recommended` (not the seed rule: ``learning='lvq'``, docs/lvq.md),
 and ``category``, the column of ``X`` that holds each row's category id, if any.
 
-The memory measures weighted squared distances (with ``learning='lvq'``, over one running
-spread per category, which keeps the factors' relative scales), so put the factors on one
-scale: ``Pipeline([("scale", StandardScaler()), ("judgment", JudgmentClassifier())])`` (a step
-cannot be named "memory": that is a parameter of ``Pipeline``). Needs scikit-learn >= 1.6.
+The default configuration measures each criterion in its own running spread
+(``units='memory'``), so its answers are the same in any units and it needs no scaler in front
+(docs/inputs.md, "Units"); in a ``Pipeline`` a step cannot be named "memory": that is a parameter
+of ``Pipeline``. Needs scikit-learn >= 1.6.
 
 Examples::
 
     >>> from sklearn.datasets import load_iris
     >>> from sklearn.model_selection import cross_val_score
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn.preprocessing import StandardScaler
     >>> X, y = load_iris(return_X_y=True)
-    >>> model = make_pipeline(StandardScaler(), JudgmentClassifier())
-    >>> bool(cross_val_score(model, X, y, cv=5).mean() > 0.8)
+    >>> bool(cross_val_score(JudgmentClassifier(), X, y, cv=5).mean() > 0.8)
     True
 """
 

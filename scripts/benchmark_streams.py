@@ -57,6 +57,9 @@ BEST_RIVER = ("knn_100", "knn_400", "knn_1000", "hat", "arf", "srp", "gnb")
 GAP_BAR = -3.0  # pp: on no stream more than this below the stream's best river model
 TIME_BAR = 0.5  # the subject's mean time per decision over knn_400's
 STATE_BAR = 0.1  # the subject's mean state over knn_400's
+# the invariance check: the subject again behind each front (training.river_suite.FRONTS), and the most its accuracy
+# may move on any stream: in random units (each feature scaled by 1e-3 to 1e3 and shifted), behind either scaler
+INVARIANCE_BARS = {"jm_units": 0.5, "jm_minmax": 1.0, "jm_standard": 1.0}
 QUICK_SAMPLES = 500
 MEASURES = ("accuracy", "us_per_decision", "state_bytes", "log_bytes")
 
@@ -124,7 +127,10 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
             "n_samples": n, "seeds": seeds, "warm_up": suite.WARM_UP, "knn_windows": list(suite.KNN_WINDOWS),
             "drift_seed_offset": suite.DRIFT_SEED_OFFSET, "abrupt_width": suite.ABRUPT_WIDTH,
             "gradual_width": suite.GRADUAL_WIDTH,
-            "scaler": "preprocessing.MinMaxScaler() in front of the gae and k-NN models, not the trees or NB",
+            "scaler": "preprocessing.MinMaxScaler() in front of the k-NN models and gae's presets that measure plain "
+                      "distances; none in front of the trees, NB and gae's units-free models (jm_recommended, "
+                      "jm_lvq); jm_units, jm_minmax and jm_standard are jm_recommended in random units, behind "
+                      "MinMaxScaler and behind StandardScaler (the invariance check)",
             "time": "wall time of the whole harness call over the stream / its samples (scaler included), "
                     "after an untimed warm-up run on the first samples; mean over seeds, then over streams",
             "state": "gae: bytes of the memory's parameters and buffers; river: model._raw_memory_usage "
@@ -134,7 +140,7 @@ def benchmark_streams(out: Path = Path("results/benchmark-streams"), readme: Pat
             "subject": SUBJECT, "knn_reference": KNN_REFERENCE, "best_river_models": list(BEST_RIVER)},
         "streams": described,
         "models": {m: {"family": suite.MODELS[m].family, "description": suite.MODELS[m].description,
-                       "scaled": suite.MODELS[m].scaled} for m in models},
+                       "scaled": suite.MODELS[m].scaled, "scaler": suite.MODELS[m].scaler} for m in models},
         "runs": runs, "results": results, "means": means,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"river {_version('river')}, torch {_version('torch')}",
@@ -302,6 +308,13 @@ def verdicts(results: dict[str, dict[str, dict[str, float]]], means: dict[str, d
         worst = min(gaps, key=gaps.__getitem__)
         return gaps[worst], GAP_BAR, gaps[worst] >= GAP_BAR, f"worst: {worst} ({best[worst]['model']})"
 
+    def moved(front: str) -> Any:
+        def judge() -> tuple[float, float, bool, str]:
+            moves = {s: abs(results[s][front]["accuracy"] - results[s][subject]["accuracy"]) for s in streams}
+            worst = max(moves, key=moves.__getitem__)
+            return moves[worst], INVARIANCE_BARS[front], moves[worst] <= INVARIANCE_BARS[front], f"most: {worst}"
+        return judge
+
     def ratio(key: str, bar: float) -> Any:
         def judge() -> tuple[float, float, bool, str]:
             value = means[subject][key] / means[KNN_REFERENCE][key]
@@ -317,7 +330,16 @@ def verdicts(results: dict[str, dict[str, dict[str, float]]], means: dict[str, d
                 "means, scaler included)", "x", (KNN_REFERENCE,), ratio("us_per_decision", TIME_BAR)),
         verdict("state_vs_knn_400", f"state <= {STATE_BAR:.0%} of k-NN (window 400)'s (ratio of the suite means)",
                 "x", (KNN_REFERENCE,), ratio("state_bytes", STATE_BAR)),
+        *(verdict(f"invariance_{front[3:]}", f"on every stream, {suite_words(front)} the accuracy moves by at most "
+                  f"{bar:g} pp (the largest move)", "moved", (front,), moved(front))
+          for front, bar in INVARIANCE_BARS.items()),
     ]
+
+
+def suite_words(front: str) -> str:
+    """How the targets name a front of the invariance check."""
+    return {"jm_units": "in random units (each feature x 10^U(-3, 3), shifted)",
+            "jm_minmax": "behind MinMaxScaler", "jm_standard": "behind StandardScaler"}[front]
 
 
 def _bytes(value: float) -> str:
@@ -391,11 +413,25 @@ def family_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def invariance_table(record: dict[str, Any]) -> str:
+    """Per stream, each front's accuracy less the subject's (pp); "—" where a model did not run."""
+    subject = record["protocol"]["subject"]
+    fronts = [front for front in INVARIANCE_BARS if front in record["models"]]
+    lines = [f"| stream | `{subject}` | " + " | ".join(f"`{front}`" for front in fronts) + " |",
+             "|---|---:|" + "---:|" * len(fronts)]
+    for stream, models in record["results"].items():
+        mine = models.get(subject, {}).get("accuracy")
+        moves = [_gap(models.get(front, {}).get("accuracy"), mine) for front in fronts]
+        cells = ["—" if move is None else f"{move:+.2f}" for move in moves]
+        lines.append(f"| {stream} | {_accuracy(mine)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def verdict_table(record: dict[str, Any]) -> str:
     """The targets of ``jm_recommended`` with their verdicts."""
     subject = record["protocol"]["subject"]
     lines = [f"| target for `{subject}` | value | bar | verdict |", "|---|---:|---:|---|"]
-    formats = {"%": "{:.1f}%", "pp": "{:+.1f} pp", "x": "{:.3g}x"}
+    formats = {"%": "{:.1f}%", "pp": "{:+.1f} pp", "x": "{:.3g}x", "moved": "{:.2f} pp"}
     for row in record["verdicts"]:
         value, bar = ("—" if v is None else formats[row["unit"]].format(v) for v in (row["value"], row["bar"]))
         if row["met"] is None:
@@ -422,6 +458,8 @@ def section(record: dict[str, Any]) -> str:
         "only); gap: the subject's accuracy minus the best's:", best_river_table(record),
         "Per family of streams, the means over its streams of the accuracy and of each stream's best river "
         "model's:", family_table(record),
+        "The invariance check: per stream, the subject's accuracy in random units and behind each scaler, less "
+        "its accuracy as it runs in the suite (with no scaler):", invariance_table(record),
         "The targets, judged from this record:", verdict_table(record),
         f"Measured on {record['machine']} ({record['workers']} worker processes), {record['seconds']:.0f} s in all"
         f"{_reused(record)}; the protocol is in the sections above. Regenerate with "

@@ -67,7 +67,7 @@ def tune_lvq(out: Path = Path("results/tune-lvq"), readme: Path | None = None, c
     record = {"protocol": {"river_seeds": list(T.RIVER_SEEDS), "gae_seeds": list(T.GAE_SEEDS),
                            "n_river": T.N_RIVER, "n_gae": T.N_GAE, "gae_settings": list(T.GAE_SETTINGS),
                            "recovery": list(T.RECOVERY),
-                           "accuracy": "river: progressive_val_score accuracy behind a MinMaxScaler; gae: against "
+                           "accuracy": "river: progressive_val_score accuracy, no scaler in front; gae: against "
                                        "the ground truth, as the head-to-head scores"},
               "chosen": JudgmentConfig.recommended().to_dict(),
               "candidates": {name: every[name] for name in names}, "results": T.summarize(results),

@@ -72,9 +72,11 @@ def test_record_has_the_documented_schema(short):
         per_stream = [np.mean([accuracy_of(record, model, stream, seed) for seed in record["streams"][stream]["seeds"]])
                       for stream in STREAMS]
         assert record["means"][model]["accuracy"] == pytest.approx(np.mean(per_stream), abs=1e-12)
-    # only knn_400 and gnb of the best river models ran: the accuracy targets are not judged; the others are
+    # only knn_400 and gnb of the best river models ran: the accuracy targets are not judged, nor the invariance
+    # (its fronts did not run); the others are
     assert [(row["name"], row["met"] is None) for row in record["verdicts"]] == [
-        ("mean_vs_best_river", True), ("worst_gap", True), ("time_vs_knn_400", False), ("state_vs_knn_400", False)]
+        ("mean_vs_best_river", True), ("worst_gap", True), ("time_vs_knn_400", False), ("state_vs_knn_400", False),
+        ("invariance_units", True), ("invariance_minmax", True), ("invariance_standard", True)]
     assert record["verdicts"][0]["note"] == "knn_100, knn_1000, hat, arf, srp did not run"
     for stream in STREAMS:  # the best among those that ran
         accuracies = {m: record["results"][stream][m]["accuracy"] for m in ("knn_400", "gnb")}
@@ -107,7 +109,7 @@ def test_accuracy_is_river_harness_on_the_documented_stream(short):
     """The slow, obvious reference: each stream and model written out by hand from docs/benchmarks.md."""
     record, _ = short
     phishing = list(datasets.Phishing().take(N))
-    model = preprocessing.MinMaxScaler() | JudgmentClassifier()
+    model = JudgmentClassifier()  # no scaler: the recommended judgment is units-free
     expected = evaluate.progressive_val_score(phishing, model, metrics.Accuracy()).get()
     assert accuracy_of(record, "jm_recommended", "phishing", 200) == 100 * expected
 
@@ -233,9 +235,13 @@ def test_a_gae_setting_gives_gae_its_category_and_river_models_one_hot():
     assert {k: v for k, v in gae_x.items() if k != river_suite.CATEGORY} == \
         {k: v for k, v in river_x.items() if not str(k).startswith("category_")}
     assert sorted(v for k, v in river_x.items() if str(k).startswith("category_")) == [0.0, 0.0, 0.0, 1.0]
-    memory_model = river_suite.build("jm_recommended", 200, "gae_permute")
-    assert list(memory_model.steps.values())[-1].category == river_suite.CATEGORY
-    assert list(river_suite.build("jm_recommended", 200, "phishing").steps.values())[-1].category is None
+    for model in ("jm_recommended", "jm_seed", "jm_units"):  # with no scaler in front, and behind one
+        built = river_suite.build(model, 200, "gae_permute")
+        assert river_suite._classifier(built).category == river_suite.CATEGORY
+        assert river_suite._classifier(river_suite.build(model, 200, "phishing")).category is None
+        data = river_suite.samples("gae_permute", 200, 30, "gae")
+        evaluate.progressive_val_score(data, built, metrics.Accuracy())  # the category passes every front by
+        assert river_suite._classifier(built).memory.category_names is not None
 
 
 def test_a_rerun_gives_the_same_accuracies_in_a_process_pool(short, tmp_path):
@@ -345,6 +351,9 @@ def test_verdicts_against_a_slow_reading_of_the_targets():
     results, means = fake(ACCURACY, state={"jm_recommended": [10.0, 30.0], "knn_400": [100.0, 300.0]},
                           time={"jm_recommended": 1.0, "knn_400": 2.0})
     rows = verdicts(results, means)
+    assert [row["name"] for row in rows[4:]] == ["invariance_units", "invariance_minmax", "invariance_standard"]
+    assert [row["met"] for row in rows[4:]] == [None, None, None]  # the fronts did not run
+    rows = rows[:4]
     assert [row["name"] for row in rows] == ["mean_vs_best_river", "worst_gap", "time_vs_knn_400",
                                              "state_vs_knn_400"]
     assert [row["value"] for row in rows] == [75.0, -10.0, 0.5, 0.1]
@@ -361,22 +370,37 @@ def test_verdicts_against_a_slow_reading_of_the_targets():
     assert [(row["value"], row["met"]) for row in verdicts(*fake(accuracy))[:2]] == [(82.5, True), (-5.0, False)]
     rows = verdicts(*fake(ACCURACY, time={"jm_recommended": 1.01, "knn_400": 2.0},
                           state={"jm_recommended": [11.0, 30.0], "knn_400": [100.0, 300.0]}))
-    assert [row["met"] for row in rows[2:]] == [False, False]
+    assert [row["met"] for row in rows[2:4]] == [False, False]
+
+
+def test_invariance_verdicts_against_a_slow_reading():
+    """Each front's largest move from the subject's accuracy over the streams, against its bar (0.5 pp in
+    random units, 1 pp behind either scaler); a move of exactly the bar meets it."""
+    accuracy = {**ACCURACY, "jm_units": [80.5, 69.75], "jm_minmax": [81.0, 68.5], "jm_standard": [79.0, 70.0]}
+    rows = {row["name"]: row for row in verdicts(*fake(accuracy))}
+    assert (rows["invariance_units"]["value"], rows["invariance_units"]["bar"], rows["invariance_units"]["met"]) == \
+        (0.5, 0.5, True)
+    assert rows["invariance_units"]["note"] == "most: a"
+    assert (rows["invariance_minmax"]["value"], rows["invariance_minmax"]["met"]) == (1.5, False)
+    assert rows["invariance_minmax"]["note"] == "most: b"
+    assert (rows["invariance_standard"]["value"], rows["invariance_standard"]["met"]) == (1.0, True)
+    assert rows["invariance_units"]["unit"] == "moved"
 
 
 def test_a_target_whose_models_did_not_run_is_not_judged():
     without_hat = {m: values for m, values in ACCURACY.items() if m != "hat"}
     rows = verdicts(*fake(without_hat, time={"jm_recommended": 1.0, "knn_400": 4.0},
                           state={"jm_recommended": [1.0, 1.0], "knn_400": [20.0, 20.0]}))
-    assert [row["met"] for row in rows] == [None, None, True, True]
+    assert [row["met"] for row in rows[:4]] == [None, None, True, True]
     assert [(row["value"], row["bar"]) for row in rows[:2]] == [(None, None), (None, None)]
     assert rows[0]["note"] == rows[1]["note"] == "hat did not run"
     without_knn = {m: values for m, values in ACCURACY.items() if m != "knn_400"}
-    assert [row["met"] for row in verdicts(*fake(without_knn))] == [None, None, None, None]
+    assert [row["met"] for row in verdicts(*fake(without_knn))][:4] == [None, None, None, None]
     rows = verdicts(*fake({m: values for m, values in ACCURACY.items() if m != "jm_recommended"}))
-    assert [row["met"] for row in rows] == [None] * 4 and rows[2]["note"] == "jm_recommended did not run"
+    assert [row["met"] for row in rows] == [None] * 7 and rows[2]["note"] == "jm_recommended did not run"
     assert [row["name"] for row in rows] == ["mean_vs_best_river", "worst_gap", "time_vs_knn_400",
-                                             "state_vs_knn_400"]
+                                             "state_vs_knn_400", "invariance_units", "invariance_minmax",
+                                             "invariance_standard"]
 
 
 def test_the_gae_models_are_the_presets_and_the_prototypes_variant():

@@ -37,12 +37,37 @@ RECOMMENDED_BEFORE = {
                "gauss_short": {"kind": "gauss", "rate_floor": 0.05, "prior": 1.0},
                "lda_short": {"kind": "lda", "shrinkage": 0.2, "rate_floor": 0.03, "refresh": 8}}}
 REFER = ("target_error", "refer_confidence", "refer_margin")
+# the options issue 43 added to the lvq group (after miss_penalty), with their defaults: a record written before
+# them reads as these
+ADDED_43 = {"rate_per_error": 0.0, "error_decay": 0.02}
+# JudgmentConfig.recommended() as issue 43 re-chose it, flat
+RECOMMENDED_43 = {
+    **SEED_BEFORE, "push_rate": 0.5, "prototypes": 32, "spawn_threshold": 0.4, "spawn_support": 0.25,
+    "win_decay": 0.01, "learning": "lvq", "units": "memory", "rate_floor": 0.1, "relevance_rate": 0.05,
+    "miss_penalty": 0.5, "rate_per_error": 1.0, "error_decay": 0.02,
+    "judges": {"lda": {"kind": "lda", "shrinkage": 0.2, "rate_floor": 0.0, "refresh": 32},
+               "bins": {"kind": "bins", "bins": 16, "reach": 2.0, "prior": 0.5, "rate_floor": 0.0},
+               "lda_short": {"kind": "lda", "shrinkage": 0.2, "rate_floor": 0.03, "refresh": 32}}}
+
+
+def now(before: dict) -> dict:
+    """A flat record as today's to_dict writes it: the act-or-refer options gone (the Decider's), the
+    options added since in their places (their defaults where the record lacks them)."""
+    out: dict = {}
+    for name, value in without_refer(before).items():
+        if name in ADDED_43:
+            continue
+        out[name] = value
+        if name == "miss_penalty":
+            out.update({added: before.get(added, default) for added, default in ADDED_43.items()})
+    return out
 # a valid value of every option other than the seed's
 CHANGED = {"tau": 0.2, "eta_confirmed": 0.1, "eta_override": 0.02, "drift_threshold": 0.5, "gate_damping": 0.25,
            "clip": (-5.0, 5.0), "push_rate": 0.01, "min_confidence": 0.1, "drift_mode": "adaptive", "shadow_eta": 0.4,
            "promotion_threshold": 3.5, "tracking_eta": 0.3, "evidence_clip": 2.0, "evidence_allowance": 0.5,
            "lead_rate": 0.2, "prototypes": 2, "spawn_threshold": 0.7, "spawn_support": 2.0, "win_decay": 0.1,
            "learning": "lvq", "units": "criterion", "rate_floor": 0.05, "relevance_rate": 0.02, "miss_penalty": 0.2,
+           "rate_per_error": 0.5, "error_decay": 0.05,
            "max_log_events": 100, "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}},
            "trust_rate": 0.7, "trust_share": 0.05, "trust_floor": 0.1}
 
@@ -60,7 +85,7 @@ def test_every_flat_name_is_one_field_of_one_group_and_every_field_has_one():
     assert sorted(path for path in places if len(path) == 2) == sorted(group_fields)  # every group field has one
     assert [path for path in places if len(path) == 1] == [("learning",), ("judges",)]
     assert all(flat_name(GROUPS[path[0]], path[1]) == name for name, path in PATHS.items() if len(path) == 2)
-    assert JudgmentConfig.options() == tuple(PATHS) == tuple(without_refer(SEED_BEFORE))  # the order of before
+    assert JudgmentConfig.options() == tuple(PATHS) == tuple(now(SEED_BEFORE))  # the order of before
     assert (PATHS["drift_mode"], PATHS["max_log_events"], PATHS["trust_floor"], PATHS["prototypes"]) == \
         (("drift", "mode"), ("log", "max_events"), ("trust", "floor"), ("slots", "prototypes"))
 
@@ -88,8 +113,9 @@ def test_groups_compose_and_a_flat_option_overrides_its_groups_field():
     assert config.replace(rule=Rule()).rule == Rule()  # a group replaced whole
     assert config.replace(tau=0.5).rule == Rule(tau=0.5, push_rate=0.2)  # one option of it
     recommended = JudgmentConfig.recommended()
-    assert (recommended.slots, recommended.lvq) == (Slots(prototypes=32, spawn_threshold=0.4, win_decay=0.01),
-                                                    LVQ(rate_floor=0.1, relevance_rate=0.05, miss_penalty=0.5))
+    assert (recommended.slots, recommended.lvq) == (
+        Slots(prototypes=32, spawn_threshold=0.4, spawn_support=0.25, win_decay=0.01),
+        LVQ(units="memory", rate_floor=0.1, relevance_rate=0.05, miss_penalty=0.5, rate_per_error=1.0))
     assert (recommended.rule, recommended.log, recommended.trust) == (Rule(push_rate=0.5), Log(), Trust())
     nested = {"rule": {"push_rate": 0.5}, "slots": dataclasses.asdict(recommended.slots), "learning": "lvq",
               "lvq": dataclasses.asdict(recommended.lvq), "judges": recommended.to_dict()["judges"]}
@@ -97,10 +123,15 @@ def test_groups_compose_and_a_flat_option_overrides_its_groups_field():
 
 
 def test_old_flat_config_dicts_load_and_to_dict_writes_what_they_wrote():
-    for before, preset in ((SEED_BEFORE, JudgmentConfig.seed()), (RECOMMENDED_BEFORE, JudgmentConfig.recommended())):
+    # the recommended configuration before issue 43 re-chose it: what its records hold
+    recommended_before = JudgmentConfig.recommended().replace(
+        units="category", spawn_support=1.5, rate_per_error=0.0, judges=RECOMMENDED_BEFORE["judges"])
+    assert JudgmentConfig.from_dict(RECOMMENDED_43) == JudgmentConfig.recommended()
+    assert JudgmentConfig.recommended().to_dict() == now(RECOMMENDED_43)
+    for before, preset in ((SEED_BEFORE, JudgmentConfig.seed()), (RECOMMENDED_BEFORE, recommended_before)):
         assert JudgmentConfig.from_dict(before) == preset  # act or refer's options dropped: the Decider's now
-        assert preset.to_dict() == without_refer(before)
-        assert list(preset.to_dict()) == list(without_refer(before))
+        assert preset.to_dict() == now(before)  # and the options added since, at their defaults
+        assert list(preset.to_dict()) == list(now(before))
         partial = {name: before[name] for name in ("tau", "drift_mode", "prototypes")}  # written before the others
         assert JudgmentConfig.from_dict(partial) == JudgmentConfig.seed().replace(prototypes=before["prototypes"])
 
@@ -108,11 +139,13 @@ def test_old_flat_config_dicts_load_and_to_dict_writes_what_they_wrote():
 def test_a_ledgers_settings_from_before_the_groups_compare_equal():
     """What a durable ledger recorded (``settings()``) is compared key by key when it reopens: the flat
     dict of before, the act-or-refer options aside, for every preset and for the defaults."""
-    for before, config in ((SEED_BEFORE, None), (RECOMMENDED_BEFORE, JudgmentConfig.recommended())):
-        assert JudgmentMemory(2, 2, 3, config).settings() == without_refer(before)
-    assert JudgmentMemory.default_settings() == without_refer(SEED_BEFORE)
+    for before, config in ((SEED_BEFORE, None), (RECOMMENDED_43, JudgmentConfig.recommended())):
+        assert JudgmentMemory(2, 2, 3, config).settings() == now(before)
+    defaults = JudgmentMemory.default_settings()
+    assert defaults == now(SEED_BEFORE)  # a setting a ledger lacks, written before it existed, reads as this
+    assert all(defaults[name] == value for name, value in ADDED_43.items())  # what gae did before them
     options = {name: value for name, value in CHANGED.items() if name != "drift_mode"}  # lvq is not adaptive
-    written = {**without_refer(SEED_BEFORE), **options, "clip": [-5.0, 5.0],
+    written = {**now(SEED_BEFORE), **options, "clip": [-5.0, 5.0],
                "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}}}
     assert JudgmentMemory(2, 2, 3, **options).settings() == written  # every option changed, as gae wrote it
 

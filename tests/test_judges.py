@@ -14,7 +14,8 @@ from gae.judgment import judges, trust
 from gae.models.base import INCORRECT
 
 JUDGES = {"gauss": {}, "lda": {"refresh": 3}, "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
-          "lda_short": {"kind": "lda", "rate_floor": 0.02, "shrinkage": 0.5}}
+          "lda_short": {"kind": "lda", "rate_floor": 0.02, "shrinkage": 0.5}, "bins": {"bins": 8},
+          "bins_short": {"kind": "bins", "rate_floor": 0.05, "reach": 1.5}}
 LVQ = JudgmentConfig.recommended().replace(judges=None)  # the recommended prototypes alone, no judges
 CONFIGS = {"lvq": JudgmentConfig.recommended().replace(judges=JUDGES),
            "gated": JudgmentConfig.seed().replace(judges=JUDGES, prototypes=2)}
@@ -101,7 +102,7 @@ def test_gauss_is_naive_bayes_written_out():
         n = rows.shape[0]
         assert torch.allclose(memory.judge_gauss_means[0, a].double(), rows.mean(0), atol=1e-5)
         assert torch.allclose(memory.judge_gauss_variances[0, a].double(), rows.var(0, unbiased=False), atol=1e-5)
-        spread = (n * rows.var(0, unbiased=False) + 0.5 * total_var) / (n + 0.5) + 1e-6
+        spread = (n * rows.var(0, unbiased=False) + 0.5 * total_var) / (n + 0.5)  # no floor: every criterion varied
         ll = -(0.5 * torch.log(2 * math.pi * spread) + (query.double() - rows.mean(0)) ** 2 / (2 * spread)).sum(-1)
         expected.append(ll + math.log(n / 120))
     expected = torch.stack(expected, -1)
@@ -116,11 +117,58 @@ def test_lda_precision_is_the_shrunk_covariance_inverted():
     memory = JudgmentMemory(1, 3, K, config)
     memory.prequential_(x, torch.zeros(64, dtype=torch.long), action)  # 64: a refresh on the last decision
     s = memory.judge_lda_covariance[0].double()
-    sigma = 0.7 * s + 0.3 * torch.diag(torch.diagonal(s))
-    sigma = sigma + (1e-3 * float(torch.diagonal(s).mean()) + 1e-6) * torch.eye(K, dtype=torch.float64)
+    sigma = 0.7 * s + (0.3 + 1e-3) * torch.diag(torch.diagonal(s))  # the ridge: each criterion's own variance
     assert torch.allclose(memory.judge_lda_precision[0].double(), torch.linalg.inv(sigma), rtol=1e-4)
     for a in range(3):
         assert torch.allclose(memory.judge_lda_means[0, a], x[action == a].mean(0), atol=1e-5)
+
+
+def test_bins_is_naive_bayes_over_bins_of_each_criterions_spread_written_out():
+    """With rate_floor=0 the bins judge's histograms count each action's decisions per bin, each put
+    in its bin under the running mean and variance after it (recomputed here from scratch), and its
+    score is the log prior plus each criterion's smoothed log bin probability."""
+    x, _, action, _ = stream(6, n=150, n_categories=1)
+    options = {"bins": 6, "reach": 1.5, "prior": 0.5}
+    memory = JudgmentMemory(1, 3, K, JudgmentConfig.recommended().replace(judges={"bins": options}))
+    memory.prequential_(x, torch.zeros(150, dtype=torch.long), action)
+    counts = torch.zeros(3, K, 6, dtype=torch.float64)
+    for i in range(150):
+        seen = x[:i + 1].double()
+        z = (x[i].double() - seen.mean(0)) / seen.var(0, unbiased=False).sqrt()
+        b = torch.floor((z + 1.5) * 6 / 3.0).clamp(0, 5).long() if i else torch.full((K,), 3)
+        counts[action[i], torch.arange(K), b] += 1
+    assert torch.allclose(memory.judge_bins_counts[0].double(), counts)  # (a value on an edge would tip; none here)
+    query = torch.rand(4, K, generator=torch.Generator().manual_seed(10))
+    z = (query.double() - x.double().mean(0)) / x.double().var(0, unbiased=False).sqrt()
+    b = torch.floor((z + 1.5) * 6 / 3.0).clamp(0, 5).long()  # (4, K)
+    n = torch.bincount(action, minlength=3).double()
+    expected = torch.log(n / 150)[None] + torch.stack(
+        [torch.log((counts[a, torch.arange(K), b] + 0.5) / (n[a] + 3.0)).sum(-1) for a in range(3)], -1)
+    got = judges.log_scores(judges.parse({"bins": options})[0], query, torch.zeros(4, dtype=torch.long),
+                            dict(memory.named_buffers()))
+    assert torch.allclose(got.double(), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_explain_names_the_bins_that_decided():
+    """A band rule on one criterion among three in very different units: the bins judge's thresholds
+    name that criterion, a bin holding the query's value, in the user's units, for the right action."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.rand(900, 3, generator=g) * torch.tensor([100.0, 1.0, 1e3])
+    action = ((x[:, 0] > 40) & (x[:, 0] < 60)).long()
+    memory = JudgmentMemory(["loan"], ["reject", "approve"], ["age", "noise", "salary"],
+                            JudgmentConfig.recommended())
+    memory.prequential_(x, torch.zeros(900, dtype=torch.long), action)
+    for age, expected in ((50.0, "approve"), (20.0, "reject"), (75.0, "reject")):
+        why = memory.explain([age, 0.5, 300.0], "loan")
+        first = why.thresholds[0][0]
+        assert (first.judge, first.factor, first.action, first.rival) == ("bins", "age", expected,
+                                                                         {"approve": "reject"}.get(expected, "approve"))
+        assert first.low <= age < first.high and first.nats > 1.0
+        assert all(t.nats > 0 for t in why.thresholds[0])
+        assert str(first) in str(why)
+    assert memory.explain(x[:3], torch.zeros(3, dtype=torch.long)).thresholds[2] is not None
+    assert JudgmentMemory(1, 2, 3, JudgmentConfig.recommended().replace(judges={"lda": {}})).explain(
+        [0.1, 0.2, 0.3], 0).thresholds == ((),)
 
 
 @pytest.mark.parametrize("mode", CONFIGS)
@@ -141,7 +189,8 @@ def test_single_decision_path_matches_batched(mode):
 
 
 BENCH_JUDGES = {"gauss": {"kind": "gauss"}, "lda": {"kind": "lda"},
-                "gauss_short": {"kind": "gauss", "rate_floor": 0.05}, "lda_short": {"kind": "lda", "rate_floor": 0.03}}
+                "gauss_short": {"kind": "gauss", "rate_floor": 0.05}, "lda_short": {"kind": "lda", "rate_floor": 0.03},
+                "bins": {"kind": "bins"}}
 
 
 @pytest.mark.parametrize("chosen", [BENCH_JUDGES, {"lda": {"refresh": 3}}], ids=["four", "one"])
@@ -181,7 +230,8 @@ def test_the_mixture_judges_about_as_well_as_its_best_judge(concept):
     if concept == "linear":
         n_factors, n_actions = 6, 2
         x = torch.rand(1500, n_factors, generator=g)
-        action = (x @ torch.tensor([1.0, -1.0, 0.5, 0.0, 0.0, 0.0]) > 0.25).long()
+        # a boundary across every criterion: a few prototypes tile it coarsely, one shared covariance fits it
+        action = (x @ torch.tensor([1.0, -1.0, 0.5, 0.8, -0.6, 0.3]) > 0.5).long()
     else:
         n_factors, n_actions = 12, 3
         action = torch.randint(0, n_actions, (1500,), generator=g)

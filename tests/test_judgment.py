@@ -147,16 +147,19 @@ def test_parameter_inventory_counts_every_number():
     inventory = JudgmentMemory(4, 4, 8).parameter_inventory()
     adaptive = ("shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
                 "run_centroids", "run_counts", "tracking_centroids", "tracking_lead")
-    lvq = ("input_counts", "input_means", "input_variances", "relevance_logits")
+    lvq = ("input_counts", "input_means", "input_variances", "relevance_logits", "recent_errors", "factor_counts",
+           "factor_means", "factor_variances")
     # the buffers of the options that are off (wins with one prototype, the adaptive and lvq state) are empty
     assert inventory == {"criterion_logits": 32, "centroids": 128, "initialized": 16, "counts": 16, "wins": 0,
                          "num_decisions": 1, **dict.fromkeys(adaptive, 0), **dict.fromkeys(lvq, 0), "trust_weights": 0,
                          "total": 193}
-    # learning='lvq' adds each category's running mean and variance, its count and its relevance logits
+    # learning='lvq' adds each category's running mean and variance, its count, its relevance logits and its
+    # recent error rate, and the memory's running count, mean and variance of each criterion
     inventory = JudgmentMemory(4, 4, 8, learning="lvq", prototypes=3).parameter_inventory()
     assert inventory == {"criterion_logits": 32, "centroids": 384, "initialized": 48, "counts": 48, "wins": 48,
                          "num_decisions": 1, **dict.fromkeys(adaptive, 0), "input_counts": 4, "input_means": 32,
-                         "input_variances": 32, "relevance_logits": 32, "trust_weights": 0, "total": 661}
+                         "input_variances": 32, "relevance_logits": 32, "recent_errors": 4, "factor_counts": 1,
+                         "factor_means": 8, "factor_variances": 8, "trust_weights": 0, "total": 682}
     # judges add their own buffers and the trust, one weight per category and judge
     inventory = JudgmentMemory(4, 4, 8, learning="lvq", judges={"gauss": {}}).parameter_inventory()
     assert inventory["trust_weights"] == 8 and inventory["judge_gauss_means"] == 4 * 4 * 8

@@ -110,7 +110,7 @@ def test_explain_names_actions_factors_and_judges_of_a_pending_and_a_verified_de
     assert pending["category"] == "billing" and set(pending["attention"]) == {"amount", "risk"}
     assert set(pending["probs"]) == set(ACTIONS) and math.isclose(pending["confidence"], decided["confidence"],
                                                                  rel_tol=1e-5)
-    assert set(pending["judges"]) == {"prototypes", "gauss", "lda", "gauss_short", "lda_short"}
+    assert set(pending["judges"]) == {"prototypes", "lda", "bins", "lda_short"}
     assert math.isclose(sum(j["trust"] for j in pending["judges"].values()), 1.0, rel_tol=1e-5)
     svc.verify(decided["id"], "escalate")
     assert svc.explain(decided["id"])["action"] == decided["action"]  # by the state it was decided with

@@ -25,6 +25,7 @@ OPTIONS = {"tau": 0.2, "eta_confirmed": 0.1, "eta_override": 0.02, "drift_thresh
            "promotion_threshold": 3.5, "tracking_eta": 0.3, "evidence_clip": 2.0, "evidence_allowance": 0.5,
            "lead_rate": 0.2, "prototypes": 2, "spawn_threshold": 0.7, "spawn_support": 2.0, "win_decay": 0.1,
            "learning": "lvq", "units": "criterion", "rate_floor": 0.05, "relevance_rate": 0.02, "miss_penalty": 0.2,
+           "rate_per_error": 0.5, "error_decay": 0.05,
            "max_log_events": 100, "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}},
            "trust_rate": 0.7, "trust_share": 0.05, "trust_floor": 0.1}
 

@@ -29,23 +29,28 @@ GAE_SETTINGS = ("permute", "shift", "gradual", "none", "outliers", "multimodal",
 RECOVERY = (100, 200)  # decisions after the middle over which the recovery accuracy is taken
 # the neighbours of each constant (one at a time, the others at their chosen values)
 NEIGHBOURS: dict[str, tuple[Any, ...]] = {
-    "prototypes": (16, 64), "units": ("criterion",), "rate_floor": (0.05, 0.2), "push_rate": (0.0, 1.0),
-    "relevance_rate": (0.0, 0.1), "miss_penalty": (0.0, 0.35, 0.75), "spawn_threshold": (0.3, 0.5),
-    "spawn_support": (1.0, 2.5), "win_decay": (0.005, 0.02)}
+    "prototypes": (16, 64), "units": ("criterion", "category"), "rate_floor": (0.05, 0.2), "push_rate": (0.0, 1.0),
+    "relevance_rate": (0.0, 0.1), "miss_penalty": (0.0, 0.35, 0.75), "spawn_threshold": (0.2, 0.8),
+    "spawn_support": (0.5, 1.5), "win_decay": (0.005, 0.02), "rate_per_error": (0.0, 0.5),
+    "error_decay": (0.01, 0.05)}
 
 
 # the judges' neighbours: each judge's own option moved (the others as chosen), then the trust's options
 JUDGE_NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "gauss_short": {"rate_floor": (0.02, 0.1)}, "lda_short": {"rate_floor": (0.01, 0.06)},
-    "lda": {"shrinkage": (0.05, 0.5)}, "gauss": {"prior": (0.25, 4.0)}}
+    "lda_short": {"rate_floor": (0.01, 0.06)}, "lda": {"shrinkage": (0.05, 0.5), "refresh": (8,)},
+    "bins": {"bins": (8, 32), "reach": (1.5, 3.0), "prior": (0.25, 1.0)}}
+# judges the recommended configuration does not hold, each added to it (the Gaussian naive Bayes geometry, long and
+# short: the recommended set before the bins judge)
+OTHER_JUDGES: dict[str, dict[str, Any]] = {"gauss": {"kind": "gauss"},
+                                           "gauss_short": {"kind": "gauss", "rate_floor": 0.05}}
 TRUST_NEIGHBOURS: dict[str, tuple[Any, ...]] = {"trust_rate": (0.25, 1.0), "trust_share": (0.005, 0.05),
                                                 "trust_floor": (0.02, 0.2)}
 
 
 def neighbourhood() -> dict[str, dict[str, Any]]:
     """``name -> options changed from the recommended``: ``'chosen'`` (none), then ``'<option>=<value>'``;
-    for the judges (docs/judges.md) ``'judges=none'`` (the prototypes alone), ``'without <judge>'`` and
-    ``'<judge>.<option>=<value>'``."""
+    for the judges (docs/judges.md) ``'judges=none'`` (the prototypes alone), ``'without <judge>'``,
+    ``'with <judge>'`` (:data:`OTHER_JUDGES`) and ``'<judge>.<option>=<value>'``."""
     candidates: dict[str, dict[str, Any]] = {"chosen": {}}
     for option, values in {**NEIGHBOURS, **TRUST_NEIGHBOURS}.items():
         for value in values:
@@ -54,6 +59,8 @@ def neighbourhood() -> dict[str, dict[str, Any]]:
     candidates["judges=none"] = {"judges": {}}
     for name in chosen:
         candidates[f"without {name}"] = {"judges": {other: spec for other, spec in chosen.items() if other != name}}
+    for name, spec in OTHER_JUDGES.items():
+        candidates[f"with {name}"] = {"judges": {**chosen, name: spec}}
     for name, options in JUDGE_NEIGHBOURS.items():
         for option, values in options.items():
             for value in values:
@@ -77,12 +84,12 @@ def run(options: dict[str, Any], family: str, stream: str, seed: int) -> dict[st
     torch.set_num_threads(1)
     config = JudgmentConfig.recommended().replace(max_log_events=0, **options)
     if family == "river":
-        from river import evaluate, metrics, preprocessing
+        from river import evaluate, metrics
 
         from gae.river import JudgmentClassifier
         from training import river_suite as suite
 
-        model = preprocessing.MinMaxScaler() | JudgmentClassifier(**config.to_dict())
+        model = JudgmentClassifier(**config.to_dict())  # no scaler: its answers are the same in any units
         score = evaluate.progressive_val_score(suite.samples(stream, seed, N_RIVER, "river", shuffled=True), model,
                                                metrics.Accuracy())
         return {"accuracy": 100 * score.get()}

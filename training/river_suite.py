@@ -11,6 +11,7 @@ the reason for each choice. river and scikit-learn are optional dependencies (``
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, NamedTuple
 
@@ -37,6 +38,9 @@ KNN_WINDOWS = (100, 400, 1000)
 CATEGORY = "category"  # the feature that carries a gae setting's category to gae's classifiers
 
 Sample = tuple[dict[Hashable, Any], Hashable]
+Scaler = Literal["minmax", "standard", "units"] | None
+UNITS_RANGE = (-3.0, 3.0)  # RandomUnits: each feature scaled by 10 ** uniform(-3, 3) ...
+UNITS_SHIFT = 100.0  # ... and shifted by normal(0, 100) times its scale
 Family = Literal["linear", "noisy prototypes", "rules", "fast drift", "multimodal", "real", "gae"]
 
 
@@ -72,13 +76,20 @@ class ModelSpec(NamedTuple):
         description: how the docs and the record describe it.
         make: ``(seed, category) -> classifier``; ``category`` names the category feature (gae settings,
             gae models only) or is None.
-        scaled: a ``preprocessing.MinMaxScaler()`` runs in front of it.
+        scaler: what runs in front of it: None (nothing), ``'minmax'`` (``preprocessing.MinMaxScaler()``),
+            ``'standard'`` (``preprocessing.StandardScaler()``) or ``'units'`` (:class:`RandomUnits`, the
+            invariance check's random units).
     """
 
     family: Literal["gae", "river"]
     description: str
     make: Callable[[int, str | None], base.Classifier]
-    scaled: bool
+    scaler: Scaler
+
+    @property
+    def scaled(self) -> bool:
+        """Whether anything runs in front of the model."""
+        return self.scaler is not None
 
 
 class RunResult(NamedTuple):
@@ -91,6 +102,39 @@ class RunResult(NamedTuple):
     state_bytes: int
     log_bytes: int
     n: int
+
+
+class RandomUnits(base.Transformer):
+    """Every numeric feature in other units: ``x * s + t`` with ``s = 10 ** uniform(-3, 3)`` and ``t =
+    normal(0, 100) * s``, drawn once per feature from ``seed`` and the feature's name (the same map in
+    every process and run): the invariance check's inputs (docs/inputs.md), a river transformer that
+    learns nothing."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._maps: dict[Hashable, tuple[float, float]] = {}
+
+    def _map(self, name: Hashable) -> tuple[float, float]:
+        if name not in self._maps:
+            rng = np.random.default_rng([self.seed, zlib.crc32(repr(name).encode())])
+            scale = float(10.0 ** rng.uniform(*UNITS_RANGE))
+            self._maps[name] = (scale, float(rng.normal(0.0, UNITS_SHIFT)) * scale)
+        return self._maps[name]
+
+    def transform_one(self, x: dict[Hashable, Any]) -> dict[Hashable, Any]:
+        out = {}
+        for name, value in x.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                scale, shift = self._map(name)
+                value = value * scale + shift
+            out[name] = value
+        return out
+
+
+def _scaler(kind: str, seed: int) -> base.Transformer:
+    if kind == "units":
+        return RandomUnits(seed)
+    return {"minmax": preprocessing.MinMaxScaler, "standard": preprocessing.StandardScaler}[kind]()
 
 
 def _switch(before: Any, after: Any, seed: int, n: int, width: float) -> synth.ConceptDriftStream:
@@ -214,21 +258,34 @@ def _knn(window: int) -> Callable[[int, str | None], base.Classifier]:
                                                           engine=neighbors.LazySearch(window_size=window))
 
 
+# the gae models whose answers are the same in any units (units='memory', docs/inputs.md), run as a user would
+# run them: with no scaler in front. The others measure plain distances, and a MinMaxScaler puts their factors in [0, 1]
+UNITS_FREE = ("jm_recommended", "jm_lvq")
+# the recommended configuration again behind each front: the invariance check (docs/inputs.md)
+FRONTS: dict[str, Scaler] = {"jm_units": "units", "jm_minmax": "minmax", "jm_standard": "standard"}
+FRONT_WORDS: dict[Scaler, str] = {
+    "units": "in random units (RandomUnits: each feature scaled by 1e-3 to 1e3 and shifted)",
+    "minmax": "behind MinMaxScaler", "standard": "behind StandardScaler"}
+
 MODELS: dict[str, ModelSpec] = {
-    **{name: ModelSpec("gae", f"gae JudgmentClassifier, {name[3:]} ({config!r})", _judgment(config), True)
+    **{name: ModelSpec("gae", f"gae JudgmentClassifier, {name[3:]} ({config!r})", _judgment(config),
+                       None if name in UNITS_FREE else "minmax")
        for name, config in GAE_CONFIGS.items()},
-    **{f"knn_{window}": ModelSpec("river", f"river KNNClassifier, 5 neighbours, window {window}", _knn(window), True)
+    **{name: ModelSpec("gae", f"gae JudgmentClassifier, recommended, {FRONT_WORDS[front]}",
+                       _judgment(GAE_CONFIGS["jm_recommended"]), front) for name, front in FRONTS.items()},
+    **{f"knn_{window}": ModelSpec("river", f"river KNNClassifier, 5 neighbours, window {window}", _knn(window),
+                                  "minmax")
        for window in KNN_WINDOWS},
     "hat": ModelSpec("river", "river HoeffdingAdaptiveTreeClassifier (defaults)",
-                     lambda seed, category: tree.HoeffdingAdaptiveTreeClassifier(seed=seed), False),
+                     lambda seed, category: tree.HoeffdingAdaptiveTreeClassifier(seed=seed), None),
     "arf": ModelSpec("river", "river ARFClassifier, 10 trees",
-                     lambda seed, category: forest.ARFClassifier(n_models=10, seed=seed), False),
+                     lambda seed, category: forest.ARFClassifier(n_models=10, seed=seed), None),
     "srp": ModelSpec("river", "river SRPClassifier, 10 Hoeffding trees on random patches",
-                     lambda seed, category: SRPClassifier(n_models=10, seed=seed), False),
+                     lambda seed, category: SRPClassifier(n_models=10, seed=seed), None),
     "lb": ModelSpec("river", "river LeveragingBaggingClassifier, 10 Hoeffding trees",
                     lambda seed, category: LeveragingBaggingClassifier(model=tree.HoeffdingTreeClassifier(),
-                                                                       n_models=10, seed=seed), False),
-    "gnb": ModelSpec("river", "river GaussianNB", lambda seed, category: naive_bayes.GaussianNB(), False),
+                                                                       n_models=10, seed=seed), None),
+    "gnb": ModelSpec("river", "river GaussianNB", lambda seed, category: naive_bayes.GaussianNB(), None),
 }
 
 
@@ -273,18 +330,19 @@ def samples(stream: str, seed: int, n: int, family: str, shuffled: bool = False)
 
 
 def build(model: str | ModelSpec, seed: int, stream: str) -> base.Estimator:
-    """A fresh model (a name among :data:`MODELS`, or a spec) for a stream: MinMaxScaler in front where
-    the model is scaled; for a gae model on a gae setting, the category field named (and led past the
+    """A fresh model (a name among :data:`MODELS`, or a spec) for a stream, its scaler in front
+    (``ModelSpec.scaler``); for a gae model on a gae setting, the category field named (and led past the
     scaler)."""
     spec = MODELS[model] if isinstance(model, str) else model
     category = CATEGORY if spec.family == "gae" and STREAMS[stream].kind == "gae" else None
     classifier = spec.make(seed, category)
-    if not spec.scaled:
+    if spec.scaler is None:
         return classifier
+    scaler = _scaler(spec.scaler, seed)
     if category is None:
-        return preprocessing.MinMaxScaler() | classifier
+        return scaler | classifier
     # the category field is a name: it passes the scaler by, untouched
-    return ((compose.Discard(category) | preprocessing.MinMaxScaler()) + compose.Select(category)) | classifier
+    return ((compose.Discard(category) | scaler) + compose.Select(category)) | classifier
 
 
 def _classifier(model: base.Estimator) -> base.Estimator:

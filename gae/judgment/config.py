@@ -34,7 +34,7 @@ from gae import validation as check
 
 DriftMode = Literal["seed", "adaptive"]
 Learning = Literal["gated", "lvq"]
-Units = Literal["criterion", "category"]
+Units = Literal["criterion", "category", "memory"]
 # options of act or refer that configs held before the Decider did: an old config's values are dropped when read
 REFER_OPTIONS = ("target_error", "refer_confidence", "refer_margin")
 FLAT = "flat"  # a group field's metadata key: the option's flat name, where it is not the field's own
@@ -142,16 +142,25 @@ class LVQ:
     """``learning='lvq'`` (docs/lvq.md): learning vector quantization in the data's own units, a
     metric learned online, prototypes where the memory errs; with the gated rule these are unused."""
 
-    units: Units = "category"  # squared differences over the category's mean running variance, or each criterion's
+    # what a squared difference is divided by: the category's mean running variance over its criteria ('category'),
+    # each criterion's running variance in the category ('criterion') or over all the memory's decisions ('memory');
+    # with 'criterion' and 'memory' the answers are the same in any units (docs/inputs.md)
+    units: Units = "category"
     rate_floor: float = 0.02  # prototypes learn at max(1 / (updates + 1), rate_floor): running mean, then tracking
     relevance_rate: float = 0.0  # step size of the criterion relevances (GRLVQ); 0 keeps them uniform
     miss_penalty: float = 0.0  # P > 1: other actions' prototypes nearer than the right one lose this share of wins
+    # the rate floor rises to rate_per_error x the category's recent error rate: a category whose prototypes
+    # keep erring (fast drift, a concept switched) forgets at the rate its losses call for; 0: rate_floor alone
+    rate_per_error: float = 0.0
+    error_decay: float = 0.02  # rate of the recent error rate (the prototypes' own): about the last 50 decisions
 
     def __post_init__(self) -> None:
         _check_choice(self, "units", typing.get_args(Units))
         _set_real(self, "rate_floor", low=0.0, high=1.0, low_open=True)
         _set_real(self, "relevance_rate", low=0.0)
         _set_real(self, "miss_penalty", low=0.0, high=1.0)
+        _set_real(self, "rate_per_error", low=0.0, high=1.0)
+        _set_real(self, "error_decay", low=0.0, high=1.0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -285,17 +294,19 @@ class JudgmentConfig:
         """The best configuration gae has for a stream it knows nothing about, the default of
         ``gae.river.JudgmentClassifier`` and ``gae.sklearn.JudgmentClassifier``: ``learning='lvq'``
         (docs/lvq.md) with up to 32 prototypes per category and action, spawned where the memory
-        errs, relevances learned online, in the data's own units; beside them four judges
-        (docs/judges.md), class means with a variance per criterion (``gauss``) and under one shrunk
-        covariance (``lda``), each also with a short memory (about the last 20 and 33 decisions of
-        the category), trusted as far as each has judged well. Its constants were chosen on tuning
+        errs, relevances learned online, each criterion in units of its own running spread (so the
+        answers are the same in any units: no scaler needed, docs/inputs.md), a step size that rises
+        with the category's recent errors; beside them three judges (docs/judges.md), class means
+        under one shrunk covariance (``lda``, also with a short memory of about the category's last
+        33 decisions) and each criterion's histograms over bins of its spread (``bins``), trusted as
+        far as each has judged well. Its constants were chosen on tuning
         streams apart from those the benchmarks report (docs/lvq.md and docs/judges.md say how)."""
         return cls(rule=Rule(push_rate=0.5),
-                   slots=Slots(prototypes=32, spawn_threshold=0.4, spawn_support=1.5, win_decay=0.01),
-                   learning="lvq", lvq=LVQ(units="category", rate_floor=0.1, relevance_rate=0.05, miss_penalty=0.5),
-                   judges={"gauss": {"kind": "gauss"}, "lda": {"kind": "lda"},
-                           "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
-                           "lda_short": {"kind": "lda", "rate_floor": 0.03}})
+                   slots=Slots(prototypes=32, spawn_threshold=0.4, spawn_support=0.25, win_decay=0.01),
+                   learning="lvq", lvq=LVQ(units="memory", rate_floor=0.1, relevance_rate=0.05, miss_penalty=0.5,
+                                           rate_per_error=1.0, error_decay=0.02),
+                   judges={"lda": {"kind": "lda", "refresh": 32}, "bins": {"kind": "bins"},
+                           "lda_short": {"kind": "lda", "rate_floor": 0.03, "refresh": 32}})
 
     @classmethod
     def keyword_parameters(cls, defaults: JudgmentConfig | None = None) -> list[inspect.Parameter]:

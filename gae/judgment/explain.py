@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -16,6 +17,26 @@ from gae.judgment.config import JudgmentConfig
 from gae.judgment.state import JudgmentState
 
 SHOWN_DECISIONS = 8  # __str__ prints the first few decisions of a batch, and says how many it left out
+
+
+class Threshold(NamedTuple):
+    """A bin that decided a ``bins`` judge's answer (docs/judges.md): the value of ``factor`` lies
+    in ``[low, high)`` (the user's units; ``-inf`` / ``inf`` for the open end bins), and the judge's
+    histograms of that bin favour ``action`` over ``rival`` by ``nats``."""
+
+    judge: str
+    factor: str
+    low: float
+    high: float
+    action: str
+    rival: str
+    nats: float
+
+    def __str__(self) -> str:
+        low = "" if self.low == float("-inf") else f"{self.low:.4g} <= "
+        high = "" if self.high == float("inf") else f" < {self.high:.4g}"
+        return (f"{self.judge}: {low}{self.factor}{high} favours {self.action} over {self.rival} "
+                f"by {self.nats:.2f} nats")
 
 
 @dataclass(frozen=True)
@@ -76,6 +97,9 @@ class Explanation:
         prototypes_action: (B,) int64, the prototypes' own recommendation (-1: none), the
             action ``nearest``, ``displacement``, ``gated`` and ``spawns`` speak of; ``action``
             without judges.
+        thresholds: per decision, the bins that decided each ``bins`` judge's answer
+            (:class:`Threshold`, the strongest first, at most three per judge); empty tuples
+            without such a judge.
     """
 
     action: Tensor
@@ -100,6 +124,7 @@ class Explanation:
     votes: Tensor
     trust: Tensor
     prototypes_action: Tensor
+    thresholds: tuple[tuple[Threshold, ...], ...] = ()
 
     lvq: bool = False  # the memory learns with learning='lvq'
 
@@ -152,6 +177,8 @@ class Explanation:
                      for j, name in enumerate(self.judge_names)]
             lines += _table([["judge", "trust", *self.action_names], *votes,
                              ["mixture", "", *(f"{float(v):.3f}" for v in self.probs[b])]])
+        if b < len(self.thresholds):
+            lines += [str(threshold) for threshold in self.thresholds[b]]
         return "\n".join([head, *lines])
 
 
@@ -187,7 +214,7 @@ def explain(state: JudgmentState, config: JudgmentConfig, attention: Tensor, x: 
     lvq = config.learning == "lvq"
     if lvq:
         relevance = rule.relevances(state.relevance_logits)[category]
-        spread = rule.spread(state.input_variances, config)[category]
+        spread = rule.spread(rule.unit_variances(state, config), config)[category]
     else:
         relevance, spread = torch.full_like(alpha, 1.0 / alpha.shape[1]), torch.ones_like(alpha)
     estimates = rule.scoring_estimates(state, config)

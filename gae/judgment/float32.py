@@ -7,7 +7,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-VARIANCE_FLOOR = 1e-6  # added to every running variance: a criterion that never varied weighs 1e6 / K, not inf
+# A running variance at or below this is a criterion that has not varied, to float32's precision: it weighs
+# nothing in a distance (its spread is inf) rather than a floor's worth. Nothing is added to a variance that is
+# above it, so a distance in units of each criterion's spread is the same in any units (docs/inputs.md).
+VARIANCE_FLOOR = 1e-30
 
 
 def _f32(value: float) -> Tensor:

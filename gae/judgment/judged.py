@@ -36,6 +36,8 @@ from torch._C import TensorBase
 from gae.compiled import ArrayTable, entry_point
 from gae.judgment import judges, trust
 from gae.judgment.config import JudgmentConfig
+from gae.judgment.explain import Threshold
+from gae.judgment.judges import bins
 from gae.judgment.kernels import trust as trust_kernels
 from gae.judgment.kernels.judges import fused
 from gae.types import MemoryOutput
@@ -133,6 +135,21 @@ def score(buffers: Mapping[str, Tensor], config: JudgmentConfig, x: Tensor, cate
     return out, vote
 
 
+def thresholds(buffers: Mapping[str, Tensor], config: JudgmentConfig, x: Tensor, category: Tensor,
+               action_names: tuple[str, ...], factor_names: tuple[str, ...]) -> tuple[tuple[Threshold, ...], ...]:
+    """Per decision, the bins that decided each ``bins`` judge's answer
+    (:func:`gae.judgment.judges.bins.evidence`), named: the explanation's ``thresholds``."""
+    found: list[list[Threshold]] = [[] for _ in range(x.shape[0])]
+    for judge in config.judged():
+        if judge.kind != "bins":
+            continue
+        for row, reasons in zip(found, bins.evidence(x, category, judges.state_of(judge, buffers), judge.options),
+                                strict=True):
+            row += [Threshold(judge.name, factor_names[e.factor], e.low, e.high, action_names[e.action],
+                              action_names[e.rival], e.nats) for e in reasons]
+    return tuple(tuple(row) for row in found)
+
+
 def check_state(saved: Mapping[str, Any], config: JudgmentConfig) -> None:
     """Refuse a state saved with other judges than ``config``'s (``saved``: the config it was saved with)."""
     value = {name: spec.get("kind", name) for name, spec in (saved.get("judges") or {}).items()}
@@ -183,7 +200,7 @@ class JudgeHost:
         self.logits = np.zeros(n_actions, np.float32)
         self.probs = np.zeros(n_actions, np.float32)
         self.trust = buffers["trust_weights"].detach().numpy()
-        row = np.zeros(buffers[judges.buffer_name(members[0], "means")].shape[2])
+        row = np.zeros(0)  # for its type: entry_point compiles for the arguments' types
         states = [tuple(t.detach().numpy() for t in judges.state_of(judge, buffers).values()) for judge in members]
         options = [judge.options.params() for judge in members]
         config = self.config

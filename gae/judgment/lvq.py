@@ -6,14 +6,17 @@ the data's own units: the distance weighs each criterion by the attention, a lea
 and the inverse of the category's running spread (:func:`gae.judgment.primitives.metric`, also
 :func:`gae.judgment.rule.metric`)::
 
-    w_c       = alpha_c * softmax(relevance_logits_c) / (variance_c + VARIANCE_FLOOR)
-    observe                 category c's running mean and variance take x (Welford)
+    w_c       = alpha_c * softmax(relevance_logits_c) / variance_c      (0 where variance_c <= VARIANCE_FLOOR)
+    observe                 category c's running mean and variance take x (Welford), and the memory's
+                            over all categories (units='memory' measures in these)
+    e_c      += error_decay (wrong - e_c)        the category's recent error rate (recent_errors)
+    floor     = max(rate_floor, rate_per_error e_c)
     p, d      = the nearest prototype in use of (c, a) under w_c
     relevance_step          GRLVQ: the relevances move to separate p from the best rival action's slot
     miss                    the prototypes of other actions nearer than p lose miss_penalty of their wins
     wrong and d > spawn_threshold -> spawn_slot; mu = x                                    (P > 1)
-    else      mu_{c,a,p} += max(1 / (counts + 1), rate_floor) (x - mu_{c,a,p})
-    wrong     -> the recommended action's slot q: mu_q -= push_rate max(1 / (counts_q + 1), rate_floor) (x - mu_q)
+    else      mu_{c,a,p} += max(1 / (counts + 1), floor) (x - mu_{c,a,p})
+    wrong     -> the recommended action's slot q: mu_q -= push_rate max(1 / (counts_q + 1), floor) (x - mu_q)
 
 where *wrong* means the memory's own recommendation was not the verified action.
 
@@ -39,6 +42,7 @@ from gae.judgment.primitives import (
     start_prototype,
     step_toward,
     take_slot,
+    unit_variances,
     weighted,
 )
 from gae.judgment.state import JudgmentState
@@ -47,15 +51,16 @@ from gae.judgment.state import JudgmentState
 TINY = float(torch.finfo(torch.float32).tiny)
 
 
-def observe(x: Tensor, c: int, state: JudgmentState) -> None:
-    r"""Category ``c``'s running mean and (population) variance take ``x``, in place (Welford):
+def observe(x: Tensor, c: int, counts: Tensor, means: Tensor, variances: Tensor) -> None:
+    r"""Row ``c``'s running mean and (population) variance take ``x``, in place (Welford):
     :math:`n \leftarrow n + 1`, :math:`\delta = x - m`, :math:`m \leftarrow m + \delta / n`,
-    :math:`v \leftarrow v + (\delta (x - m) - v) / n`."""
-    state.input_counts[c] += 1
-    n = state.input_counts[c].to(torch.float32)
-    delta = x - state.input_means[c]
-    state.input_means[c] += delta / n
-    state.input_variances[c] += (delta * (x - state.input_means[c]) - state.input_variances[c]) / n
+    :math:`v \leftarrow v + (\delta (x - m) - v) / n`: category ``c``'s (``input_*``), and row 0 of
+    the memory's over all categories (``factor_*``)."""
+    counts[c] += 1
+    n = counts[c].to(torch.float32)
+    delta = x - means[c]
+    means[c] += delta / n
+    variances[c] += (delta * (x - means[c]) - variances[c]) / n
 
 
 def miss(x: Tensor, c: int, a: int, weights: Tensor, state: JudgmentState, config: JudgmentConfig) -> None:
@@ -75,10 +80,20 @@ def miss(x: Tensor, c: int, a: int, weights: Tensor, state: JudgmentState, confi
     state.wins[c][nearer] *= _f32(1.0) - _f32(config.lvq.miss_penalty)
 
 
-def lvq_rate(count: Tensor, config: JudgmentConfig) -> Tensor:
-    """The step size of a prototype with ``count`` updates: ``max(1 / (count + 1), rate_floor)``,
+def lvq_rate(count: Tensor, floor: Tensor) -> Tensor:
+    """The step size of a prototype with ``count`` updates: ``max(1 / (count + 1), floor)``,
     the running mean of its decisions until the rate reaches the floor, then tracking."""
-    return torch.maximum(_f32(1.0) / (count.to(torch.float32) + _f32(1.0)), _f32(config.lvq.rate_floor))
+    return torch.maximum(_f32(1.0) / (count.to(torch.float32) + _f32(1.0)), floor)
+
+
+def rate_floor(c: int, wrong: bool, state: JudgmentState, config: JudgmentConfig) -> Tensor:
+    """Category ``c``'s recent error rate takes one decision, in place (``e += error_decay (wrong -
+    e)``, ``wrong`` whether the prototypes' own recommendation missed), and the floor of its
+    prototypes' step sizes: ``max(rate_floor, rate_per_error e)``, so a category that keeps erring
+    forgets faster, down to ``rate_floor`` again once it judges well."""
+    errors = state.recent_errors
+    errors[c] += _f32(config.lvq.error_decay) * (_f32(float(wrong)) - errors[c])
+    return torch.maximum(_f32(config.lvq.rate_floor), _f32(config.lvq.rate_per_error) * errors[c])
 
 
 def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Tensor, state: JudgmentState,
@@ -106,7 +121,7 @@ def relevance_step(x: Tensor, c: int, a: int, p: int, r: int, q: int, alpha: Ten
     g_{K,k} / s))` with :math:`s = d_J + d_K`. Elsewhere (every ordinary decision) it is the
     formula above, bit for bit as before."""
     lam = relevances(state.relevance_logits[c])
-    scale = alpha[c] / spread(state.input_variances[c], config)
+    scale = alpha[c] / spread(unit_variances(state, config)[c], config)
     g_own = scale * (x - state.centroids[c, a, p]) ** 2
     g_rival = scale * (x - state.centroids[c, r, q]) ** 2
     d_own, d_rival = (lam * g_own).sum(), (lam * g_rival).sum()
@@ -138,12 +153,14 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
     Returns ``(slot, eta, distance, fresh, spawned, recycled, before)``: the taught slot, its step
     size (1 for a new prototype), the metric distance to it before learning (0 on a first
     touch), whether it was set to ``x``, spawned or recycled, and its row before the update."""
-    observe(x, c, state)
+    observe(x, c, state.input_counts, state.input_means, state.input_variances)
+    observe(x, 0, state.factor_counts, state.factor_means, state.factor_variances)
+    wrong = recommended != a
+    floor = rate_floor(c, wrong, state, config)
     weights = metric(alpha, state, config)[c]
     if state.centroids.shape[2] > 1 and config.lvq.miss_penalty > 0:
         miss(x, c, a, weights, state, config)
     in_use = state.initialized[c, a].nonzero().squeeze(-1)
-    wrong = recommended != a
     spawned = recycled = False
     if not in_use.numel():  # a first touch
         target, distance, fresh = 0, _f32(0.0), True
@@ -163,11 +180,11 @@ def lvq_step(x: Tensor, c: int, a: int, recommended: int, nearest: Tensor, logit
         start_prototype(x, c, a, target, state, config)
         eta = torch.tensor(1.0)
     else:
-        eta = lvq_rate(state.counts[c, a, target], config)
+        eta = lvq_rate(state.counts[c, a, target], floor)
         step_toward(x, c, a, target, eta, state, config)
     credit(c, a, target, state, config)
     if wrong and recommended >= 0 and config.rule.push_rate > 0:  # away from x: a negative step
         q = int(nearest[recommended])
-        rate = _f32(config.rule.push_rate) * lvq_rate(state.counts[c, recommended, q], config)
+        rate = _f32(config.rule.push_rate) * lvq_rate(state.counts[c, recommended, q], floor)
         push_away(x, c, recommended, q, rate, state, config)
     return target, eta, distance, fresh, spawned, recycled, before

@@ -315,7 +315,10 @@ class JudgmentMemory(DecisionMemory):
             mixed, vote = judged.score(cast(dict, self._buffers), self._config, x, category_t, explained.probs, False)
             return dataclasses.replace(explained, action=mixed.action, confidence=mixed.confidence,
                                        probs=mixed.probs, judge_names=self.judge_names(), votes=vote,
-                                       trust=trust_rule.weights_of(self.trust_weights)[category_t])
+                                       trust=trust_rule.weights_of(self.trust_weights)[category_t],
+                                       thresholds=judged.thresholds(cast(dict, self._buffers), self._config, x,
+                                                                    category_t, self.action_names,
+                                                                    self.factor_names))
 
     def attention_logits(self, step: StreamStep, category: Tensor) -> Tensor:
         """Differentiable (B, A) logits of a prequential step under the current attention.

@@ -44,7 +44,7 @@ from gae.types import LearnEvents, MemoryOutput, PromotionLog, StreamStep
 DTYPES = {name: dtype for name, (_, dtype) in  # every buffer's dtype, as the kernels read it
           layout(1, 1, 1, JudgmentConfig(drift_mode="adaptive", prototypes=2)).items()}
 SCORED = ("centroids", "initialized", "wins", "tracking_centroids", "tracking_lead",  # what score_one_at reads
-          "relevance_logits", "input_variances")
+          "relevance_logits", "input_variances", "factor_variances")
 INSPECTED = ("input_counts", "promotion_statistic", "trust_weights")  # and what inspect_one reads besides
 JUDGED = (judges.PREFIX, "trust_weights")  # the judges' buffers and the trust (judges.layout): JudgeHost checks them
 STAGED_BYTES = 1 << 20  # the staged batch's arrays take at most about this much (and at least 16 rows)
@@ -264,7 +264,8 @@ class HostState:
         """:func:`gae.judgment.primitives.novelty` of a float64 row in category ``c`` (``kernels.novelty``)."""
         if self.novelty_call is None:
             state = self.state
-            self.novelty_args = (state.centroids, state.initialized, state.input_variances, VARIANCE_FLOOR)
+            self.novelty_args = (state.centroids, state.initialized, state.input_variances,
+                                 np.float32(VARIANCE_FLOOR))
             self.novelty_call = entry_point(kernels.novelty, row, c, *self.novelty_args)
         return self.novelty_call(row, c, *self.novelty_args)
 
@@ -290,7 +291,8 @@ class HostState:
                        np.zeros(n_actions, np.float32))  # row, alpha, logits
             table = ArrayTable([state.centroids, state.initialized, state.wins, state.tracking_centroids,
                                 state.tracking_lead, self.logits, *scratch, state.relevance_logits,
-                                state.input_variances, np.zeros(n_actions, np.float32)])  # (+ probs)
+                                state.factor_variances if options.memory_units else state.input_variances,
+                                np.zeros(n_actions, np.float32)])  # (+ probs)
             self.score_bound = (options.adaptive, options.tau, options.spawn_support, options.min_confidence,
                                 options.pooled, table.addresses, table.shapes)
             self.score_table = table

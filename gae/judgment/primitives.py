@@ -12,7 +12,8 @@ Numbers (docs/inputs.md): a learned value lies in ``[-LEARN_LIMIT, LEARN_LIMIT]`
 every prototype, running mean, shadow and tracking prototype, each a weighted mean of learned
 values, does too, and a push away from a decision (:func:`push_away`, the one update that is not
 a mean) is held there. A running variance is then at most ``(2 LEARN_LIMIT)^2`` and at least 0,
-a spread at least :data:`VARIANCE_FLOOR`, and every weight of the metric at most ``K / 1e-6``.
+a spread above :data:`VARIANCE_FLOOR` or inf (a criterion that has not varied weighs nothing), and
+every weight of the metric at most ``K / 1e-30``.
 """
 
 from __future__ import annotations
@@ -48,30 +49,43 @@ def relevances(relevance_logits: Tensor) -> Tensor:
     return weights / weights.sum(-1, keepdim=True)
 
 
+def unit_variances(state: JudgmentState, config: JudgmentConfig) -> Tensor:
+    """(C, K) the running variances each category's units are made of (:func:`spread`): its own
+    (``input_variances``), or with ``units='memory'`` each criterion's over all the memory's
+    decisions (``factor_variances``), the same for every category."""
+    if config.lvq.units == "memory":
+        return state.factor_variances.expand(state.input_variances.shape)
+    return state.input_variances
+
+
 def spread(variances: Tensor, config: JudgmentConfig) -> Tensor:
-    """(..., K) what ``learning='lvq'`` divides each squared difference by: with
-    ``units='criterion'`` its criterion's running variance, with ``units='category'`` the
-    category's mean running variance over its criteria (one scale, the criteria's ratios kept);
-    plus :data:`VARIANCE_FLOOR`."""
+    """(..., K) what ``learning='lvq'`` divides each squared difference by, from (..., K) running
+    ``variances`` (:func:`unit_variances`): with ``units='criterion'`` or ``'memory'`` its
+    criterion's, with ``units='category'`` their mean over the criteria (one scale, the
+    criteria's ratios kept);
+    ``inf`` where that is at most :data:`VARIANCE_FLOOR` (a criterion that has not varied: its
+    difference is the same to every prototype of the category, so it weighs nothing). With
+    ``units='criterion'`` or ``'memory'`` a distance is then the same in any units: scaling a
+    criterion by ``s`` scales its differences by ``s`` and its variance by ``s ** 2``."""
     if config.lvq.units == "category":
-        return variances.mean(-1, keepdim=True).expand(variances.shape) + VARIANCE_FLOOR
-    return variances + VARIANCE_FLOOR
+        variances = variances.mean(-1, keepdim=True).expand(variances.shape)
+    return torch.where(variances > VARIANCE_FLOOR, variances, float("inf"))
 
 
 def units(state: JudgmentState, c: int, config: JudgmentConfig) -> Tensor:
     """(K,) what ``learning='lvq'`` weighs category ``c``'s squared differences by before the
     attention does: its relevances over the spread (:func:`spread`)."""
-    return relevances(state.relevance_logits[c]) / spread(state.input_variances[c], config)
+    return relevances(state.relevance_logits[c]) / spread(unit_variances(state, config)[c], config)
 
 
 def metric(alpha: Tensor, state: JudgmentState, config: JudgmentConfig) -> Tensor:
     r"""(C, K) the weights of the scoring distance: the attention :math:`\alpha` itself with the
     gated rule; with ``learning='lvq'``, :math:`w_c = \alpha_c \lambda_c / (v_c + \epsilon)`: the
     attention times the learned relevances (:func:`relevances`) over each category's running
-    variance (plus :data:`VARIANCE_FLOOR`), so a distance is measured in the data's own units."""
+    variance (:func:`spread`), so a distance is measured in the data's own units."""
     if config.learning != "lvq":
         return alpha
-    return alpha * relevances(state.relevance_logits) / spread(state.input_variances, config)
+    return alpha * relevances(state.relevance_logits) / spread(unit_variances(state, config), config)
 
 
 # -- the prototype slots ---------------------------------------------------------------------------
@@ -144,13 +158,15 @@ def novelty(x: Tensor, centroids: Tensor, initialized: Tensor, variances: Tensor
     r"""How far a case lies from what its category has seen: its squared distance to the nearest
     prototype, each criterion in units of the category's running variance,
 
-    .. math:: \nu = \min_{a, p \,:\, \mathrm{initialized}} \sum_k \frac{(x_k - \mu_{a,p,k})^2}{v_k + \epsilon}
+    .. math::
+        \nu = \min_{a, p \,:\, \mathrm{initialized}} \sum_{k \,:\, v_k > \epsilon} \frac{(x_k - \mu_{a,p,k})^2}{v_k}
 
-    in float64 (``inf`` when no prototype exists). ``x``: (K,); ``centroids``: (A, P, K),
+    in float64 (``inf`` when no prototype exists; a criterion that has not varied left out, as
+    :func:`spread` leaves it out). ``x``: (K,); ``centroids``: (A, P, K),
     ``initialized``: (A, P) and ``variances``: (K,) of the case's category."""
     used = initialized.reshape(-1)
     if not bool(used.any()):
         return x.new_tensor(float("inf"), dtype=torch.float64)
-    spread = variances.double() + VARIANCE_FLOOR
+    spread = torch.where(variances > VARIANCE_FLOOR, variances.double(), float("inf"))
     cents = centroids.reshape(-1, centroids.shape[-1])[used].double()
     return (((x.double() - cents) ** 2) / spread).sum(-1).min()

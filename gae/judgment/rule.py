@@ -59,6 +59,7 @@ from gae.judgment.primitives import start_prototype as start_prototype
 from gae.judgment.primitives import step_toward as step_toward
 from gae.judgment.primitives import take_slot as take_slot
 from gae.judgment.primitives import taught_slot as taught_slot
+from gae.judgment.primitives import unit_variances as unit_variances
 from gae.judgment.primitives import units as units
 from gae.judgment.primitives import weighted as weighted
 from gae.judgment.state import JudgmentState

@@ -6,7 +6,7 @@ feature that is off keeps its buffers empty (size 0), so nothing is stored for i
 changes shape between modes. ``VERSION`` is the layout's number (``JudgmentMemory._version``);
 :func:`upgrade` turns any state an earlier gae saved into this layout.
 
-Layout version 3 (C categories, A actions, P prototype slots, K factors):
+Layout version 5 (C categories, A actions, P prototype slots, K factors):
 
 ==========================  =========  ==============  ======================================
 buffer                      dtype      shape           when the feature is off
@@ -29,6 +29,10 @@ buffer                      dtype      shape           when the feature is off
 ``input_means``             float32    (C, K)          (0, 0)
 ``input_variances``         float32    (C, K)          (0, 0)
 ``relevance_logits``        float32    (C, K)          (0, 0)
+``recent_errors``           float32    (C,)            (0,)
+``factor_counts``           int64      (1,)            (0,)
+``factor_means``            float32    (1, K)          (0, 0)
+``factor_variances``        float32    (1, K)          (0, 0)
 ``trust_weights``           float32    (C, J)          (0, 0) without judges
 ``judge_<name>_<buffer>``   (judge's)  (judge's)       not registered: only the config's judges
 ==========================  =========  ==============  ======================================
@@ -37,6 +41,10 @@ The judges (``JudgmentConfig.judges``, :mod:`gae.judgment.judges`) are the one e
 fixed set: each judge of the config registers its kind's buffers under its own name, and the J
 columns of ``trust_weights`` are the prototypes then each judge. A state saved with other judges
 is refused by name (``JudgmentMemory`` checks the config it was saved with).
+
+Version 4 had no ``recent_errors`` and no running statistics over all categories (``factor_*``);
+its states gain the first at 0 (no recent error), of the size of ``input_counts``, and the others
+pooled from the categories' own (``input_*``, by the law of total variance): what they would hold.
 
 Version 3 had no judges and no ``trust_weights``; its states gain it empty.
 
@@ -56,7 +64,7 @@ from torch import Tensor
 
 from gae.judgment.config import JudgmentConfig
 
-VERSION = 4
+VERSION = 5
 
 
 class JudgmentState(NamedTuple):
@@ -80,6 +88,10 @@ class JudgmentState(NamedTuple):
     input_means: Tensor
     input_variances: Tensor
     relevance_logits: Tensor
+    recent_errors: Tensor
+    factor_counts: Tensor
+    factor_means: Tensor
+    factor_variances: Tensor
 
 
 _ADAPTIVE = JudgmentState._fields[4:13]
@@ -116,6 +128,10 @@ def layout(n_categories: int, n_actions: int, n_factors: int, config: JudgmentCo
         "input_means": ((n_categories, n_factors) if lvq else (0, 0), f32),
         "input_variances": ((n_categories, n_factors) if lvq else (0, 0), f32),
         "relevance_logits": ((n_categories, n_factors) if lvq else (0, 0), f32),
+        "recent_errors": ((n_categories if lvq else 0,), f32),
+        "factor_counts": ((1 if lvq else 0,), i64),
+        "factor_means": ((1, n_factors) if lvq else (0, 0), f32),
+        "factor_variances": ((1, n_factors) if lvq else (0, 0), f32),
         **_judges().layout(config.judged(), n_categories, n_actions, n_factors),  # trust_weights, then each judge's
     }
 
@@ -199,11 +215,28 @@ def upgrade(buffers: dict[str, Any], config: JudgmentConfig) -> dict[str, Any]:
                 shape, dtype = sizes[name]
                 out[name] = out["centroids"].clone() if name == "tracking_centroids" and saved_adaptive \
                     else torch.zeros(shape, dtype=dtype)
+    if "recent_errors" not in out and isinstance(out.get("input_counts"), Tensor):  # version 4
+        out.update(_pooled(out["input_counts"], out["input_means"], out["input_variances"]))
     for name in _LVQ:  # no state before version 3 learned with lvq
         if name not in out:
             shape, dtype = sizes[name]
             out[name] = torch.zeros(shape, dtype=dtype)
     return out
+
+
+def _pooled(counts: Tensor, means: Tensor, variances: Tensor) -> dict[str, Tensor]:
+    """What a version-4 state lacks, from its categories' running statistics: ``recent_errors``
+    at 0, and the running count, mean and (population) variance of each criterion over all the
+    categories' decisions (the law of total variance, in float64), empty where ``counts`` is."""
+    if not counts.numel():
+        return {"recent_errors": torch.zeros(0), "factor_counts": torch.zeros(0, dtype=torch.int64),
+                "factor_means": torch.zeros(0, 0), "factor_variances": torch.zeros(0, 0)}
+    n = counts.double()[:, None]
+    total = n.sum()
+    mean = (n * means.double()).sum(0) / total.clamp(min=1.0)
+    variance = (n * (variances.double() + (means.double() - mean) ** 2)).sum(0) / total.clamp(min=1.0)
+    return {"recent_errors": torch.zeros(counts.shape[0]), "factor_counts": counts.sum().reshape(1),
+            "factor_means": mean.float()[None], "factor_variances": variance.float()[None]}
 
 
 def upgrade_state_dict(state_dict: dict[str, Any], prefix: str, config: JudgmentConfig,

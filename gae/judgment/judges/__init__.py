@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from gae.judgment.judges import gauss, lda
+from gae.judgment.judges import bins, gauss, lda
 
-KINDS: dict[str, ModuleType] = {"gauss": gauss, "lda": lda}  # a new judge kind: its module here
+KINDS: dict[str, ModuleType] = {"gauss": gauss, "lda": lda, "bins": bins}  # a new judge kind: its module here
 PROTOTYPES = "prototypes"  # the name of the first judge, the prototypes every memory has
 PREFIX = "judge_"  # every judge buffer's name starts so (buffer_name)
 _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")

@@ -15,12 +15,16 @@ so with ``rate_floor = 0`` every statistic is the running one, and with ``rate_f
 about the last ``1 / r`` decisions (a short memory for fast drift). Scoring (the log-likelihood
 of x under each action, plus its log prior)::
 
-    s_{c,a,k} = (n_{c,a} v_{c,a,k} + prior g_{c,k}) / (n_{c,a} + prior) + VARIANCE_FLOOR
-    score_a   = log(n_{c,a} / N_c) - sum_k [ log(2 pi s_{c,a,k}) / 2 + (x_k - m_{c,a,k})^2 / (2 s_{c,a,k}) ]
+    s_{c,a,k} = (n_{c,a} v_{c,a,k} + prior g_{c,k}) / (n_{c,a} + prior)
+    score_a   = log(n_{c,a} / N_c) - K log(2 pi) / 2
+                - sum_{k : g_{c,k} > VARIANCE_FLOOR} [ log(s_{c,a,k}) / 2 + (x_k - m_{c,a,k})^2 / (2 s_{c,a,k}) ]
 
 The variances are shrunk toward the category's own (``prior`` pseudo-decisions of it), so an
-action seen once is a spread-out cloud at its one decision, not a point. An action never taught
-in the category scores ``-inf``.
+action seen once is a spread-out cloud at its one decision, not a point. A criterion that has not
+varied in the category (``g`` at most the floor) is left out: every action's mean is its one value,
+so it would add the same to every score. Nothing is added to a variance, so the probabilities are
+the same in any units: scaling a criterion by ``s`` adds ``log |s|`` to every action's score alike.
+An action never taught in the category scores ``-inf``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from torch import Tensor
 
 from gae import validation as check
 from gae.judgment.float32 import VARIANCE_FLOOR, _f32
-from gae.judgment.judges.weights import count
+from gae.judgment.judges.weights import count, welford
 
 BUFFERS = ("weights", "means", "variances", "total", "total_means", "total_variances")
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -70,21 +74,17 @@ def log_scores(x: Tensor, category: Tensor, state: dict[str, Tensor], options: O
     weights = state["weights"][category]  # (B, A)
     total = state["total"][category]  # (B,)
     prior = _f32(options.prior)
+    varied = (state["total_variances"][category] > VARIANCE_FLOOR)[:, None, :]  # (B, 1, K)
     spread = ((weights[..., None] * state["variances"][category] + prior * state["total_variances"][category][:, None])
-              / (weights[..., None] + prior) + _f32(VARIANCE_FLOOR))  # (B, A, K)
+              / (weights[..., None] + prior))  # (B, A, K)
+    spread = torch.where(varied, spread, 1.0)  # a criterion left out: 1, so that no term (nor gradient) is NaN
     diff = x.to(torch.float32)[:, None, :] - state["means"][category]
-    likelihood = -(_f32(HALF_LOG_2PI) * spread.shape[-1] + (0.5 * torch.log(spread)).sum(-1)
-                   + (diff * diff / (2.0 * spread)).sum(-1))
+    log_det = torch.where(varied, 0.5 * torch.log(spread), 0.0).sum(-1)
+    quadratic = torch.where(varied, diff * diff / (2.0 * spread), 0.0).sum(-1)
+    likelihood = -(_f32(HALF_LOG_2PI) * spread.shape[-1] + log_det + quadratic)
     taught = weights > 0
     log_prior = torch.log(torch.where(taught, weights, 1.0)) - torch.log(total.clamp(min=1e-30))[:, None]
     return torch.where(taught, likelihood + log_prior, float("-inf"))
-
-
-def _welford(weight: Tensor, mean: Tensor, variance: Tensor, x: Tensor) -> None:
-    """A weighted Welford step, in place: the decision already counted in ``weight``."""
-    delta = x - mean
-    mean += delta / weight
-    variance += (delta * (x - mean) - variance) / weight
 
 
 def learn(x: Tensor, c: int, a: int, state: dict[str, Tensor], options: Options) -> None:
@@ -92,9 +92,9 @@ def learn(x: Tensor, c: int, a: int, state: dict[str, Tensor], options: Options)
     docstring's rule)."""
     weights, total = state["weights"], state["total"]
     fresh = count(weights, total, c, a, options.rate_floor)
-    _welford(total[c], state["total_means"][c], state["total_variances"][c], x)
+    welford(total[c], state["total_means"][c], state["total_variances"][c], x)
     if fresh:  # a first decision (or one after its weight decayed to nothing): the mean is x
         state["means"][c, a] = x
         state["variances"][c, a] = 0.0
         return
-    _welford(weights[c, a], state["means"][c, a], state["variances"][c, a], x)
+    welford(weights[c, a], state["means"][c, a], state["variances"][c, a], x)

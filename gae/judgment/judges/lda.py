@@ -11,8 +11,13 @@ precision :math:`P_c` scoring uses. Learning a verified decision ``x`` of action
     d = x - m_{c,a}       (before the update: 0 on the action's first decision)
     S_c += (d d^T - S_c) / N_c,     m_{c,a} += d / n_{c,a}
     refresh               every ``refresh`` decisions of c (and its first ``refresh``):
-                          Sigma = (1 - shrinkage) S_c + shrinkage diag(S_c) + (RIDGE mean(diag S_c) + VARIANCE_FLOOR) I
+                          Sigma = (1 - shrinkage) S_c + (shrinkage + RIDGE) diag(S_c)
                           P_c = Sigma^-1        (Cholesky, in float64)
+
+over the criteria that have varied (``S_c[k, k]`` above ``VARIANCE_FLOOR``); a criterion that has
+not has no row or column in the precision (its difference is the same to every action's mean).
+Shrinkage and ridge are each criterion's own variance, so scaling a criterion by ``s`` scales its
+row and column of ``P_c`` by ``1 / s``: the scores are the same in any units.
 
 Scoring (the log-likelihood under the shared covariance, less what all actions share, plus the
 log prior)::
@@ -36,7 +41,7 @@ from gae.judgment.float32 import VARIANCE_FLOOR
 from gae.judgment.judges.weights import count
 
 BUFFERS = ("weights", "means", "total", "decisions", "covariance", "precision")
-RIDGE = 1e-3  # of the mean variance, added to the diagonal: a criterion that never varied stays invertible
+RIDGE = 1e-3  # of each criterion's own variance, added to the diagonal: collinear criteria stay invertible
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,11 @@ def precision(covariance: Tensor, options: Options) -> Tensor:
     refresh), in float64, rounded to float32."""
     s = covariance.to(torch.float64)
     diagonal = torch.diagonal(s)
-    sigma = (1.0 - options.shrinkage) * s + options.shrinkage * torch.diag(diagonal)
-    sigma = sigma + (RIDGE * float(diagonal.mean()) + VARIANCE_FLOOR) * torch.eye(s.shape[0], dtype=torch.float64)
-    return cholesky_inverse(sigma).to(torch.float32)
+    varied = torch.diagonal(covariance) > VARIANCE_FLOOR  # compared in float32, as the kernel compares it
+    both = varied[:, None] & varied[None, :]
+    sigma = torch.where(both, (1.0 - options.shrinkage) * s, 0.0)
+    sigma = sigma + torch.diag(torch.where(varied, (options.shrinkage + RIDGE) * diagonal, 1.0))
+    return torch.where(both, cholesky_inverse(sigma), 0.0).to(torch.float32)
 
 
 def cholesky_inverse(sigma: Tensor) -> Tensor:

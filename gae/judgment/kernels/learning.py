@@ -168,7 +168,9 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
     the memory recommended its action.
     """
     (centroids, initialized, counts, wins, shadow, statistic, evidence, following, follow_weight, run_mean,
-     run_count, tracking, lead, input_counts, means, variances, relevance_logits) = state
+     run_count, tracking, lead, input_counts, means, variances, relevance_logits, recent_errors, factor_counts,
+     factor_means, factor_variances) = state
+    units = factor_variances if options.memory_units else variances  # what the metric is made of (rule.unit_variances)
     logits, probs, out_action, confidence, sq_diff, nearest, before = out
     applied, gated, skipped, first_touch, eta_out, displacement, promoted, prototype, spawned, recycled = events
     promo_statistic, promo_evidence, promo_shift = promotions
@@ -191,7 +193,7 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
         # -- score with the state left by decisions 0..b-1 (adaptive: the tracking prototypes while they lead)
         tracked = adaptive and lead[c] > 0
         if lvq:
-            metric_row(weights, c, alpha, relevance_logits, variances, c, options.pooled)
+            metric_row(weights, c, alpha, relevance_logits, units, c, options.pooled)
         if tracked:
             best, best_logit = score_decision(x, b, c, tracking, initialized, wins, support, alpha, tau32, logits,
                                               sq_diff, nearest)
@@ -222,9 +224,9 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
         recommended = out_action[b]
         if lvq:  # the squared differences in the metric's units (rule.units)
             top, total = relevance_norm(relevance_logits, c)
-            common = pooled_spread(variances, c) if options.pooled else VARIANCE_FLOOR32
+            common = pooled_spread(units, c) if options.pooled else VARIANCE_FLOOR32
             for k in range(n_factors):
-                unit = relevance(relevance_logits, c, k, top, total) / spread(variances, c, k, options.pooled, common)
+                unit = relevance(relevance_logits, c, k, top, total) / spread(units, c, k, options.pooled, common)
                 for j in range(n_actions):
                     sq_diff[b, j, k] *= unit
         # -- learn
@@ -235,7 +237,8 @@ def prequential(state, options, alpha, x, category, action, confirmed, given, sk
         if lvq:
             target, eta, disp, fresh, spawned[b], recycled[b] = lvq_step(
                 x, b, c, a, recommended, nearest, logits, alpha, weights, centroids, initialized, counts, wins,
-                input_counts, means, variances, relevance_logits, before, options)
+                input_counts, means, variances, relevance_logits, recent_errors, factor_counts, factor_means,
+                factor_variances, before, options)
             first_touch[b] = fresh and not spawned[b]
             displacement[b] = disp
             applied[b] = True
@@ -388,19 +391,23 @@ def learn_one_at(row, c, a, is_confirmed, is_given, is_skipped, n, limit, option
         view(addresses[13], (s[13, 0],), i64),
         view(addresses[14], (s[14, 0], s[14, 1]), f32),
         view(addresses[15], (s[15, 0], s[15, 1]), f32),
-        view(addresses[16], (s[16, 0], s[16, 1]), f32))
+        view(addresses[16], (s[16, 0], s[16, 1]), f32),
+        view(addresses[17], (s[17, 0],), f32),
+        view(addresses[18], (s[18, 0],), i64),
+        view(addresses[19], (s[19, 0], s[19, 1]), f32),
+        view(addresses[20], (s[20, 0], s[20, 1]), f32))
     return learn_one(row, c, a, is_confirmed, is_given, is_skipped, n, limit, state,
-                     view(addresses[17], (), i64),
+                     view(addresses[21], (), i64),
                      options,
-                     view(addresses[18], (s[18, 0], s[18, 1]), f32),
-                     view(addresses[19], (s[19, 0], s[19, 1]), f32),
-                     view(addresses[20], (s[20, 0], s[20, 1]), f32),
-                     view(addresses[21], (s[21, 0], s[21, 1]), f32),
-                     view(addresses[22], (s[22, 0], s[22, 1]), i64),
-                     view(addresses[23], (s[23, 0], s[23, 1]), b8),
+                     view(addresses[22], (s[22, 0], s[22, 1]), f32),
+                     view(addresses[23], (s[23, 0], s[23, 1]), f32),
                      view(addresses[24], (s[24, 0], s[24, 1]), f32),
-                     view(addresses[25], (s[25, 0], s[25, 1]), i64),
-                     view(addresses[26], (s[26, 0], s[26, 1], s[26, 2]), f32),
-                     view(addresses[27], (s[27, 0], s[27, 1], s[27, 2]), f32),
-                     view(addresses[28], (s[28, 0], s[28, 1]), i64),
-                     view(addresses[29], (s[29, 0], s[29, 1]), f32))
+                     view(addresses[25], (s[25, 0], s[25, 1]), f32),
+                     view(addresses[26], (s[26, 0], s[26, 1]), i64),
+                     view(addresses[27], (s[27, 0], s[27, 1]), b8),
+                     view(addresses[28], (s[28, 0], s[28, 1]), f32),
+                     view(addresses[29], (s[29, 0], s[29, 1]), i64),
+                     view(addresses[30], (s[30, 0], s[30, 1], s[30, 2]), f32),
+                     view(addresses[31], (s[31, 0], s[31, 1], s[31, 2]), f32),
+                     view(addresses[32], (s[32, 0], s[32, 1]), i64),
+                     view(addresses[33], (s[33, 0], s[33, 1]), f32))

@@ -63,6 +63,14 @@ def lvq_rate(count, floor32):  # pragma: no cover
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
+def rate_floor(c, wrong, recent_errors, options):  # pragma: no cover
+    """Category ``c``'s recent error rate takes one decision, in place, and its step sizes' floor
+    (``lvq.rate_floor``)."""
+    recent_errors[c] += np.float32(options.error_decay) * (np.float32(1.0 if wrong else 0.0) - recent_errors[c])
+    return max(np.float32(options.rate_floor), np.float32(options.rate_per_error) * recent_errors[c])
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
 def relevance_step(x, b, c, a, p, r, q, alpha, centroids, variances, relevance_logits, rate32,
                    pooled):  # pragma: no cover
     """One GRLVQ step of category ``c``'s relevance logits (``lvq.relevance_step``)."""
@@ -119,15 +127,19 @@ def rival_action(logits, b, a):  # pragma: no cover
 
 @numba.njit(nogil=True, boundscheck=False)
 def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids, initialized, counts, wins,
-             input_counts, means, variances, relevance_logits, before, options):  # pragma: no cover
+             input_counts, means, variances, relevance_logits, recent_errors, factor_counts, factor_means,
+             factor_variances, before, options):  # pragma: no cover
     """Learn one verified decision with ``learning='lvq'`` (``lvq.lvq_step``): returns ``(slot,
     eta, distance, fresh, spawned, recycled)`` and writes the slot's row before the update into
     ``before[b]``; ``weights`` is scratch for the category's metric."""
     n_slots = centroids.shape[2]
     do_clip, low32, high32 = options.clip, np.float32(options.clip_low), np.float32(options.clip_high)
-    floor32 = np.float32(options.rate_floor)
     observe(x, b, c, input_counts, means, variances)
-    metric_row(weights, c, alpha, relevance_logits, variances, c, options.pooled)
+    observe(x, b, 0, factor_counts, factor_means, factor_variances)
+    units = factor_variances if options.memory_units else variances  # (rule.unit_variances)
+    wrong = recommended != a
+    floor32 = rate_floor(c, wrong, recent_errors, options)
+    metric_row(weights, c, alpha, relevance_logits, units, c, options.pooled)
     if n_slots > 1 and options.miss_penalty > 0:
         miss(x, b, c, a, weights, centroids, initialized, wins, np.float32(options.miss_penalty))
     target = -1
@@ -138,7 +150,6 @@ def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids
             if target < 0 or d < nearest_distance:
                 nearest_distance = d
                 target = p
-    wrong = recommended != a
     spawned = False
     recycled = False
     if target < 0:  # a first touch
@@ -147,7 +158,7 @@ def lvq_step(x, b, c, a, recommended, nearest, logits, alpha, weights, centroids
     else:
         rival = rival_action(logits, b, a)
         if options.relevance_rate > 0 and rival >= 0:
-            relevance_step(x, b, c, a, target, rival, nearest[b, rival], alpha, centroids, variances,
+            relevance_step(x, b, c, a, target, rival, nearest[b, rival], alpha, centroids, units,
                            relevance_logits, np.float32(options.relevance_rate), options.pooled)
         spawned = n_slots > 1 and wrong and nearest_distance > options.spawn_threshold
         fresh = spawned

@@ -15,6 +15,7 @@ import numpy as np
 
 from gae.compiled import view
 from gae.judgment.config import JudgmentConfig
+from gae.judgment.float32 import VARIANCE_FLOOR
 
 # reassociate sums and approximate exp, but no 'nnan'/'ninf': -inf marks absent prototypes
 _FAST_MATH = {"reassoc", "contract", "nsz", "arcp", "afn"}
@@ -47,9 +48,12 @@ class Options(NamedTuple):
     win_decay: float
     lvq: bool
     pooled: bool
+    memory_units: bool
     rate_floor: float
     relevance_rate: float
     miss_penalty: float
+    rate_per_error: float
+    error_decay: float
 
     @classmethod
     @functools.lru_cache(maxsize=64)  # once per config: a config is immutable, and this runs every call
@@ -57,13 +61,15 @@ class Options(NamedTuple):
         """The config's numbers by their flat names (``tau`` of ``config.rule.tau``), its modes as flags."""
         clip = config.rule.clip
         low, high = clip if clip is not None else (0.0, 0.0)
-        flags = ("clip", "clip_low", "clip_high", "adaptive", "lvq", "pooled")
+        flags = ("clip", "clip_low", "clip_high", "adaptive", "lvq", "pooled", "memory_units")
         values = {name: float(config.option(name)) for name in cls._fields if name not in flags}
         return cls(**values, clip=clip is not None, clip_low=low, clip_high=high, adaptive=config.adaptive,
-                   lvq=config.learning == "lvq", pooled=config.lvq.units == "category")
+                   lvq=config.learning == "lvq", pooled=config.lvq.units == "category",
+                   memory_units=config.lvq.units == "memory")
 
 
-VARIANCE_FLOOR32 = np.float32(1e-6)  # rule.VARIANCE_FLOOR
+VARIANCE_FLOOR32 = np.float32(VARIANCE_FLOOR)
+INF32 = np.float32(np.inf)
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -87,26 +93,37 @@ def relevance_norm(relevance_logits, c):  # pragma: no cover
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
+def unit_row(variances, c):  # pragma: no cover
+    """The row of ``variances`` category ``c``'s units are made of (``rule.unit_variances``): its
+    own of a (C, K) array of every category's, row 0 of a (1, K) array of the memory's."""
+    return 0 if variances.shape[0] == 1 else c
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
 def pooled_spread(variances, c):  # pragma: no cover
-    """Category ``c``'s mean running variance over its criteria, plus the floor (``rule.spread``
-    with ``units='category'``)."""
+    """Category ``c``'s mean running variance over its criteria (``rule.spread`` with
+    ``units='category'``, before its floor)."""
+    r = unit_row(variances, c)
     total = np.float32(0.0)
     for k in range(variances.shape[1]):
-        total += variances[c, k]
-    return total / np.float32(variances.shape[1]) + VARIANCE_FLOOR32
+        total += variances[r, k]
+    return total / np.float32(variances.shape[1])
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def spread(variances, c, k, pooled, common):  # pragma: no cover
     """What criterion ``k``'s squared difference is divided by (``rule.spread``): ``common`` (the
-    :func:`pooled_spread`) when pooled, else its own running variance plus the floor."""
-    return common if pooled else variances[c, k] + VARIANCE_FLOOR32
+    :func:`pooled_spread`) when pooled, else its own running variance; inf where that is at most
+    the floor."""
+    value = common if pooled else variances[unit_row(variances, c), k]
+    return value if value > VARIANCE_FLOOR32 else INF32
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
 def metric_row(out, i, alpha, relevance_logits, variances, c, pooled):  # pragma: no cover
     """Row ``i`` of ``out`` := category ``c``'s metric ``alpha[i] * softmax(relevance_logits[c]) /
-    spread`` (``rule.metric``; ``alpha``'s row ``i`` holds c's attention, ``out`` may be ``alpha``)."""
+    spread`` (``rule.metric``; ``alpha``'s row ``i`` holds c's attention, ``out`` may be ``alpha``;
+    ``variances`` the units' running variances, :func:`unit_row`)."""
     top, total = relevance_norm(relevance_logits, c)
     common = pooled_spread(variances, c) if pooled else VARIANCE_FLOOR32
     for k in range(relevance_logits.shape[1]):
@@ -410,7 +427,8 @@ def novelty(x, c, centroids, initialized, variances, floor):  # pragma: no cover
             if initialized[c, a, p]:
                 total = 0.0
                 for k in range(n_factors):
-                    d = x[k] - np.float64(centroids[c, a, p, k])
-                    total += d * d / (np.float64(variances[c, k]) + floor)
+                    if variances[c, k] > floor:  # a criterion that has not varied is left out
+                        d = x[k] - np.float64(centroids[c, a, p, k])
+                        total += d * d / np.float64(variances[c, k])
                 best = min(best, total)
     return best

@@ -22,10 +22,10 @@ import numba
 import numpy as np
 
 from gae.compiled import view
-from gae.judgment.kernels.judges import gauss, lda
+from gae.judgment.kernels.judges import bins, gauss, lda
 from gae.judgment.kernels.trust import judge_one
 
-KINDS = ("gauss", "lda")  # a kind's code is its index
+KINDS = ("gauss", "lda", "bins")  # a kind's code is its index
 TABLE_HEAD = ("trust_weights", "scores", "vote", "logits", "probs")  # the table's first arrays, then the judges'
 
 
@@ -36,6 +36,8 @@ def log_scores(kind, x, c, addresses, shapes, first, params, out):  # pragma: no
         gauss.bound_log_scores(x, c, addresses, shapes, first, params, out)
     elif kind == 1:
         lda.bound_log_scores(x, c, addresses, shapes, first, params, out)
+    elif kind == 2:
+        bins.bound_log_scores(x, c, addresses, shapes, first, params, out)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
@@ -45,6 +47,8 @@ def learn(kind, x, c, a, addresses, shapes, first, params):  # pragma: no cover
         gauss.bound_learn(x, c, a, addresses, shapes, first, params)
     elif kind == 1:
         lda.bound_learn(x, c, a, addresses, shapes, first, params)
+    elif kind == 2:
+        bins.bound_learn(x, c, a, addresses, shapes, first, params)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)

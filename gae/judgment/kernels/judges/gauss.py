@@ -14,9 +14,9 @@ import numba
 import numpy as np
 
 from gae.compiled import view
-from gae.judgment.kernels.judges.weights import count
+from gae.judgment.kernels.judges.weights import count, welford
+from gae.judgment.kernels.scoring import VARIANCE_FLOOR32
 
-VARIANCE_FLOOR32 = np.float32(1e-6)  # rule.VARIANCE_FLOOR
 HALF_LOG_2PI32 = np.float32(0.5 * math.log(2.0 * math.pi))
 NEG_INF = np.float32(-np.inf)
 
@@ -36,8 +36,9 @@ def log_scores(x, c, weights, means, variances, total, total_means, total_varian
         log_det = np.float32(0.0)
         quadratic = np.float32(0.0)
         for k in range(n_factors):
-            spread = ((weight * variances[c, a, k] + prior32 * total_variances[c, k]) / (weight + prior32)
-                      + VARIANCE_FLOOR32)
+            if not total_variances[c, k] > VARIANCE_FLOOR32:  # a criterion that has not varied is left out
+                continue
+            spread = (weight * variances[c, a, k] + prior32 * total_variances[c, k]) / (weight + prior32)
             diff = np.float32(x[k]) - means[c, a, k]
             log_det += np.float32(0.5) * np.float32(math.log(spread))
             quadratic += diff * diff / (np.float32(2.0) * spread)
@@ -45,26 +46,18 @@ def log_scores(x, c, weights, means, variances, total, total_means, total_varian
         out[a] = likelihood + (np.float32(math.log(weight)) - log_total)
 
 
-@numba.njit(inline="always", nogil=True, boundscheck=False)
-def _welford(weight, mean, variance, x):  # pragma: no cover
-    for k in range(mean.shape[0]):
-        delta = np.float32(x[k]) - mean[k]
-        mean[k] += delta / weight
-        variance[k] += (delta * (np.float32(x[k]) - mean[k]) - variance[k]) / weight
-
-
 @numba.njit(nogil=True, boundscheck=False)
 def learn(x, c, a, weights, means, variances, total, total_means, total_variances, rate_floor,
           prior):  # pragma: no cover
     """Learn one verified decision, in place (``gauss.learn``)."""
     fresh = count(weights, total, c, a, rate_floor)
-    _welford(total[c], total_means[c], total_variances[c], x)
+    welford(total[c], total_means[c], total_variances[c], x)
     if fresh:
         for k in range(means.shape[2]):
             means[c, a, k] = np.float32(x[k])
             variances[c, a, k] = np.float32(0.0)
         return
-    _welford(weights[c, a], means[c, a], variances[c, a], x)
+    welford(weights[c, a], means[c, a], variances[c, a], x)
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)

@@ -13,8 +13,8 @@ import numpy as np
 
 from gae.compiled import view
 from gae.judgment.kernels.judges.weights import count
+from gae.judgment.kernels.scoring import VARIANCE_FLOOR32
 
-VARIANCE_FLOOR = 1e-6  # rule.VARIANCE_FLOOR
 RIDGE = 1e-3  # lda.RIDGE
 NEG_INF = np.float32(-np.inf)
 
@@ -33,12 +33,12 @@ def log_scores(x, c, weights, means, total, decisions, covariance, precision, sh
             continue
         for k in range(n_factors):
             diff[k] = np.float32(x[k]) - means[c, a, k]
-        quadratic = np.float32(0.0)
+        quadratic = np.float32(0.0)  # the precision is symmetric: each off-diagonal pair once, doubled
         for k in range(n_factors):
             row = np.float32(0.0)
-            for i in range(n_factors):
-                row += diff[i] * precision[c, i, k]
-            quadratic += row * diff[k]
+            for i in range(k):
+                row += precision[c, k, i] * diff[i]
+            quadratic += (np.float32(2.0) * row + precision[c, k, k] * diff[k]) * diff[k]
         out[a] = (np.float32(math.log(weight)) - log_total) - np.float32(0.5) * quadratic
 
 
@@ -78,20 +78,19 @@ def precision_of(covariance, shrinkage, out):  # pragma: no cover
     """``out`` (K, K) := the precision of one category's covariance (``lda.precision``)."""
     n = covariance.shape[0]
     sigma = np.empty((n, n))
-    mean_diagonal = 0.0
+    varied = np.empty(n, np.bool_)
     for k in range(n):
-        mean_diagonal += np.float64(covariance[k, k])
-    mean_diagonal /= n
+        varied[k] = covariance[k, k] > VARIANCE_FLOOR32
     for i in range(n):
         for j in range(n):
-            value = (1.0 - shrinkage) * np.float64(covariance[i, j])
+            value = (1.0 - shrinkage) * np.float64(covariance[i, j]) if varied[i] and varied[j] else 0.0
             if i == j:
-                value += shrinkage * np.float64(covariance[i, i]) + (RIDGE * mean_diagonal + VARIANCE_FLOOR)
+                value += (shrinkage + RIDGE) * np.float64(covariance[i, i]) if varied[i] else 1.0
             sigma[i, j] = value
     inverse = cholesky_inverse(sigma)
     for i in range(n):
         for j in range(n):
-            out[i, j] = np.float32(inverse[i, j])
+            out[i, j] = np.float32(inverse[i, j]) if varied[i] and varied[j] else np.float32(0.0)
 
 
 @numba.njit(nogil=True, boundscheck=False)

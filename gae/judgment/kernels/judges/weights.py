@@ -18,3 +18,12 @@ def count(weights, total, c, a, rate_floor):  # pragma: no cover
     fresh = not weights[c, a] > 0
     weights[c, a] += np.float32(1.0)
     return fresh
+
+
+@numba.njit(inline="always", nogil=True, boundscheck=False)
+def welford(weight, mean, variance, x):  # pragma: no cover
+    """A weighted Welford step, in place (``weights.welford``)."""
+    for k in range(mean.shape[0]):
+        delta = np.float32(x[k]) - mean[k]
+        mean[k] += delta / weight
+        variance[k] += (delta * (np.float32(x[k]) - mean[k]) - variance[k]) / weight
