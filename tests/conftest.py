@@ -68,6 +68,10 @@ MEMORY_FACTORIES = {
                                                   clip=(0.0, 1.0), min_confidence=0.3, spawn_threshold=0.05,
                                                   spawn_support=0.0, rate_floor=0.1, units="criterion",
                                                   miss_penalty=0.5),
+    # the memory-wide units and the step size that follows the recent errors (the recommended prototypes' rule)
+    "judgment_lvq_memory": lambda: make_judgment(learning="lvq", prototypes=3, push_rate=0.5, relevance_rate=0.05,
+                                                 miss_penalty=0.5, units="memory", spawn_support=0.25,
+                                                 rate_per_error=1.0),
     # the judges beside the prototypes, and the recommended preset (lvq, 32 prototypes, four judges)
     "judgment_judges": lambda: make_judgment(judges={"gauss": {}, "lda": {"kind": "lda", "rate_floor": 0.05}}),
     "judgment_recommended": lambda: make_judgment(config=JudgmentConfig.recommended()),

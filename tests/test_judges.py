@@ -117,7 +117,10 @@ def test_lda_precision_is_the_shrunk_covariance_inverted():
     memory = JudgmentMemory(1, 3, K, config)
     memory.prequential_(x, torch.zeros(64, dtype=torch.long), action)  # 64: a refresh on the last decision
     s = memory.judge_lda_covariance[0].double()
-    sigma = 0.7 * s + (0.3 + 1e-3) * torch.diag(torch.diagonal(s))  # the ridge: each criterion's own variance
+    # the ridge: 1e-3 of each criterion's total variance, within the actions (s's diagonal) plus between their means
+    n, means = memory.judge_lda_weights[0].double(), memory.judge_lda_means[0].double()
+    between = (n[:, None] * (means - (n[:, None] * means).sum(0) / n.sum()) ** 2).sum(0) / n.sum()
+    sigma = 0.7 * s + torch.diag(0.3 * torch.diagonal(s) + 1e-3 * (torch.diagonal(s) + between))
     assert torch.allclose(memory.judge_lda_precision[0].double(), torch.linalg.inv(sigma), rtol=1e-4)
     for a in range(3):
         assert torch.allclose(memory.judge_lda_means[0, a], x[action == a].mean(0), atol=1e-5)
@@ -332,6 +335,9 @@ def test_a_state_of_layout_3_loads_without_trust():
     ({"gauss": {"prio": 1.0}}, TypeError, "no option(s) ['prio']"),
     ({"x": {"kind": "forest"}}, ValueError, "unknown kind 'forest'"),
     ({"gauss": {"prior": -1}}, ValueError, "judges['gauss']: prior"),
+    ({"bins": {"reach": 1e-300}}, ValueError, "judges['bins']: reach must be in [0.001, 1000.0], got 1e-300"),
+    ({"bins": {"prior": 1e38}}, ValueError, "judges['bins']: prior must be in [1e-06, 1000000.0], got 1e+38"),
+    ({"bins": {"bins": 1}}, ValueError, "judges['bins']: bins must be >= 2, got 1"),
     ({"lda": {"refresh": 0}}, ValueError, "refresh"),
     ({"Bad Name": {}}, ValueError, "judge name"),
     ({"prototypes": {"kind": "gauss"}}, ValueError, "prototypes"),
@@ -462,3 +468,29 @@ def test_an_interrupted_build_of_the_judges_views_changes_nothing_and_is_built_a
         for m in (memory, reference):
             m.learn_one(x[b].tolist(), int(action[b]), int(category[b]))
     assert_buffers_close(memory, reference, atol=0.0)
+
+
+def test_lda_keeps_a_criterion_that_separates_the_actions_perfectly():
+    """A criterion constant within each action but not across them has no within-action variance; its
+    total variance keeps it in the precision (its ridge), and lda votes by it."""
+    g = torch.Generator().manual_seed(13)
+    action = torch.randint(0, 2, (300,), generator=g)
+    x = torch.rand(300, 3, generator=g)
+    x[:, 0] = action.float()  # the whole concept
+    memory = JudgmentMemory(1, 2, 3, JudgmentConfig.recommended().replace(judges={"lda": {}}))
+    step = memory.prequential_(x, torch.zeros(300, dtype=torch.long), action)
+    assert float(memory.judge_lda_covariance[0, 0, 0]) == 0.0 and float(memory.judge_lda_precision[0, 0, 0]) > 0
+    assert float((step.votes[50:, 1].argmax(-1) == action[50:]).float().mean()) == 1.0
+
+
+def test_a_tiny_gauss_prior_never_divides_by_zero():
+    """prior x the category's variance may underflow to 0 where an action's own variance is 0: the spread
+    is held at the smallest normal float32, so learning and scoring go on (the kernel raised
+    ZeroDivisionError after the prototypes had learned)."""
+    x = torch.tensor([[0.0, 1.0], [0.0, 2.0], [1.0, 1.5], [1.0, 2.5]] * 5)
+    action = torch.tensor([0, 0, 1, 1] * 5)
+    memory = JudgmentMemory(1, 2, 2, JudgmentConfig.recommended().replace(judges={"gauss": {"prior": 1e-46}}))
+    for row, a in zip(x.tolist(), action.tolist(), strict=True):
+        memory.learn_one(row, a, 0)
+    assert memory.score_one([0.0, 1.5], 0)[0] == "0"
+    assert bool(torch.isfinite(memory(x, torch.zeros(20, dtype=torch.long)).probs).all())

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gae import JudgmentConfig, JudgmentMemory
-from gae.judgment import lvq, rule
+from gae.judgment import lvq
 
 LVQ = {"learning": "lvq", "relevance_rate": 0.0, "push_rate": 0.0, "units": "criterion"}
 
@@ -42,8 +42,8 @@ def test_the_inputs_are_standardised_by_the_running_variance():
     assert int(m.input_counts[0]) == 300
     torch.testing.assert_close(m.input_means[0], x.mean(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(m.input_variances[0], x.var(0, unbiased=False), rtol=1e-3, atol=0)
-    # the metric: attention (1) x relevance (1/2) / (variance + floor)
-    expected = 0.5 / (x.var(0, unbiased=False) + rule.VARIANCE_FLOOR)
+    # the metric: attention (1) x relevance (1/2) / variance (no floor: both criteria varied)
+    expected = 0.5 / x.var(0, unbiased=False)
     torch.testing.assert_close(m.metric()[0], expected, rtol=1e-3, atol=0)
 
 
@@ -61,7 +61,7 @@ def test_the_decisions_do_not_depend_on_the_units_of_the_data(n_factors, units):
     measures distances in the category's mean running variance, so rescaling every criterion by
     1024 changes nothing it decides; ``units='criterion'`` in each criterion's own, so rescaling
     one criterion by 1024 and another by 1/32 changes nothing either (powers of two: float32 rounds
-    the scaled numbers as it rounds the plain ones; the variance floor, 1e-6, is far below both)."""
+    the scaled numbers as it rounds the plain ones; nothing is added to a variance)."""
     config = JudgmentConfig.recommended().replace(units=units)
     plain, action = two_clouds(1, 600, torch.ones(n_factors))
     if units == "category":
@@ -91,9 +91,8 @@ def test_category_units_keep_the_criteria_in_proportion():
         m.learn_(x, torch.zeros(400, dtype=torch.long), torch.zeros(400, dtype=torch.long))
         weights[units] = m.metric()[0]
     variance = x.var(0, unbiased=False)
-    torch.testing.assert_close(weights["category"], 0.5 / (variance.mean() + rule.VARIANCE_FLOOR).expand(2), rtol=1e-3,
-                               atol=0)
-    torch.testing.assert_close(weights["criterion"], 0.5 / (variance + rule.VARIANCE_FLOOR), rtol=1e-3, atol=0)
+    torch.testing.assert_close(weights["category"], 0.5 / variance.mean().expand(2), rtol=1e-3, atol=0)
+    torch.testing.assert_close(weights["criterion"], 0.5 / variance, rtol=1e-3, atol=0)
 
 
 def test_an_error_spawns_a_prototype_and_pushes_the_wrong_winner():
@@ -159,7 +158,7 @@ def test_relevance_step_follows_its_formula():
     x = torch.tensor([0.3, 1.5])
     logits = state.relevance_logits[0].clone().requires_grad_(True)
     lam = torch.softmax(logits, -1)
-    scale = alpha[0] / (state.input_variances[0] + rule.VARIANCE_FLOOR)
+    scale = alpha[0] / state.input_variances[0]  # (units='category' of one category: its own variances)
     d_own = (lam * scale * (x - state.centroids[0, 0, 0]) ** 2).sum()
     d_rival = (lam * scale * (x - state.centroids[0, 1, 0]) ** 2).sum()
     ((d_own - d_rival) / (d_own + d_rival)).backward()

@@ -112,6 +112,12 @@ def test_explain_names_actions_factors_and_judges_of_a_pending_and_a_verified_de
                                                                  rel_tol=1e-5)
     assert set(pending["judges"]) == {"prototypes", "lda", "bins", "lda_short"}
     assert math.isclose(sum(j["trust"] for j in pending["judges"].values()), 1.0, rel_tol=1e-5)
+    # the bins judge names the bins that decided it: a factor's bin holding its value, in the caller's units
+    assert pending["thresholds"] and all(t["judge"] == "bins" and t["factor"] in ("amount", "risk")
+                                         and t["nats"] > 0 for t in pending["thresholds"])
+    for t in pending["thresholds"]:
+        value = {"amount": 0.5, "risk": 0.9}[t["factor"]]
+        assert (t["low"] is None or t["low"] <= value) and (t["high"] is None or value < t["high"])
     svc.verify(decided["id"], "escalate")
     assert svc.explain(decided["id"])["action"] == decided["action"]  # by the state it was decided with
     with pytest.raises(ToolInputError, match="decision_id: no decision 'nope'"):
@@ -391,3 +397,21 @@ def test_the_target_is_the_configs_and_servers_of_other_targets_share_a_store(tm
     decided = second.decide("billing", {"amount": 0.5, "risk": 0.95})
     assert decided["action"] == "escalate" and decided["reasons"] == ["low_confidence"]  # no evidence yet at 2%
     assert first.decide("billing", {"amount": 0.5, "risk": 0.95})["refer"] is False  # 0.7 without a target
+
+
+def test_a_memory_keeps_the_judgment_it_was_created_with(tmp_path):
+    """A store written by a server whose judgment was another (an older gae's recommended configuration, or
+    another [judgment] table) opens under today's: each memory it holds keeps the config its ledger recorded,
+    and a new memory takes the server's."""
+    before = JudgmentConfig.recommended().replace(units="category", spawn_support=1.5, rate_per_error=0.0,
+                                                  judges={"gauss": {}, "lda": {}})
+    old = service(tmp_path / "mcp.db", config=ServerConfig(judgment=before))
+    teach(old)
+    old._store.close()  # (the service holds one connection; a process would exit here)
+    new = service(tmp_path / "mcp.db")
+    decided = new.decide("billing", {"amount": 0.5, "risk": 0.9})
+    assert decided["action"] == "escalate"
+    assert new._deciders[("amount", "risk")].memory.config == before
+    assert new.verify(decided["id"], "escalate")["learned"]
+    new.decide("billing", {"size": 1.0}, actions=ACTIONS)
+    assert new._deciders[("size",)].memory.config == JudgmentConfig.recommended()

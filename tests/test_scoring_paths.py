@@ -44,12 +44,15 @@ def slow_logits(memory, x, category):
     estimates = rule.scoring_estimates(state, config)
     scoring = rule.scoring_mask(state.initialized, state.wins, config.slots.spawn_support)
     alpha = rule.attention(memory.criterion_logits.detach())
-    if config.learning == "lvq":  # the metric, written out: attention x relevance / (running variance + 1e-6)
+    if config.learning == "lvq":  # the metric, written out: attention x relevance / running variance
         relevance = torch.softmax(state.relevance_logits.double(), -1)
         variance = state.input_variances.double()
+        if config.lvq.units == "memory":  # each criterion's over all the memory's decisions, every category alike
+            variance = state.factor_variances.double().expand(variance.shape)
         if config.lvq.units == "category":  # one spread per category: its criteria's mean running variance
             variance = variance.mean(-1, keepdim=True)
-        alpha = alpha.double() * relevance / (variance + 1e-6)
+        weight = alpha.double() * relevance / variance
+        alpha = torch.where(variance > 1e-30, weight, 0.0)  # a criterion that has not varied weighs nothing
     out = torch.full((x.shape[0], len(memory.action_names)), float("-inf"))
     for b in range(x.shape[0]):
         c = int(category[b])

@@ -31,7 +31,8 @@ def _cumulative(report: dict[str, Any], setting: str, name: str) -> str:
     return f"{figures['mean'] * 100:.1f}% [{figures['low'] * 100:.1f}, {figures['high'] * 100:.1f}]"
 
 
-FORMATS = {"%": "{:.1f}%", "pp": "{:+.1f} pp", "x": "{:.3g}x"}  # a verdict's value and bar, by its unit
+FORMATS = {"%": "{:.1f}%", "pp": "{:+.1f} pp", "x": "{:.3g}x",  # a verdict's value and bar, by its unit
+           "moved": "{:.2f} pp"}
 
 
 def _judged(row: dict[str, Any]) -> str:

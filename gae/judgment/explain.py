@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -33,8 +34,12 @@ class Threshold(NamedTuple):
     nats: float
 
     def __str__(self) -> str:
-        low = "" if self.low == float("-inf") else f"{self.low:.4g} <= "
-        high = "" if self.high == float("inf") else f" < {self.high:.4g}"
+        digits = 6  # enough to tell an open bin's edge from its value in ordinary units
+        if math.isfinite(self.low) and math.isfinite(self.high) and self.high > self.low:
+            # a bin is a fraction of a spread wide: enough digits that its two edges differ, however far the shift
+            digits = max(4, math.ceil(math.log10(max(abs(self.low), abs(self.high)) / (self.high - self.low))) + 3)
+        low = "" if self.low == float("-inf") else f"{self.low:.{digits}g} <= "
+        high = "" if self.high == float("inf") else f" < {self.high:.{digits}g}"
         return (f"{self.judge}: {low}{self.factor}{high} favours {self.action} over {self.rival} "
                 f"by {self.nats:.2f} nats")
 

@@ -11,6 +11,8 @@ from torch import Tensor
 # nothing in a distance (its spread is inf) rather than a floor's worth. Nothing is added to a variance that is
 # above it, so a distance in units of each criterion's spread is the same in any units (docs/inputs.md).
 VARIANCE_FLOOR = 1e-30
+# the smallest normal float32: a spread a judge divides by is held at least this, so no division is by 0
+SPREAD_FLOOR = float(torch.finfo(torch.float32).tiny)
 
 
 def _f32(value: float) -> Tensor:

@@ -264,8 +264,7 @@ class HostState:
         """:func:`gae.judgment.primitives.novelty` of a float64 row in category ``c`` (``kernels.novelty``)."""
         if self.novelty_call is None:
             state = self.state
-            self.novelty_args = (state.centroids, state.initialized, state.input_variances,
-                                 np.float32(VARIANCE_FLOOR))
+            self.novelty_args = (state.centroids, state.initialized, state.input_variances, VARIANCE_FLOOR)
             self.novelty_call = entry_point(kernels.novelty, row, c, *self.novelty_args)
         return self.novelty_call(row, c, *self.novelty_args)
 

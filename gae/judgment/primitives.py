@@ -159,14 +159,15 @@ def novelty(x: Tensor, centroids: Tensor, initialized: Tensor, variances: Tensor
     prototype, each criterion in units of the category's running variance,
 
     .. math::
-        \nu = \min_{a, p \,:\, \mathrm{initialized}} \sum_{k \,:\, v_k > \epsilon} \frac{(x_k - \mu_{a,p,k})^2}{v_k}
+        \nu = \min_{a, p \,:\, \mathrm{initialized}} \sum_k \frac{(x_k - \mu_{a,p,k})^2}{\max(v_k, \epsilon)}
 
-    in float64 (``inf`` when no prototype exists; a criterion that has not varied left out, as
-    :func:`spread` leaves it out). ``x``: (K,); ``centroids``: (A, P, K),
-    ``initialized``: (A, P) and ``variances``: (K,) of the case's category."""
+    in float64 (``inf`` when no prototype exists). Unlike the distance (:func:`spread`), a criterion
+    that has not varied counts here, over the floor: a value it never had is as novel as a case gets.
+    ``x``: (K,); ``centroids``: (A, P, K), ``initialized``: (A, P) and ``variances``: (K,) of the
+    case's category."""
     used = initialized.reshape(-1)
     if not bool(used.any()):
         return x.new_tensor(float("inf"), dtype=torch.float64)
-    spread = torch.where(variances > VARIANCE_FLOOR, variances.double(), float("inf"))
+    spread = variances.double().clamp(min=VARIANCE_FLOOR)
     cents = centroids.reshape(-1, centroids.shape[-1])[used].double()
     return (((x.double() - cents) ** 2) / spread).sum(-1).min()

@@ -17,8 +17,10 @@ def _number(value: Any) -> float | None:
 def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
     """Decision ``b`` of ``explanation``: the answer (``action``, ``confidence``, ``probs``), each
     action's nearest prototype (``distance``, ``contributions`` per factor), each factor's
-    ``weight`` in the distance and its parts ``attention`` and ``relevance``, and each judge's
-    ``trust`` and ``votes``."""
+    ``weight`` in the distance and its parts ``attention`` and ``relevance``, each judge's
+    ``trust`` and ``votes``, and the ``thresholds`` that decided each ``bins`` judge's answer (the
+    bin ``[low, high)`` of a factor's value, None for an open end, favouring ``action`` over
+    ``rival`` by ``nats``)."""
     e = explanation
     actions, factors = e.action_names, e.factor_names
 
@@ -43,4 +45,7 @@ def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
         "judges": {judge: {"trust": float(e.trust[b, i]), "votes": {a: float(e.votes[b, i, j])
                                                                     for j, a in enumerate(actions)}}
                    for i, judge in enumerate(e.judge_names)},
+        "thresholds": [{"judge": t.judge, "factor": t.factor, "low": _number(t.low), "high": _number(t.high),
+                        "action": t.action, "rival": t.rival, "nats": t.nats}
+                       for t in (e.thresholds[b] if b < len(e.thresholds) else ())],
     }

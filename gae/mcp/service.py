@@ -31,6 +31,7 @@ from gae.decider import Decider
 from gae.episodic.columns import MEMORY_TYPES
 from gae.episodic.embedders import Embedder
 from gae.episodic.memory import EpisodicMemory
+from gae.judgment.config import JudgmentConfig
 from gae.judgment.memory import JudgmentMemory
 from gae.ledger import Ledger, ledgers
 from gae.mcp.config import ServerConfig
@@ -244,11 +245,13 @@ class MemoryService:
         return decider
 
     def _decider(self, vocabulary: tuple[str, ...], categories: Sequence[str], actions: Sequence[str],
-                 ledger: str) -> Decider:
+                 ledger: str, judgment: JudgmentConfig | None = None) -> Decider:
         """The Decider of ``vocabulary``'s memory on its ledger (on a ledger that exists, ``categories``
-        and ``actions`` are its names): growing unless the config fixes the vocabulary."""
+        and ``actions`` are its names, and ``judgment`` the config it was created with): growing unless
+        the config fixes the vocabulary. A new memory takes the server's ``[judgment]``."""
         config = self.config
-        memory = JudgmentMemory(list(categories), list(actions), list(vocabulary), config=config.judgment,
+        memory = JudgmentMemory(list(categories), list(actions), list(vocabulary),
+                                config=config.judgment if judgment is None else judgment,
                                 grow=config.fixed(vocabulary) is None)
         return Decider(memory, store=self._judgment_store(), ledger=ledger,
                        durable_decisions=config.durable_decisions, target_error=config.target_error,
@@ -271,7 +274,10 @@ class MemoryService:
             fixed = self.config.fixed(vocabulary)
             categories = fixed.categories if fixed else meta.get("grown_categories") or meta["categories"]
             actions = fixed.actions if fixed else meta.get("grown_actions") or meta["actions"]
-            self._deciders[vocabulary] = self._decider(vocabulary, categories, actions, name)
+            # a memory keeps the judgment it was created with (its ledger's settings): a server whose [judgment]
+            # or whose gae's recommended configuration changed since still opens the memories it holds
+            recorded = JudgmentConfig.from_dict(meta["settings"])
+            self._deciders[vocabulary] = self._decider(vocabulary, categories, actions, name, recorded)
             opened.append(vocabulary)
         for vocabulary in (list(self._deciders) if every_pending else opened):
             for decision in self._deciders[vocabulary].pending():

@@ -8,7 +8,7 @@ Per category :math:`c` it keeps the weight :math:`N_c`, mean :math:`m_{c,k}` and
 :math:`n_{c,a}` and a histogram :math:`h_{c,a,k,\cdot}` of ``bins`` bins per criterion. Criterion
 ``k``'s bins cut ``m ± reach sqrt(v)`` into ``bins`` equal parts, the end bins open::
 
-    z        = (x_k - m_{c,k}) / sqrt(v_{c,k})
+    z        = (x_k - m_{c,k}) / sqrt(v_{c,k})        (the square root in float64, rounded to float32)
     bin_k    = clamp(floor((z + reach) bins / (2 reach)), 0, bins - 1)     (bins // 2 while v <= floor)
 
 Learning a verified decision ``x`` of action ``a``::
@@ -19,7 +19,12 @@ Learning a verified decision ``x`` of action ``a``::
 
 Scoring (each criterion's bin probability, smoothed by ``prior`` pseudo-decisions per bin)::
 
-    score_a = log(n_{c,a} / N_c) + sum_k log((h_{c,a,k,bin_k} + prior) / (n_{c,a} + prior bins))
+    score_a = log(n_{c,a} / N_c)
+              + sum_{k : v_{c,k} > VARIANCE_FLOOR} log((h_{c,a,k,bin_k} + prior) / (n_{c,a} + prior bins))
+
+A criterion that has not varied in the category (``v`` at most the floor) is left out of the
+scores, as every judge leaves it out: its decisions all sit in one bin, which would only add each
+action's share of pseudo-decisions to its score.
 
 The bins are in units of each criterion's spread, so the scores are the same in any units. While
 the mean and variance settle, a decision's bin is the one of the statistics at the time: in a
@@ -56,8 +61,9 @@ class Options:
         object.__setattr__(self, "bins", check.check_int("bins", self.bins, low=2))
         if self.bins > MAX_BINS:
             raise ValueError(f"bins must be at most {MAX_BINS}, got {self.bins!r}")
-        object.__setattr__(self, "reach", check.check_real("reach", self.reach, low=0.0, low_open=True, high=1e3))
-        object.__setattr__(self, "prior", check.check_real("prior", self.prior, low=0.0, low_open=True))
+        # bins / (2 reach) stays a finite float32, and prior x bins next to a count
+        object.__setattr__(self, "reach", check.check_real("reach", self.reach, low=1e-3, high=1e3))
+        object.__setattr__(self, "prior", check.check_real("prior", self.prior, low=1e-6, high=1e6))
         object.__setattr__(self, "rate_floor", check.check_real("rate_floor", self.rate_floor, low=0.0, high=1.0,
                                                                 high_open=True))
 
@@ -79,9 +85,9 @@ def bin_of(x: Tensor, means: Tensor, variances: Tensor, options: Options) -> Ten
     ``means`` and ``variances`` (the module docstring's formula), in float32."""
     x = x.to(torch.float32)
     varied = variances > VARIANCE_FLOOR
-    z = (x - means) / torch.sqrt(torch.where(varied, variances, 1.0))
+    z = (x - means) / torch.sqrt(torch.where(varied, variances, 1.0).double()).float()
     position = torch.floor((z + _f32(options.reach)) * _f32(options.bins / (2.0 * options.reach)))
-    position = position.clamp(0, options.bins - 1)
+    position = torch.where(position >= 0, position, 0.0).clamp(max=options.bins - 1)  # (NaN: the first bin)
     return torch.where(varied, position, float(options.bins // 2)).to(torch.int64)
 
 
@@ -98,14 +104,17 @@ def edges(b: Tensor, means: Tensor, variances: Tensor, options: Options) -> tupl
 
 
 def log_likelihoods(x: Tensor, category: Tensor, state: dict[str, Tensor], options: Options) -> Tensor:
-    """(B, A, K) each criterion's smoothed log-probability of ``x``'s bin under each action."""
+    """(B, A, K) each criterion's smoothed log-probability of ``x``'s bin under each action; 0 for a
+    criterion that has not varied in the category (left out)."""
     weights = state["weights"][category]  # (B, A)
     b = bin_of(x, state["total_means"][category], state["total_variances"][category], options)  # (B, K)
     counts = state["counts"][category]  # (B, A, K, bins)
     index = b[:, None, :, None].expand(-1, counts.shape[1], -1, 1)
     hits = counts.gather(-1, index).squeeze(-1)  # (B, A, K)
     prior = _f32(options.prior)
-    return torch.log(hits + prior) - torch.log(weights + prior * _f32(float(options.bins)))[..., None]
+    varied = (state["total_variances"][category] > VARIANCE_FLOOR)[:, None, :]  # (B, 1, K)
+    ll = torch.log(hits + prior) - torch.log(weights + prior * _f32(float(options.bins)))[..., None]
+    return torch.where(varied, ll, 0.0)
 
 
 def log_scores(x: Tensor, category: Tensor, state: dict[str, Tensor], options: Options) -> Tensor:

@@ -15,7 +15,7 @@ so with ``rate_floor = 0`` every statistic is the running one, and with ``rate_f
 about the last ``1 / r`` decisions (a short memory for fast drift). Scoring (the log-likelihood
 of x under each action, plus its log prior)::
 
-    s_{c,a,k} = (n_{c,a} v_{c,a,k} + prior g_{c,k}) / (n_{c,a} + prior)
+    s_{c,a,k} = max((n_{c,a} v_{c,a,k} + prior g_{c,k}) / (n_{c,a} + prior), SPREAD_FLOOR)
     score_a   = log(n_{c,a} / N_c) - K log(2 pi) / 2
                 - sum_{k : g_{c,k} > VARIANCE_FLOOR} [ log(s_{c,a,k}) / 2 + (x_k - m_{c,a,k})^2 / (2 s_{c,a,k}) ]
 
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from gae import validation as check
-from gae.judgment.float32 import VARIANCE_FLOOR, _f32
+from gae.judgment.float32 import SPREAD_FLOOR, VARIANCE_FLOOR, _f32
 from gae.judgment.judges.weights import count, welford
 
 BUFFERS = ("weights", "means", "variances", "total", "total_means", "total_variances")
@@ -77,7 +77,8 @@ def log_scores(x: Tensor, category: Tensor, state: dict[str, Tensor], options: O
     varied = (state["total_variances"][category] > VARIANCE_FLOOR)[:, None, :]  # (B, 1, K)
     spread = ((weights[..., None] * state["variances"][category] + prior * state["total_variances"][category][:, None])
               / (weights[..., None] + prior))  # (B, A, K)
-    spread = torch.where(varied, spread, 1.0)  # a criterion left out: 1, so that no term (nor gradient) is NaN
+    # a criterion left out: 1, so that no term (nor gradient) is NaN; and no spread is 0 (a tiny prior's underflow)
+    spread = torch.where(varied, spread.clamp(min=SPREAD_FLOOR), 1.0)
     diff = x.to(torch.float32)[:, None, :] - state["means"][category]
     log_det = torch.where(varied, 0.5 * torch.log(spread), 0.0).sum(-1)
     quadratic = torch.where(varied, diff * diff / (2.0 * spread), 0.0).sum(-1)

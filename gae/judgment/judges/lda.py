@@ -11,13 +11,16 @@ precision :math:`P_c` scoring uses. Learning a verified decision ``x`` of action
     d = x - m_{c,a}       (before the update: 0 on the action's first decision)
     S_c += (d d^T - S_c) / N_c,     m_{c,a} += d / n_{c,a}
     refresh               every ``refresh`` decisions of c (and its first ``refresh``):
-                          Sigma = (1 - shrinkage) S_c + (shrinkage + RIDGE) diag(S_c)
+                          T_c = diag(S_c) + B_c, B_c the variance of the actions' means (weighted)
+                          Sigma = (1 - shrinkage) S_c + shrinkage diag(S_c) + RIDGE diag(T_c)
                           P_c = Sigma^-1        (Cholesky, in float64)
 
-over the criteria that have varied (``S_c[k, k]`` above ``VARIANCE_FLOOR``); a criterion that has
-not has no row or column in the precision (its difference is the same to every action's mean).
-Shrinkage and ridge are each criterion's own variance, so scaling a criterion by ``s`` scales its
-row and column of ``P_c`` by ``1 / s``: the scores are the same in any units.
+over the criteria that have varied in the category (``T_c[k]``, the within-action variance plus
+the variance between the actions' means, above ``VARIANCE_FLOOR``); a criterion that has not has no
+row or column in the precision (its difference is the same to every action's mean). A criterion
+constant within each action but not across them (a perfect separator) keeps its row: its ridge is
+its total variance's. Shrinkage and ridge are each criterion's own variances, so scaling a criterion
+by ``s`` scales its row and column of ``P_c`` by ``1 / s``: the scores are the same in any units.
 
 Scoring (the log-likelihood under the shared covariance, less what all actions share, plus the
 log prior)::
@@ -41,7 +44,7 @@ from gae.judgment.float32 import VARIANCE_FLOOR
 from gae.judgment.judges.weights import count
 
 BUFFERS = ("weights", "means", "total", "decisions", "covariance", "precision")
-RIDGE = 1e-3  # of each criterion's own variance, added to the diagonal: collinear criteria stay invertible
+RIDGE = 1e-3  # of each criterion's total variance, added to the diagonal: collinear criteria stay invertible
 
 
 @dataclass(frozen=True)
@@ -83,15 +86,35 @@ def log_scores(x: Tensor, category: Tensor, state: dict[str, Tensor], options: O
     return torch.where(taught, log_prior - 0.5 * quadratic, float("-inf"))
 
 
-def precision(covariance: Tensor, options: Options) -> Tensor:
-    """(K, K) the precision of one category's (K, K) pooled covariance (the module docstring's
-    refresh), in float64, rounded to float32."""
+def between(means: Tensor, weights: Tensor) -> Tensor:
+    """(K,) float64 the weighted variance of one category's (A, K) action means (weights (A,); the
+    actions never taught left out), summed action by action in the kernel's order."""
+    total = 0.0
+    centre = torch.zeros(means.shape[1], dtype=torch.float64)
+    for a in range(means.shape[0]):
+        if float(weights[a]) > 0:
+            total += float(weights[a])
+            centre += float(weights[a]) * means[a].double()
+    if total <= 0:
+        return centre
+    centre = centre / total
+    spread = torch.zeros_like(centre)
+    for a in range(means.shape[0]):
+        if float(weights[a]) > 0:
+            spread += float(weights[a]) * (means[a].double() - centre) ** 2
+    return spread / total
+
+
+def precision(covariance: Tensor, means: Tensor, weights: Tensor, options: Options) -> Tensor:
+    """(K, K) the precision of one category's (K, K) pooled covariance, its actions' (A, K) means and
+    (A,) weights (the module docstring's refresh), in float64, rounded to float32."""
     s = covariance.to(torch.float64)
     diagonal = torch.diagonal(s)
-    varied = torch.diagonal(covariance) > VARIANCE_FLOOR  # compared in float32, as the kernel compares it
+    total = diagonal + between(means, weights)
+    varied = total > VARIANCE_FLOOR
     both = varied[:, None] & varied[None, :]
     sigma = torch.where(both, (1.0 - options.shrinkage) * s, 0.0)
-    sigma = sigma + torch.diag(torch.where(varied, (options.shrinkage + RIDGE) * diagonal, 1.0))
+    sigma = sigma + torch.diag(torch.where(varied, options.shrinkage * diagonal + RIDGE * total, 1.0))
     return torch.where(both, cholesky_inverse(sigma), 0.0).to(torch.float32)
 
 
@@ -126,4 +149,4 @@ def learn(x: Tensor, c: int, a: int, state: dict[str, Tensor], options: Options)
     state["means"][c, a] += delta / weights[c, a]
     seen = int(state["decisions"][c])
     if seen <= options.refresh or seen % options.refresh == 0:
-        state["precision"][c] = precision(state["covariance"][c], options)
+        state["precision"][c] = precision(state["covariance"][c], state["means"][c], weights[c], options)

@@ -48,12 +48,14 @@ class Options(NamedTuple):
     win_decay: float
     lvq: bool
     pooled: bool
-    memory_units: bool
     rate_floor: float
     relevance_rate: float
     miss_penalty: float
-    rate_per_error: float
-    error_decay: float
+    # added after the fields above, with the values that keep what gae did before them, so that an Options
+    # pickled by an earlier gae (inside a river or scikit-learn classifier) loads
+    rate_per_error: float = 0.0
+    error_decay: float = 0.02
+    memory_units: bool = False
 
     @classmethod
     @functools.lru_cache(maxsize=64)  # once per config: a config is immutable, and this runs every call
@@ -427,8 +429,7 @@ def novelty(x, c, centroids, initialized, variances, floor):  # pragma: no cover
             if initialized[c, a, p]:
                 total = 0.0
                 for k in range(n_factors):
-                    if variances[c, k] > floor:  # a criterion that has not varied is left out
-                        d = x[k] - np.float64(centroids[c, a, p, k])
-                        total += d * d / np.float64(variances[c, k])
+                    d = x[k] - np.float64(centroids[c, a, p, k])
+                    total += d * d / max(np.float64(variances[c, k]), floor)
                 best = min(best, total)
     return best

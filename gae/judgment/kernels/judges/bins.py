@@ -25,9 +25,9 @@ def bin_of(value, mean, variance, bins, reach):  # pragma: no cover
     n_bins = np.int64(bins)
     if not variance > VARIANCE_FLOOR32:
         return n_bins // 2
-    z = (np.float32(value) - mean) / np.sqrt(variance)
+    z = (np.float32(value) - mean) / np.float32(math.sqrt(np.float64(variance)))
     position = np.floor((z + np.float32(reach)) * np.float32(bins / (2.0 * reach)))
-    if position < np.float32(0.0):
+    if not position >= np.float32(0.0):  # (NaN too: the first bin)
         return np.int64(0)
     if position > np.float32(n_bins - 1):
         return n_bins - 1
@@ -50,6 +50,8 @@ def log_scores(x, c, weights, total, total_means, total_variances, counts, bins,
         log_norm = np.float32(math.log(weight + spread32))
         likelihood = np.float32(0.0)
         for k in range(n_factors):
+            if not total_variances[c, k] > VARIANCE_FLOOR32:  # a criterion that has not varied is left out
+                continue
             b = bin_of(x[k], total_means[c, k], total_variances[c, k], bins, reach)
             likelihood += np.float32(math.log(counts[c, a, k, b] + prior32)) - log_norm
         out[a] = likelihood + (np.float32(math.log(weight)) - log_total)

@@ -14,9 +14,11 @@ import numba
 import numpy as np
 
 from gae.compiled import view
+from gae.judgment.float32 import SPREAD_FLOOR
 from gae.judgment.kernels.judges.weights import count, welford
 from gae.judgment.kernels.scoring import VARIANCE_FLOOR32
 
+SPREAD_FLOOR32 = np.float32(SPREAD_FLOOR)
 HALF_LOG_2PI32 = np.float32(0.5 * math.log(2.0 * math.pi))
 NEG_INF = np.float32(-np.inf)
 
@@ -38,7 +40,8 @@ def log_scores(x, c, weights, means, variances, total, total_means, total_varian
         for k in range(n_factors):
             if not total_variances[c, k] > VARIANCE_FLOOR32:  # a criterion that has not varied is left out
                 continue
-            spread = (weight * variances[c, a, k] + prior32 * total_variances[c, k]) / (weight + prior32)
+            spread = max((weight * variances[c, a, k] + prior32 * total_variances[c, k]) / (weight + prior32),
+                         SPREAD_FLOOR32)
             diff = np.float32(x[k]) - means[c, a, k]
             log_det += np.float32(0.5) * np.float32(math.log(spread))
             quadratic += diff * diff / (np.float32(2.0) * spread)

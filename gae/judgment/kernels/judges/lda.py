@@ -12,8 +12,8 @@ import numba
 import numpy as np
 
 from gae.compiled import view
+from gae.judgment.float32 import VARIANCE_FLOOR
 from gae.judgment.kernels.judges.weights import count
-from gae.judgment.kernels.scoring import VARIANCE_FLOOR32
 
 RIDGE = 1e-3  # lda.RIDGE
 NEG_INF = np.float32(-np.inf)
@@ -74,18 +74,47 @@ def cholesky_inverse(sigma):  # pragma: no cover
 
 
 @numba.njit(nogil=True, boundscheck=False)
-def precision_of(covariance, shrinkage, out):  # pragma: no cover
-    """``out`` (K, K) := the precision of one category's covariance (``lda.precision``)."""
+def between(means, weights):  # pragma: no cover
+    """(K,) float64 the weighted variance of one category's action means (``lda.between``)."""
+    n_actions, n = means.shape
+    total = 0.0
+    centre = np.zeros(n)
+    for a in range(n_actions):
+        if weights[a] > 0:
+            total += np.float64(weights[a])
+            for k in range(n):
+                centre[k] += np.float64(weights[a]) * np.float64(means[a, k])
+    if total <= 0:
+        return centre
+    for k in range(n):
+        centre[k] = centre[k] / total
+    spread = np.zeros(n)
+    for a in range(n_actions):
+        if weights[a] > 0:
+            for k in range(n):
+                d = np.float64(means[a, k]) - centre[k]
+                spread[k] += np.float64(weights[a]) * (d * d)
+    for k in range(n):
+        spread[k] = spread[k] / total
+    return spread
+
+
+@numba.njit(nogil=True, boundscheck=False)
+def precision_of(covariance, means, weights, shrinkage, out):  # pragma: no cover
+    """``out`` (K, K) := the precision of one category's covariance, its actions' means and weights
+    (``lda.precision``)."""
     n = covariance.shape[0]
     sigma = np.empty((n, n))
+    total = between(means, weights)
     varied = np.empty(n, np.bool_)
     for k in range(n):
-        varied[k] = covariance[k, k] > VARIANCE_FLOOR32
+        total[k] = np.float64(covariance[k, k]) + total[k]
+        varied[k] = total[k] > VARIANCE_FLOOR
     for i in range(n):
         for j in range(n):
             value = (1.0 - shrinkage) * np.float64(covariance[i, j]) if varied[i] and varied[j] else 0.0
             if i == j:
-                value += (shrinkage + RIDGE) * np.float64(covariance[i, i]) if varied[i] else 1.0
+                value += shrinkage * np.float64(covariance[i, i]) + RIDGE * total[i] if varied[i] else 1.0
             sigma[i, j] = value
     inverse = cholesky_inverse(sigma)
     for i in range(n):
@@ -114,7 +143,7 @@ def learn(x, c, a, weights, means, total, decisions, covariance, precision, shri
     seen = decisions[c]
     every = np.int64(refresh)
     if seen <= every or seen % every == 0:
-        precision_of(covariance[c], shrinkage, precision[c])
+        precision_of(covariance[c], means[c], weights[c], shrinkage, precision[c])
 
 
 @numba.njit(inline="always", nogil=True, boundscheck=False)
