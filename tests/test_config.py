@@ -47,6 +47,7 @@ RECOMMENDED_43 = {
     "miss_penalty": 0.5, "rate_per_error": 1.0, "error_decay": 0.02,
     "judges": {"lda": {"kind": "lda", "shrinkage": 0.2, "rate_floor": 0.0, "refresh": 32},
                "bins": {"kind": "bins", "bins": 16, "reach": 2.0, "prior": 0.5, "rate_floor": 0.0},
+               "gauss_short": {"kind": "gauss", "rate_floor": 0.05, "prior": 1.0},
                "lda_short": {"kind": "lda", "shrinkage": 0.2, "rate_floor": 0.03, "refresh": 32}}}
 
 

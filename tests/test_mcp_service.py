@@ -110,7 +110,7 @@ def test_explain_names_actions_factors_and_judges_of_a_pending_and_a_verified_de
     assert pending["category"] == "billing" and set(pending["attention"]) == {"amount", "risk"}
     assert set(pending["probs"]) == set(ACTIONS) and math.isclose(pending["confidence"], decided["confidence"],
                                                                  rel_tol=1e-5)
-    assert set(pending["judges"]) == {"prototypes", "lda", "bins", "lda_short"}
+    assert set(pending["judges"]) == {"prototypes", "lda", "bins", "gauss_short", "lda_short"}
     assert math.isclose(sum(j["trust"] for j in pending["judges"].values()), 1.0, rel_tol=1e-5)
     # the bins judge names the bins that decided it: a factor's bin holding its value, in the caller's units
     assert pending["thresholds"] and all(t["judge"] == "bins" and t["factor"] in ("amount", "risk")

@@ -38,11 +38,10 @@ NEIGHBOURS: dict[str, tuple[Any, ...]] = {
 # the judges' neighbours: each judge's own option moved (the others as chosen), then the trust's options
 JUDGE_NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
     "lda_short": {"rate_floor": (0.01, 0.06)}, "lda": {"shrinkage": (0.05, 0.5), "refresh": (8,)},
-    "bins": {"bins": (8, 32), "reach": (1.5, 3.0), "prior": (0.25, 1.0)}}
-# judges the recommended configuration does not hold, each added to it (the Gaussian naive Bayes geometry, long and
-# short: the recommended set before the bins judge)
-OTHER_JUDGES: dict[str, dict[str, Any]] = {"gauss": {"kind": "gauss"},
-                                           "gauss_short": {"kind": "gauss", "rate_floor": 0.05}}
+    "gauss_short": {"rate_floor": (0.02, 0.1)}, "bins": {"bins": (8, 32), "reach": (1.5, 3.0), "prior": (0.25, 1.0)}}
+# judges the recommended configuration does not hold, each added to it (the long Gaussian naive Bayes geometry, which
+# the recommended set held before the bins judge)
+OTHER_JUDGES: dict[str, dict[str, Any]] = {"gauss": {"kind": "gauss"}}
 TRUST_NEIGHBOURS: dict[str, tuple[Any, ...]] = {"trust_rate": (0.25, 1.0), "trust_share": (0.005, 0.05),
                                                 "trust_floor": (0.02, 0.2)}
 

@@ -296,16 +296,18 @@ class JudgmentConfig:
         (docs/lvq.md) with up to 32 prototypes per category and action, spawned where the memory
         errs, relevances learned online, each criterion in units of its own running spread (so the
         answers are the same in any units: no scaler needed, docs/inputs.md), a step size that rises
-        with the category's recent errors; beside them three judges (docs/judges.md), class means
+        with the category's recent errors; beside them four judges (docs/judges.md), class means
         under one shrunk covariance (``lda``, also with a short memory of about the category's last
-        33 decisions) and each criterion's histograms over bins of its spread (``bins``), trusted as
-        far as each has judged well. Its constants were chosen on tuning
+        33 decisions), each criterion's histograms over bins of its spread (``bins``) and class
+        means with a variance per criterion over about the last 20 decisions (``gauss_short``),
+        trusted as far as each has judged well. Its constants were chosen on tuning
         streams apart from those the benchmarks report (docs/lvq.md and docs/judges.md say how)."""
         return cls(rule=Rule(push_rate=0.5),
                    slots=Slots(prototypes=32, spawn_threshold=0.4, spawn_support=0.25, win_decay=0.01),
                    learning="lvq", lvq=LVQ(units="memory", rate_floor=0.1, relevance_rate=0.05, miss_penalty=0.5,
                                            rate_per_error=1.0, error_decay=0.02),
                    judges={"lda": {"kind": "lda", "refresh": 32}, "bins": {"kind": "bins"},
+                           "gauss_short": {"kind": "gauss", "rate_floor": 0.05},
                            "lda_short": {"kind": "lda", "rate_floor": 0.03, "refresh": 32}})
 
     @classmethod
