@@ -415,3 +415,28 @@ def test_a_memory_keeps_the_judgment_it_was_created_with(tmp_path):
     assert new.verify(decided["id"], "escalate")["learned"]
     new.decide("billing", {"size": 1.0}, actions=ACTIONS)
     assert new._deciders[("size",)].memory.config == JudgmentConfig.recommended()
+
+
+def test_a_ledger_whose_settings_this_gae_cannot_read_takes_the_servers_and_its_check(tmp_path):
+    """A stored memory whose recorded settings are not a judgment config this gae reads opens with the
+    server's options, and the ledger's own check decides: an option this gae does not know is ignored (the
+    memory opens), a value it refuses is a difference named with the ledger."""
+    from gae.ledger import Ledger
+
+    def rewrite(path, change) -> None:
+        store = SQLiteStore(path)
+        name = next(n for n in ledgers(store) if n.startswith("mcp:"))
+        ledger = Ledger(store, name)
+        with ledger.writing():
+            meta = ledger.meta()
+            ledger.set_meta({**meta, "settings": change(meta["settings"])})
+        store.close()
+
+    old = service(tmp_path / "mcp.db")
+    teach(old)
+    old._store.close()
+    rewrite(tmp_path / "mcp.db", lambda settings: {**settings, "an_option_from_the_future": 1})
+    assert service(tmp_path / "mcp.db").decide("billing", {"amount": 0.5, "risk": 0.9})["action"] == "escalate"
+    rewrite(tmp_path / "mcp.db", lambda settings: {**settings, "judges": {"bins": {"kind": "bins", "reach": 1e-4}}})
+    with pytest.raises(ValueError, match="judges"):
+        service(tmp_path / "mcp.db")

@@ -192,3 +192,22 @@ def test_every_stream_of_the_public_suite_in_random_units(stream):
     shifts (the benchmark's RandomUnits) give the same accuracy within 0.5 pp."""
     torch.set_num_threads(1)
     assert abs(_suite_accuracy("units", stream) - _suite_accuracy(None, stream)) <= TOLERANCE_UNITS
+
+
+def test_a_memory_pickled_before_layout_5_scores_and_learns():
+    """A memory pickled by an earlier gae (layout 4: no recent_errors, no factor_* buffers) gains them on
+    unpickling, as a state_dict load adds them (pooled from its categories' statistics)."""
+    import pickle
+
+    x, category, action = mixed_stream(9, 300)
+    memory = JudgmentMemory(2, 2, 4, JudgmentConfig.recommended())
+    memory.prequential_(x, category, action)
+    expected = {name: memory.get_buffer(name).clone() for name in ("factor_counts", "factor_means", "factor_variances")}
+    for name in ("recent_errors", "factor_counts", "factor_means", "factor_variances"):
+        del memory._buffers[name]  # as the earlier layout pickled it
+    loaded = pickle.loads(pickle.dumps(memory))
+    assert torch.equal(loaded.recent_errors, torch.zeros(2)) and torch.equal(loaded.factor_counts,
+                                                                             expected["factor_counts"])
+    torch.testing.assert_close(loaded.factor_variances, expected["factor_variances"], rtol=1e-3, atol=1e-6)
+    assert loaded.score_one([0.5, 0.5, 0.5, 0.5], 0)[0] is not None
+    loaded.learn_one([0.5, 0.5, 0.5, 0.5], 1, 0)

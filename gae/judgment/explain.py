@@ -34,7 +34,7 @@ class Threshold(NamedTuple):
     nats: float
 
     def __str__(self) -> str:
-        digits = 6  # enough to tell an open bin's edge from its value in ordinary units
+        digits = 10  # an open bin's edge: its width unknown here, digits enough for a shift of many spreads
         if math.isfinite(self.low) and math.isfinite(self.high) and self.high > self.low:
             # a bin is a fraction of a spread wide: enough digits that its two edges differ, however far the shift
             digits = max(4, math.ceil(math.log10(max(abs(self.low), abs(self.high)) / (self.high - self.low))) + 3)

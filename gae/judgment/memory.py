@@ -781,6 +781,11 @@ class JudgmentMemory(DecisionMemory):
     def _migrated(self) -> None:
         if "_inspects" not in self.__dict__:  # pickled by a gae before it was kept
             self._inspects = _inspects(self._config)
+        missing = [name for name in layout.BUFFERS if name not in self._buffers]
+        if missing:  # pickled by a gae of an earlier layout: the buffers it lacks, as a state_dict load adds them
+            upgraded = layout.upgrade({name: t for name, t in self._buffers.items() if t is not None}, self._config)
+            for name in missing:
+                self.register_buffer(name, upgraded[name])
 
     def note_sources_(self, following: int) -> None:
         """After a Decider rebuilt this memory from its ledger: the next default source id is at

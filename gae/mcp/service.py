@@ -274,10 +274,7 @@ class MemoryService:
             fixed = self.config.fixed(vocabulary)
             categories = fixed.categories if fixed else meta.get("grown_categories") or meta["categories"]
             actions = fixed.actions if fixed else meta.get("grown_actions") or meta["actions"]
-            # a memory keeps the judgment it was created with (its ledger's settings): a server whose [judgment]
-            # or whose gae's recommended configuration changed since still opens the memories it holds
-            recorded = JudgmentConfig.from_dict(meta["settings"])
-            self._deciders[vocabulary] = self._decider(vocabulary, categories, actions, name, recorded)
+            self._deciders[vocabulary] = self._decider(vocabulary, categories, actions, name, _recorded(meta))
             opened.append(vocabulary)
         for vocabulary in (list(self._deciders) if every_pending else opened):
             for decision in self._deciders[vocabulary].pending():
@@ -356,6 +353,19 @@ def _names(field: str, values: Any, longest: int) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ToolInputError(field, f"names an item twice: {list(names)}")
     return names
+
+
+def _recorded(meta: dict[str, Any]) -> JudgmentConfig | None:
+    """The judgment a stored memory was created with (its ledger's settings), which it keeps: a server
+    whose ``[judgment]``, or whose gae's recommended configuration, changed since still opens the memories
+    it holds. None where the ledger is not a judgment memory's or its settings are not a config this gae
+    reads (another gae's): the server's own config then, and the ledger's check names what differs."""
+    if meta.get("kind") != JudgmentMemory.__name__ or not isinstance(meta.get("settings"), dict):
+        return None
+    try:
+        return JudgmentConfig.from_dict(meta["settings"])
+    except (TypeError, ValueError):
+        return None
 
 
 def _factors(factors: Any, most: int, longest: int) -> tuple[tuple[str, ...], list[float]]:
