@@ -6,7 +6,7 @@ model selection, one dict at a time::
 
     >>> from river import datasets, evaluate, metrics
     >>> evaluate.progressive_val_score(datasets.Phishing(), JudgmentClassifier(), metrics.Accuracy())
-    Accuracy: 91.03%
+    Accuracy: 91.27%
 
 No scaler is needed in front: the default configuration's answers are the same in any units
 (docs/inputs.md, "Units").
