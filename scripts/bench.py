@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentMemory, KNNMemory  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory  # noqa: E402
 from gae.judgment import engine  # noqa: E402
 from scripts.bench_single import CAPACITY, RECOMMENDED, measure_decisions, measure_river  # noqa: E402
 from training import cli  # noqa: E402
@@ -84,7 +84,7 @@ def numpy_score(factors, prototypes: dict, weights: np.ndarray, tau: float = 0.1
 
 def numpy_online(x: np.ndarray, category: np.ndarray, action: np.ndarray, weights: np.ndarray) -> list[dict]:
     """The learning loop in the original numpy style, one decision at a time: score, then the gated
-    update with JudgmentMemory's default rule (eta 0.05 / 0.01, gate above 0.4 halves eta)."""
+    update of the seed rule, JudgmentConfig.seed() (eta 0.05 / 0.01, gate above 0.4 halves eta)."""
     prototypes: list[dict] = [{} for _ in range(C)]
     eta_confirmed, eta_override = np.float32(0.05), np.float32(0.01)
     for row, c, a in zip(x, category.tolist(), action.tolist(), strict=True):
@@ -119,7 +119,7 @@ def torch_online(x, category, action, alpha: torch.Tensor, config) -> tuple[torc
 
 def learned(x, category, action) -> JudgmentMemory:
     """A fresh memory that has learned the given stream."""
-    memory = JudgmentMemory(C, A, K)
+    memory = JudgmentMemory(C, A, K, config=JudgmentConfig.seed())
     memory.prequential_(x, category, action)
     return memory
 
@@ -176,19 +176,20 @@ def latency_record(n: int, p50: list[float], p99: list[float]) -> dict:
 def measure_online(results: dict, stream, sizes: dict, repeats: int) -> None:
     """gae's exact online pass against the numpy and torch per-decision loops, and their agreement."""
     x, category, action = stream
-    fresh = JudgmentMemory(C, A, K)
+    fresh = JudgmentMemory(C, A, K, config=JudgmentConfig.seed())
     alpha, weights = fresh.criterion_attention().detach(), fresh.criterion_attention().detach().numpy()
     progress(f"exact online: gae prequential_ on {sizes['online']:,} decisions")
     results["online_gae"] = rate(sizes["online"], seconds(
-        lambda memory: memory.prequential_(x, category, action), repeats, lambda: JudgmentMemory(C, A, K)))
+        lambda memory: memory.prequential_(x, category, action), repeats,
+        lambda: JudgmentMemory(C, A, K, config=JudgmentConfig.seed())))
     progress(f"exact online: gae prequential_, drift_mode='adaptive', on {sizes['online']:,} decisions")
     results["online_gae_adaptive"] = rate(sizes["online"], seconds(
         lambda memory: memory.prequential_(x, category, action), repeats,
-        lambda: JudgmentMemory(C, A, K, drift_mode="adaptive")))
+        lambda: JudgmentMemory(C, A, K, config=JudgmentConfig.seed(), drift_mode="adaptive")))
     progress(f"exact online: gae prequential_, prototypes=4, on {sizes['online']:,} decisions")
     results["online_gae_prototypes"] = rate(sizes["online"], seconds(
         lambda memory: memory.prequential_(x, category, action), repeats,
-        lambda: JudgmentMemory(C, A, K, prototypes=4)))
+        lambda: JudgmentMemory(C, A, K, config=JudgmentConfig.seed(), prototypes=4)))
     n_np, n_torch = sizes["numpy_loop"], sizes["torch_loop"]
     progress(f"exact online: numpy per-decision loop on {n_np:,} decisions")
     x_np, c_np, a_np = x[:n_np].numpy(), category[:n_np].numpy(), action[:n_np].numpy()
@@ -256,7 +257,7 @@ def measure_forget(results: dict, stream, n: int, repeats: int) -> None:
     x, category, action = (t[:n] for t in stream)
 
     def learned_memory() -> JudgmentMemory:
-        memory = JudgmentMemory(C, A, K)
+        memory = JudgmentMemory(C, A, K, config=JudgmentConfig.seed())
         for start in range(0, n, FORGET_CALL):
             part = slice(start, start + FORGET_CALL)
             memory.learn_(x[part], category[part], action[part])

@@ -164,10 +164,12 @@ def contestants(package: Any = None) -> dict[str, Callable[[], object]]:
     from ``package``, another version's ``gae`` for ``scripts/bench_against.py``; default gae)."""
     judgment, knn, retrieval = ((JudgmentMemory, KNNMemory, RetrievalMemory) if package is None else
                                 (package.JudgmentMemory, package.KNNMemory, package.RetrievalMemory))
+    configs = JudgmentConfig if package is None else package.JudgmentConfig
+    seed = configs.seed()  # the modes are the seed rule's (a memory's default is the recommended config)
     made: dict[str, Callable[[], object]] = {
-        f"gae judgment, {mode}": (lambda options=options: judgment(CATEGORIES, ACTIONS, K, **options))
+        f"gae judgment, {mode}": (lambda options=options: judgment(CATEGORIES, ACTIONS, K, seed, **options))
         for mode, options in JUDGMENT_MODES.items()}
-    config = (JudgmentConfig if package is None else package.JudgmentConfig).recommended()
+    config = configs.recommended()
     made[RECOMMENDED] = lambda: judgment(CATEGORIES, ACTIONS, K, config)
     made[f"{RECOMMENDED} without judges"] = lambda: judgment(
         CATEGORIES, ACTIONS, K, config.replace(judges=None) if "judges" in config.options() else config)
@@ -213,7 +215,7 @@ def time_pair(memory, reference, stream: list, score_only: bool = False) -> tupl
 
 def agree(stream: list) -> dict[str, bool]:
     """The transcriptions answer what gae answers on the same stream (speed means nothing otherwise)."""
-    pairs = {"judgment": (JudgmentMemory(CATEGORIES, ACTIONS, K), NumpyJudgment()),
+    pairs = {"judgment": (JudgmentMemory(CATEGORIES, ACTIONS, K, config=JudgmentConfig.seed()), NumpyJudgment()),
              "knn": (KNNMemory(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY), NumpyRing()),
              "retrieval": (RetrievalMemory(factors=K, actions=ACTIONS, k=5, capacity=CAPACITY), NumpyRetrieval())}
     result = {}

@@ -153,21 +153,31 @@ def evaluate(seeds: int = 20, n_decisions: int = 2000, settings: list[str] | Non
     figures = write_figures(summary, sensitivity, settings, drift_at, out)
     if tensorboard:
         knn = options.get(settings[0], {}).get("knn_best", E.CONTESTANTS["knn"].options)
+        print(f"\nThe Lightning loop on report seed {seed_offset} of {settings[0]}, each memory a TensorBoard run "
+              f"({out / 'tensorboard' / settings[0]}):")
         log_tensorboard(settings[0], seed_offset, n_decisions, out / "tensorboard", knn)
-    print(R.claims_table(report["claims"]))
-    for table in (drift, several):
+    print(f"\n{legend(roster)}")
+    if report["claims"]:
+        print(f"\nThe original page's claims, judged for jm ({E.CONTESTANTS['jm'].label}):\n"
+              f"{R.claims_table(report['claims'])}")
+    for name, table in ((B.RECOMMENDED, recommended), ("jm_adaptive", drift), ("jm_prototypes", several)):
         if table:
-            print(f"\n{B.bars_table(table)}")
+            print(f"\nThe bars of {name} ({roster[name].label}):\n{B.bars_table(table)}")
     count = report["bars_tested"]
     print(f"\n{count['tested']} bars tested, {count['met']} met, {count['reported']} reported")
-    print(f"\n{B.standing_table(report['standing'])}")
-    print(f"\n{settings[0]} drift:\n{R.headline_table(summary, settings[0])}")
+    if report["standing"]["settings"]:
+        print(f"\nEach judgment contestant's cumulative accuracy minus {report['standing']['against']}'s:\n"
+              f"{B.standing_table(report['standing'])}")
+    print(f"\n{settings[0]} drift, every contestant:\n{R.headline_table(summary, settings[0])}")
     if trace_report is not None:
         print(f"\n{trace_table(trace_report)}")
     print(f"\nwrote {out / 'report.md'}, {out / 'report.json'}, {', '.join(str(f) for f in figures)}"
           + (f", {out / 'tensorboard'}" if tensorboard else "") + f" in {time.perf_counter() - began:.0f} s")
     if readme is not None:
         update_readme(readme, report, figures)
+    line = conclusion(report, settings[0])
+    if line:
+        print(f"\n{line}")
     return report
 
 
@@ -289,27 +299,68 @@ def ablations_png(ablations: dict[str, Any], settings: list[str], out: Path) -> 
     return out / "ablations.png"
 
 
+# the judgment memories of the TensorBoard run, by run name: the recommended default and the seed rule's modes
+TENSORBOARD_RUNS = {"recommended": "jm_recommended", "seed": "jm", "adaptive": "jm_adaptive"}
+
+
 def log_tensorboard(setting: str, seed: int, n_decisions: int, folder: Path, knn: dict[str, Any]) -> None:
-    """One seed through the Lightning loop, so its TensorBoard logs sit next to the report; its
-    k-NN has the ``knn`` options (``k``, ``capacity``, ``scoped``: the setting's ``knn_best``)."""
+    """One seed through the Lightning loop, so its TensorBoard logs sit next to the report: the
+    judgment memories of :data:`TENSORBOARD_RUNS` and a k-NN with the ``knn`` options (``k``,
+    ``capacity``, ``scoped``: the setting's ``knn_best``), each a TensorBoard run of one version."""
     import lightning as L
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from gae import JudgmentConfig
     from training.data import DecisionStreamDataModule
     from training.module import DecisionMemoryModule
 
-    for drift_mode in ("seed", "adaptive"):
-        data = DecisionStreamDataModule(E.make_stream(setting, seed, n_decisions), batch_size=E.BATCH)
-        model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names,
-                                     judgment=JudgmentConfig(drift_mode=drift_mode), curve_points_per_batch=E.BATCH,
-                                     knn_k=knn["k"], knn_capacity=knn["capacity"],
-                                     knn_scoped=knn.get("scoped", False))
-        logger = TensorBoardLogger(folder, name=setting if drift_mode == "seed" else f"{setting}_adaptive",
-                                   default_hp_metric=False)
-        trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1)
-        trainer.fit(model, datamodule=data)
+    data = DecisionStreamDataModule(E.make_stream(setting, seed, n_decisions), batch_size=E.BATCH)
+    judgments = {run: E.CONTESTANTS[name].options for run, name in TENSORBOARD_RUNS.items()}
+    model = DecisionMemoryModule(data.category_names, data.action_names, data.factor_names, judgments=judgments,
+                                 curve_points_per_batch=E.BATCH, knn_k=knn["k"], knn_capacity=knn["capacity"],
+                                 knn_scoped=knn.get("scoped", False))
+    logger = TensorBoardLogger(folder, name=setting, default_hp_metric=False)
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1)
+    trainer.fit(model, datamodule=data)
+
+
+def legend(roster: dict[str, E.Contestant]) -> str:
+    """One line per contestant of the run: the name the tables use and what it is."""
+    return "The contestants:\n" + "\n".join(f"  {name:<16}{contestant.label}" for name, contestant in roster.items()
+                                            if name in E.CONTESTANTS)
+
+
+def conclusion(report: dict[str, Any], setting: str) -> str:
+    """The run in one plain sentence, from its numbers: in ``setting``, how often the recommended
+    judgment (or the first judgment contestant that ran), the strongest k-NN that ran and the seed
+    rule were right, and in how many settings the judgment is ahead of, tied with or behind that
+    k-NN. Empty when no judgment or no k-NN ran."""
+    metrics = report["metrics"][setting]
+    judgment = next((name for name in (B.RECOMMENDED, *B.STANDING) if name in metrics), None)
+    knn = next((name for name in ("knn_best", "knn_adwin", "knn_scoped", "knn") if name in metrics), None)
+    if judgment is None or knn is None:
+        return ""
+    words = {B.RECOMMENDED: "gae's recommended judgment (the JudgmentMemory default)", "jm": "gae's seed rule",
+             "jm_adaptive": "gae's seed rule with drift_mode='adaptive'",
+             "jm_prototypes": "gae's seed rule with 4 prototypes", "knn_best": "the tuned k-NN",
+             "knn_adwin": "the tuned k-NN with ADWIN", "knn_scoped": "the k-NN (cap 200, scoped)",
+             "knn": "the k-NN (cap 200)"}
+    shown = [name for name in (judgment, knn, "jm") if name in metrics and (name != "jm" or judgment != "jm")]
+    right = [f"{100 * metrics[name]['cumulative']['mean']:.1f}%" for name in shown]
+    others = [f"{words[name]} {value}" for name, value in zip(shown[1:], right[1:], strict=True)]
+    at = f"{report['protocol']['drift_at']:,}"
+    drift = {"permute": f" (the actions permuted at decision {at})", "shift": f" (a shift at decision {at})",
+             "gradual": f" (a gradual permutation from decision {at})"}.get(B.drift_kind(setting), "")
+    where = "the stream without drift (none)" if setting == "none" else f"the {setting} stream{drift}"
+    line = (f"In short: on {where}, {words[judgment]} was right {right[0]} of the time, "
+            + " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others) + ".")
+    standing = report["standing"]
+    standings = [entry[judgment]["standing"] for entry in standing["settings"].values() if judgment in entry]
+    if standings and standing["against"] == knn:
+        line = (line[:-1] + f"; over the {len(standings)} settings it is ahead of {words[knn]} in "
+                f"{standings.count('ahead')}, tied in {standings.count('tied')} and behind in "
+                f"{standings.count('behind')} (cumulative accuracy, paired 95% CI).")
+    return line
 
 
 def update_readme(path: Path, report: dict[str, Any], figures: list[Path]) -> None:

@@ -83,7 +83,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentMemory  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
 from gae import validation as check  # noqa: E402
 from gae.judgment import kernels  # noqa: E402
 from gae.types import MemoryOutput  # noqa: E402
@@ -112,7 +112,7 @@ def make_stream(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torc
 
 def trained_memory(n: int) -> JudgmentMemory:
     """A default memory that learned an n-decision stream (bench.py: n = 100,000)."""
-    memory = JudgmentMemory(C, A, K)
+    memory = JudgmentMemory(C, A, K, config=JudgmentConfig.seed())
     memory.prequential_(*make_stream(n))
     return memory
 

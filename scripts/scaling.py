@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from training.cli import auto_cli  # noqa: E402
 from training.evaluation import STREAM, learn_batch, state_bytes  # noqa: E402
 from training.metrics_functional import calibration_error, correctness  # noqa: E402
@@ -66,7 +66,8 @@ def build(name: str, stream: DecisionStream) -> Any:
     spec = MEMORIES[name]
     names = stream.category_names, stream.action_names, stream.factor_names
     if spec["kind"] == "judgment":
-        return JudgmentMemory(*names, max_log_events=BATCH, **spec["options"])  # no audit trail needed here
+        # the seed rule and its options (the recommended configuration is the constructor's default); no audit trail
+        return JudgmentMemory(*names, JudgmentConfig.seed(), max_log_events=BATCH, **spec["options"])
     cls = KNNMemory if spec["kind"] == "knn" else RetrievalMemory
     return cls(factors=names[2], actions=names[1], categories=names[0], k=5, scoped=True, **spec["options"])
 

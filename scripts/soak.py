@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(ROOT))
 
-from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
+from gae import EpisodicMemory, JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory  # noqa: E402
 from gae.judgment.decision_log import EVENT_BYTES_FIXED, EVENT_BYTES_PER_FACTOR  # noqa: E402
 from training.batch import DecisionBatch  # noqa: E402
 from training.cli import auto_cli  # noqa: E402
@@ -57,7 +57,7 @@ CHUNK_OPTIONS = {key: value for key, value in STREAM.items() if key not in ("n_d
 WARM_UP = 0.1  # growth is measured from the first sample at or after this fraction of the stream
 MB = 2 ** 20
 MEMORIES: dict[str, dict[str, Any]] = {  # label, kind and constructor options of every memory
-    "jm": {"label": "JudgmentMemory (defaults)", "kind": "judgment", "options": {}},
+    "jm": {"label": "JudgmentMemory, seed rule", "kind": "judgment", "options": {}},
     "jm_attention": {"label": "JudgmentMemory, attention learned", "kind": "judgment", "options": {},
                      "learn_attention": True},
     "jm_adaptive": {"label": "JudgmentMemory, adaptive", "kind": "judgment", "options": {"drift_mode": "adaptive"}},
@@ -96,7 +96,7 @@ def build(name: str) -> Any:
 
         return JudgmentClassifier(**spec["options"])
     if spec["kind"] == "judgment":
-        return JudgmentMemory(C, A, K, **spec["options"])
+        return JudgmentMemory(C, A, K, JudgmentConfig.seed(), **spec["options"])
     if spec["kind"] == "episodic":
         return EpisodicMemory(K, **spec["options"])
     cls = KNNMemory if spec["kind"] == "knn" else RetrievalMemory

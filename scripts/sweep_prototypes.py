@@ -2,10 +2,12 @@
 
     python scripts/sweep_prototypes.py                      # 10 seeds x 2,000 decisions (~1 min on 2 cores)
     python scripts/sweep_prototypes.py --seeds 2 --n_decisions 400 --out /tmp/sweep.md
+    python scripts/sweep_prototypes.py --out docs/results/sweep-prototypes.md --readme docs/prototypes.md
 
 Prints (and writes to ``--out``) a Markdown table of cumulative prequential accuracy, mean
-over seeds, for each configuration in each evaluation setting of ``training.evaluation``,
-with scoped k-NN as the reference. docs/prototypes.md shows its output.
+over seeds, for each configuration of the seed rule (``JudgmentConfig.seed()`` with the options
+named) in each evaluation setting of ``training.evaluation``, with scoped k-NN as the reference;
+``--readme`` also puts it in that page's ``sweep-prototypes`` section (docs/prototypes.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing the pack
 
 from training import evaluation as E  # noqa: E402
 from training.cli import auto_cli  # noqa: E402
+from training.readme import markers, replace_section  # noqa: E402
 
 KNN = "knn_scoped"
 # the sweep's k-NN reference, pinned: the scoped k-NN at capacity 400 its committed table measured
@@ -37,6 +40,7 @@ CONFIGURATIONS: list[Any] = [
     {"prototypes": 4, "drift_mode": "adaptive"},
 ]
 SETTINGS = ["multimodal", "none", "classification", "moons", "permute"]
+SECTION = "sweep-prototypes"  # docs/prototypes.md's section that shows the table
 
 
 def accuracy(task: tuple[str, Any, int, int]) -> float:
@@ -51,10 +55,12 @@ def accuracy(task: tuple[str, Any, int, int]) -> float:
 def label(options: Any) -> str:
     if options == KNN:
         return KNN_REFERENCE.label
-    return "JudgmentMemory(" + ", ".join(f"{key}={value!r}" for key, value in options.items()) + ")"
+    return "JudgmentMemory(" + ", ".join(["config=JudgmentConfig.seed()",
+                                          *(f"{key}={value!r}" for key, value in options.items())]) + ")"
 
 
-def sweep(seeds: int = 10, n_decisions: int = 2000, out: Path | None = None, workers: int | None = None) -> str:
+def sweep(seeds: int = 10, n_decisions: int = 2000, out: Path | None = None, workers: int | None = None,
+          readme: Path | None = None) -> str:
     """Run every configuration in every setting over ``seeds`` stream seeds; return the table.
 
     Args:
@@ -62,7 +68,11 @@ def sweep(seeds: int = 10, n_decisions: int = 2000, out: Path | None = None, wor
         n_decisions: stream length.
         out: also write the table to this file.
         workers: processes (default: the CPU count, at most 8).
+        readme: also put the table in this page's ``sweep-prototypes`` section (docs/prototypes.md).
     """
+    page = readme.read_text() if readme is not None and readme.is_file() else ""
+    if readme is not None and not all(marker in page for marker in markers(SECTION)):  # before the minutes of work
+        raise ValueError(f"readme must be a page with {SECTION} markers, got {str(readme)!r}")
     tasks = [(setting, options, seed, n_decisions) for options in CONFIGURATIONS for setting in SETTINGS
              for seed in range(seeds)]
     workers = min(os.cpu_count() or 1, 8) if workers is None else workers
@@ -77,6 +87,8 @@ def sweep(seeds: int = 10, n_decisions: int = 2000, out: Path | None = None, wor
     print(table)
     if out is not None:
         out.write_text(table + "\n")
+    if readme is not None:
+        replace_section(readme, *markers(SECTION), table)
     return table
 
 

@@ -38,7 +38,7 @@ def clustered_stream(seed: int, n: int, *, noise: float = 0.12, skip_rate: float
 
 
 def make_judgment(**kwargs) -> JudgmentMemory:
-    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, **kwargs)
+    return JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, **{"config": JudgmentConfig.seed(), **kwargs})
 
 
 def make_knn(**kwargs) -> KNNMemory:

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 from tests.conftest import clustered_stream, make_judgment
 
 LOW, HIGH = (0.2, 0.2), (0.8, 0.8)
@@ -31,7 +31,7 @@ def learn(memory: JudgmentMemory, x: torch.Tensor, action: torch.Tensor):
 
 
 def settled(drift_mode: str = "adaptive") -> JudgmentMemory:
-    memory = JudgmentMemory(1, 2, 2, drift_mode=drift_mode)
+    memory = JudgmentMemory(1, 2, 2, config=JudgmentConfig.seed(), drift_mode=drift_mode)
     learn(memory, *two_clusters(200, seed=0))
     return memory
 
@@ -178,7 +178,7 @@ def test_a_promotion_takes_the_run_means_then_follows_as_a_running_mean():
     stood at 0; a promotion sets each prototype to the mean of its action's decisions in the run,
     which then continues as a running mean (eta = 1 / count) until its rate is down to
     eta_confirmed, where the seed rule takes over."""
-    memory = JudgmentMemory(1, 2, 2, drift_mode="adaptive")
+    memory = JudgmentMemory(1, 2, 2, config=JudgmentConfig.seed(), drift_mode="adaptive")
     settle, settle_action = two_clusters(200, seed=0)
     swapped, swapped_action = two_clusters(160, seed=1, swapped=True)
     x, action = torch.cat([settle, swapped]), torch.cat([settle_action, swapped_action])
@@ -251,7 +251,7 @@ def test_an_adaptive_state_of_the_earlier_format_is_migrated():
     extra["decision_log"] = {**extra["decision_log"], "base": earlier(extra["decision_log"]["base"])}
     state["_extra_state"] = extra
     assert "adaptive_format" not in extra and state["centroids"].dim() == 3
-    migrated = JudgmentMemory(1, 2, 2, drift_mode="adaptive")
+    migrated = JudgmentMemory(1, 2, 2, config=JudgmentConfig.seed(), drift_mode="adaptive")
     migrated.load_state_dict(state)
     assert torch.equal(migrated.tracking_centroids, migrated.centroids)
     assert torch.equal(migrated.tracking_lead, torch.zeros(1))

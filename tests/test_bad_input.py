@@ -20,15 +20,25 @@ import numpy as np
 import pytest
 import torch
 
-from gae import AdmissionPolicy, EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory, RetrievalScorer
+from gae import (
+    AdmissionPolicy,
+    EpisodicMemory,
+    JudgmentConfig,
+    JudgmentMemory,
+    KNNMemory,
+    RetrievalMemory,
+    RetrievalScorer,
+)
 from gae.storage import SQLiteStore
 from tests.conftest import clustered_stream
 
 CATEGORIES, ACTIONS, FACTORS = 4, 4, 8
 MEMORIES = {
-    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS),
-    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, drift_mode="adaptive"),
-    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, prototypes=3),
+    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed()),
+    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed(),
+                                                drift_mode="adaptive"),
+    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed(),
+                                                  prototypes=3),
     "knn": lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
     "retrieval": lambda: RetrievalMemory(factors=FACTORS, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES,
                                          scoped=True),

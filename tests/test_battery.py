@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, MEMORY_FACTORIES, clustered_stream
 
 
@@ -43,9 +43,9 @@ def test_state_dict_round_trip_through_weights_only_load(memory_factory, stream)
 
 def test_gate_log_survives_state_dict():
     stream = clustered_stream(0, 300, drift_at=150)
-    memory = JudgmentMemory(4, 4, 8)
+    memory = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed())
     feed(memory, stream)
-    restored = JudgmentMemory(4, 4, 8)
+    restored = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed())
     restored.load_state_dict(memory.state_dict())
     assert len(memory.gate_log.step) > 0
     for a, b in zip(memory.gate_log, restored.gate_log, strict=True):
@@ -125,9 +125,9 @@ def test_same_seed_same_result(memory_factory):
 
 def test_names_round_trip():
     names = dict(categories=["invoice", "refund"], actions=["approve", "review", "reject"], factors=["amount", "age"])
-    memory = JudgmentMemory(**names)
+    memory = JudgmentMemory(**names, config=JudgmentConfig.seed())
     memory.learn_one([0.2, 0.9], "review", "refund")
-    restored = JudgmentMemory(**names)
+    restored = JudgmentMemory(**names, config=JudgmentConfig.seed())
     restored.load_state_dict(memory.state_dict())
     assert restored.score_one([0.2, 0.9], "refund") == memory.score_one([0.2, 0.9], "refund") == ("review", 1.0)
     assert restored.gate_records() == memory.gate_records()

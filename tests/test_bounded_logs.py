@@ -68,21 +68,21 @@ def test_the_event_logs_are_stored_once(mode: str) -> None:
 
 
 def test_no_log_at_all_with_zero() -> None:
-    memory = JudgmentMemory(3, 3, 6, max_log_events=0)
+    memory = JudgmentMemory(3, 3, 6, config=JudgmentConfig.seed(), max_log_events=0)
     feed(memory, 2_000, seed=0)
     assert len(memory.decision_log) == 0 and memory.gate_log.step.numel() == 0
     assert int(memory.num_decisions) == 2_000
 
 
 def test_the_default_keeps_everything() -> None:
-    memory = JudgmentMemory(3, 3, 6)
+    memory = JudgmentMemory(3, 3, 6, config=JudgmentConfig.seed())
     feed(memory, 2_000, seed=0)
     assert len(memory.decision_log) == 2_000 and memory.gate_log.step.numel() > 0
 
 
 @pytest.mark.parametrize("reader", ["state_dict", "decision_log", "gate_log"])
 def test_a_frequent_reader_does_not_keep_the_log_from_folding(reader: str) -> None:
-    memory = JudgmentMemory(3, 3, 6, max_log_events=400)
+    memory = JudgmentMemory(3, 3, 6, config=JudgmentConfig.seed(), max_log_events=400)
     generator = torch.Generator().manual_seed(1)
     x = torch.rand(5_000, 6, generator=generator)
     for i in range(5_000):
@@ -93,12 +93,12 @@ def test_a_frequent_reader_does_not_keep_the_log_from_folding(reader: str) -> No
 
 
 def test_a_call_larger_than_the_bound_folds_whole() -> None:
-    memory = JudgmentMemory(3, 3, 6, max_log_events=100)
+    memory = JudgmentMemory(3, 3, 6, config=JudgmentConfig.seed(), max_log_events=100)
     generator = torch.Generator().manual_seed(2)
     x = torch.rand(1_000, 6, generator=generator)
     category, action = torch.randint(0, 3, (1_000,), generator=generator), torch.randint(0, 3, (1_000,))
     memory.learn_(x, category, action)
-    unbounded = JudgmentMemory(3, 3, 6)
+    unbounded = JudgmentMemory(3, 3, 6, config=JudgmentConfig.seed())
     unbounded.learn_(x, category, action)
     assert len(memory.decision_log) == 0 and memory.gate_log.step.numel() == 0
     for name, buffer in unbounded.named_buffers():

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 from gae.judgment import rule
 from gae.types import MemoryOutput
 from tests.data.checkpoints.make_checkpoints import stream
@@ -42,7 +42,8 @@ LOGS = ("gate_log", "promotion_log", "recycle_log")
 
 def loaded(name: str) -> tuple[JudgmentMemory, dict]:
     fixture = torch.load(HERE / f"{name}.pt", weights_only=True)
-    memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, **fixture["options"])
+    memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, JudgmentConfig.seed(),
+                            **fixture["options"])
     memory.load_state_dict(copy.deepcopy(fixture["state_dict"]))  # the fixture's own tensors stay as recorded
     return memory, fixture
 
@@ -152,7 +153,8 @@ def old_adaptive_state(layout: str) -> dict:
 @pytest.mark.parametrize("layout", ["first", "accuracy"])
 def test_the_earlier_adaptive_designs_migrate(layout):
     state = old_adaptive_state(layout)
-    memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, drift_mode="adaptive")
+    memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, config=JudgmentConfig.seed(),
+                            drift_mode="adaptive")
     memory.load_state_dict(state)
     assert torch.equal(memory.centroids.squeeze(2), state["centroids"])
     assert torch.equal(memory.shadow_centroids.squeeze(2), state["shadow_centroids"])

@@ -140,7 +140,7 @@ def test_old_flat_config_dicts_load_and_to_dict_writes_what_they_wrote():
 def test_a_ledgers_settings_from_before_the_groups_compare_equal():
     """What a durable ledger recorded (``settings()``) is compared key by key when it reopens: the flat
     dict of before, the act-or-refer options aside, for every preset and for the defaults."""
-    for before, config in ((SEED_BEFORE, None), (RECOMMENDED_43, JudgmentConfig.recommended())):
+    for before, config in ((SEED_BEFORE, JudgmentConfig.seed()), (RECOMMENDED_43, JudgmentConfig.recommended())):
         assert JudgmentMemory(2, 2, 3, config).settings() == now(before)
     defaults = JudgmentMemory.default_settings()
     assert defaults == now(SEED_BEFORE)  # a setting a ledger lacks, written before it existed, reads as this
@@ -148,7 +148,22 @@ def test_a_ledgers_settings_from_before_the_groups_compare_equal():
     options = {name: value for name, value in CHANGED.items() if name != "drift_mode"}  # lvq is not adaptive
     written = {**now(SEED_BEFORE), **options, "clip": [-5.0, 5.0],
                "judges": {"gauss": {"kind": "gauss", "rate_floor": 0.01, "prior": 2.0}}}
-    assert JudgmentMemory(2, 2, 3, **options).settings() == written  # every option changed, as gae wrote it
+    # every option changed, as gae wrote it
+    assert JudgmentMemory(2, 2, 3, JudgmentConfig.seed(), **options).settings() == written
+
+
+def test_a_memory_without_a_config_is_the_recommended_one_and_the_seed_rule_is_one_word_away():
+    assert JudgmentMemory(2, 2, 3).config == JudgmentConfig.recommended()
+    assert JudgmentMemory(2, 2, 3, tau=0.3).config == JudgmentConfig.recommended().replace(tau=0.3)  # on top of it
+    assert JudgmentMemory(2, 2, 3, config=JudgmentConfig.seed()).config == JudgmentConfig()
+    seed_adaptive = JudgmentMemory(2, 2, 3, config=JudgmentConfig.seed(), drift_mode="adaptive").config
+    assert seed_adaptive == JudgmentConfig(drift_mode="adaptive")
+    # an option the recommended config cannot take says where it came from and how to start from the seed rule
+    with pytest.raises(ValueError, match=r"drift_mode='adaptive'.*without config=.*JudgmentConfig\.seed\(\)"):
+        JudgmentMemory(2, 2, 3, drift_mode="adaptive")
+    with pytest.raises(ValueError, match=r"drift_mode='adaptive'") as info:  # a config given: its own message
+        JudgmentMemory(2, 2, 3, JudgmentConfig.recommended(), drift_mode="adaptive")
+    assert "without config=" not in str(info.value)
 
 
 def test_the_kernels_options_are_the_flat_values():

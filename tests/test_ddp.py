@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import EpisodicMemory, JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream
 from training.batch import DecisionBatch, gather_decisions
 from training.distributed import broadcast_gradients_hook, gather_batch, rank_and_world
@@ -37,10 +37,12 @@ WORLD = 3  # the library test: a world size whose gradient average would not be 
 # rows each rank serves at each step of the library test: unequal, some ranks empty, never all
 SHARES = [(5, 0, 3), (0, 7, 1), (2, 2, 2), (1, 0, 0), (4, 6, 0), (0, 0, 9)] * 6
 MEMORIES = {
-    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS),
-    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, drift_mode="adaptive",
+    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed()),
+    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed(),
+                                                drift_mode="adaptive",
                                                 promotion_threshold=2.0),
-    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, prototypes=3, spawn_threshold=0.3),
+    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed(),
+                                                  prototypes=3, spawn_threshold=0.3),
     "knn": lambda: KNNMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=50, categories=CATEGORIES),
     "retrieval": lambda: RetrievalMemory(factors=FACTORS, actions=ACTIONS, k=5, capacity=50, categories=CATEGORIES,
                                          scoped=True),
@@ -72,7 +74,7 @@ class AttentionStep(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.memory = JudgmentMemory(CATEGORIES, ACTIONS, FACTORS)
+        self.memory = JudgmentMemory(CATEGORIES, ACTIONS, FACTORS, config=JudgmentConfig.seed())
 
     def forward(self, x, category, action, skip):
         step = self.memory.prequential_(x, category, action, skip=skip)

@@ -22,9 +22,10 @@ from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream
 NAMES = {"categories": [f"c{i}" for i in range(CATEGORIES)], "actions": [f"a{i}" for i in range(ACTIONS)],
          "factors": [f"f{i}" for i in range(FACTORS)]}
 MEMORIES = {
-    "judgment_seed": lambda: JudgmentMemory(NAMES["categories"], NAMES["actions"], NAMES["factors"]),
+    "judgment_seed": lambda: JudgmentMemory(NAMES["categories"], NAMES["actions"], NAMES["factors"],
+                                            config=JudgmentConfig.seed()),
     "judgment_adaptive": lambda: JudgmentMemory(NAMES["categories"], NAMES["actions"], NAMES["factors"],
-                                                drift_mode="adaptive"),
+                                                config=JudgmentConfig.seed(), drift_mode="adaptive"),
     "judgment_recommended": lambda: JudgmentMemory(NAMES["categories"], NAMES["actions"], NAMES["factors"],
                                                    JudgmentConfig.recommended()),
     "knn": lambda: KNNMemory(factors=NAMES["factors"], actions=NAMES["actions"], k=3, capacity=40,

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from gae import Decider, JudgmentMemory
+from gae import Decider, JudgmentConfig, JudgmentMemory
 from gae.ledger.ledger import Ledger
 from gae.storage import SQLiteStore
 
 
 def served(tmp_path, where, grow=False):
-    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 3, grow=grow)
+    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 3, config=JudgmentConfig.seed(), grow=grow)
     return Decider(memory, store=SQLiteStore(tmp_path / "ledger.db") if where == "sqlite" else None)
 
 
@@ -40,7 +40,8 @@ def test_a_decisions_probs_cannot_change_the_deciders_state():
     with pytest.raises(TypeError, match="read-only"):
         decision.probs.update(approve=1.0)
     assert decider.pending()[0].probs == {"approve": 0.0, "escalate": 0.0} and isinstance(decision.probs, dict)
-    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3)).load_state_dict(decider.state_dict())
+    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3, config=JudgmentConfig.seed())).load_state_dict(
+        decider.state_dict())
 
 
 @pytest.mark.parametrize("where", ["ram", "sqlite"])
@@ -72,7 +73,8 @@ def test_a_commit_that_fails_leaves_the_decider_as_it_was(tmp_path, monkeypatch)
     path = tmp_path / "ledger.db"
 
     def opened():
-        return Decider(JudgmentMemory(["billing"], ["approve"], 3, grow=True), store=SQLiteStore(path))
+        return Decider(JudgmentMemory(["billing"], ["approve"], 3, config=JudgmentConfig.seed(), grow=True),
+                       store=SQLiteStore(path))
 
     decider = opened()
     for action in ("escalate", "hold"):
@@ -99,11 +101,11 @@ def test_errors_name_the_argument():
     with pytest.raises(TypeError, match="^names must be a name or a sequence of names, got 5$"):
         decider.add_actions_(5)
     with pytest.raises(ValueError, match=r"^pending_ttl must be in \(0\.0, inf\), got inf$"):
-        Decider(JudgmentMemory(["billing"], ["approve"], 3), pending_ttl=math.inf)
+        Decider(JudgmentMemory(["billing"], ["approve"], 3, config=JudgmentConfig.seed()), pending_ttl=math.inf)
 
 
 def test_a_state_of_other_names_is_refused_for_its_names_and_changes_nothing():
-    grown = Decider(JudgmentMemory(["billing"], ["approve"], 3, grow=True))
+    grown = Decider(JudgmentMemory(["billing"], ["approve"], 3, config=JudgmentConfig.seed(), grow=True))
     grown.verify(grown.decide([0.1, 0.2, 0.3], "billing").id, "hold")
     grown.decide([0.1, 0.2, 0.3], "billing")
     decider = served(None, "ram")
@@ -134,13 +136,15 @@ def test_a_row_deleted_behind_the_ledgers_back_is_refused_naming_the_file(tmp_pa
         decider.verify(decider.decide([0.1 * i, 0.2, 0.3], "billing", source_id=i).id, "approve")
     decider.forget_([2])  # a deletion the ledger made itself is no damage
     decider.close()
-    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db")).close()
+    Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3, config=JudgmentConfig.seed()),
+            store=SQLiteStore(tmp_path / "ledger.db")).close()
     connection = sqlite3.connect(tmp_path / "ledger.db")
     with connection:
         connection.execute(statement)
     connection.close()
     with pytest.raises(StoreCorrupted, match=str(tmp_path / "ledger.db")):
-        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db"))
+        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3, config=JudgmentConfig.seed()),
+                store=SQLiteStore(tmp_path / "ledger.db"))
 
 
 def test_a_writer_waits_for_another_no_longer_than_its_timeout(tmp_path):
@@ -178,7 +182,7 @@ def test_the_serial_replay_equals_the_deciders_after_a_name_s_first_use_is_forgo
     from gae.ledger.events import replay
 
     def memory():
-        return JudgmentMemory(["billing"], ["approve"], 3, grow=True)
+        return JudgmentMemory(["billing"], ["approve"], 3, config=JudgmentConfig.seed(), grow=True)
 
     path = tmp_path / "ledger.db"
     decider = Decider(memory(), store=SQLiteStore(path))
@@ -208,7 +212,8 @@ def test_a_ledger_whose_meta_is_gone_is_not_taken_for_a_new_one(tmp_path):
         connection.execute("DELETE FROM ledger_meta")
     connection.close()
     with pytest.raises(StoreCorrupted, match="holds 2 events and snapshots but no meta"):
-        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3), store=SQLiteStore(tmp_path / "ledger.db"))
+        Decider(JudgmentMemory(["billing"], ["approve", "escalate"], 3, config=JudgmentConfig.seed()),
+                store=SQLiteStore(tmp_path / "ledger.db"))
 
 
 def test_a_decision_written_later_is_explained_by_the_state_it_was_made_on(tmp_path):
@@ -217,7 +222,7 @@ def test_a_decision_written_later_is_explained_by_the_state_it_was_made_on(tmp_p
     path = tmp_path / "ledger.db"
 
     def memory():
-        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2, config=JudgmentConfig.seed())
 
     other = Decider(memory(), store=SQLiteStore(path))
     other.verify(other.decide([0.9, 0.1], "billing").id, "approve")
@@ -238,7 +243,7 @@ def test_a_default_source_id_is_the_same_in_ram_on_a_ledger_and_after_a_reopen(t
     path = tmp_path / "ledger.db"
 
     def memory():
-        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2, config=JudgmentConfig.seed())
 
     ram, ledger = Decider(memory()), Decider(memory(), store=SQLiteStore(path), snapshot_every=3)
     for decider in (ram, ledger):
@@ -262,7 +267,7 @@ def test_a_default_source_id_is_never_given_twice_on_a_ledger(tmp_path, monkeypa
     from gae.decider.durable import LedgerLink
 
     def memory():
-        return JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+        return JudgmentMemory(["billing"], ["approve", "escalate"], 2, config=JudgmentConfig.seed())
 
     ram, ledger = Decider(memory()), Decider(memory(), store=SQLiteStore(tmp_path / "ledger.db"), snapshot_every=2)
     for decider in (ram, ledger):
@@ -294,7 +299,7 @@ def test_a_default_source_id_is_never_given_twice_on_a_ledger(tmp_path, monkeypa
 def test_a_memory_pickled_before_its_inspection_was_kept_still_serves():
     import pickle
 
-    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 2)
+    memory = JudgmentMemory(["billing"], ["approve", "escalate"], 2, config=JudgmentConfig.seed())
     for i in range(5):
         memory.learn_one([0.1 * i, 0.5], "approve", "billing")
     del memory.__dict__["_inspects"]  # as an earlier gae pickled it

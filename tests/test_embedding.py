@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import nn
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ class Agent(nn.Module):
     def __init__(self, raw: int = 32, criteria: int = 8, categories: int = 2, actions: int = 3) -> None:
         super().__init__()
         self.encoder = nn.Sequential(nn.Linear(raw, criteria), nn.Sigmoid())
-        self.memory = JudgmentMemory(categories, actions, criteria)
+        self.memory = JudgmentMemory(categories, actions, criteria, config=JudgmentConfig.seed())
 
     def forward(self, raw: torch.Tensor, category: torch.Tensor):
         return self.memory(self.encoder(raw), category)
@@ -74,7 +74,7 @@ def test_attention_learns_informative_criteria():
     action = torch.randint(0, 4, (n,), generator=gen)
     x = torch.cat([centres[category, action] + 0.08 * torch.randn(n, informative, generator=gen),
                    torch.rand(n, 8 - informative, generator=gen)], dim=1)
-    memory = JudgmentMemory(2, 4, 8)
+    memory = JudgmentMemory(2, 4, 8, config=JudgmentConfig.seed())
     optimizer = torch.optim.Adam(memory.parameters(), lr=0.05)
     for start in range(0, n, 100):
         sl = slice(start, start + 100)
@@ -92,7 +92,7 @@ def test_attention_learns_informative_criteria():
 def test_attention_logits_equal_forward_logits_before_learning():
     raw, category, action = raw_stream(2, 200, raw=8)
     x = torch.sigmoid(raw)
-    memory = JudgmentMemory(2, 3, 8)
+    memory = JudgmentMemory(2, 3, 8, config=JudgmentConfig.seed())
     memory.learn_(x[:100], category[:100], action[:100])
     with torch.no_grad():
         memory.criterion_logits.normal_()

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from tests.conftest import clustered_stream
 
 GOOD = clustered_stream(0, 6)
@@ -74,7 +74,7 @@ def test_bad_query_is_refused(memory_factory, args, error, words):
 
 def test_bad_batch_never_half_applies():
     """A bad value at the end of a batch must not let the earlier decisions land."""
-    memory = JudgmentMemory(4, 4, 8)
+    memory = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed())
     before = snapshot(memory)
     with pytest.raises(ValueError):
         memory.learn_(X, C, torch.tensor([0, 1, 2, 3, 0, 7]))
@@ -85,8 +85,8 @@ def test_bad_batch_never_half_applies():
 @pytest.mark.parametrize("cls", [JudgmentMemory, KNNMemory])
 def test_single_decision_errors(cls):
     kwargs = dict(categories=["invoice", "refund"], actions=["approve", "reject"], factors=3)
-    memory = cls(**kwargs) if cls is JudgmentMemory else cls(factors=3, actions=kwargs["actions"], k=1,
-                                                             categories=kwargs["categories"], scoped=True)
+    memory = (cls(**kwargs, config=JudgmentConfig.seed()) if cls is JudgmentMemory else
+              cls(factors=3, actions=kwargs["actions"], k=1, categories=kwargs["categories"], scoped=True))
     memory.learn_one([0.1, 0.2, 0.3], "approve", "invoice")
     before = snapshot(memory)
     cases = [
@@ -131,7 +131,7 @@ def test_single_decision_errors(cls):
 def test_judgment_hyperparameters(kwargs, error, words):
     base = {"categories": 4, "actions": 4, "factors": 8}
     with pytest.raises(error) as info:
-        JudgmentMemory(**{**base, **kwargs})
+        JudgmentMemory(**{**base, "config": JudgmentConfig.seed(), **kwargs})
     assert all(word in str(info.value) for word in words), str(info.value)
 
 
@@ -156,7 +156,7 @@ def test_knn_hyperparameters(kwargs, error, words):
     ([1e39] + [0.0] * 7, ValueError, ["factors", "float32"]),
 ])
 def test_score_one_compiled_path_refuses_what_the_checked_path_refuses(factors, error, words, recwarn):
-    memory = JudgmentMemory(4, 4, 8)
+    memory = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed())
     memory.learn_(X, C, A)
     before = copy.deepcopy(memory.state_dict())
     with pytest.raises(error) as caught:
@@ -169,7 +169,7 @@ def test_score_one_compiled_path_refuses_what_the_checked_path_refuses(factors, 
 
 
 def test_attention_loss_checks_its_category_and_action_against_the_step():
-    memory = JudgmentMemory(4, 4, 8)
+    memory = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed())
     step = memory.prequential_(X, C, A)
     with pytest.raises(ValueError, match=r"category must have shape \(6,\)"):
         memory.attention_loss(step, C[:2], A)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
 
 import pytest
 
 from gae.traces.replay import replay
-from scripts.evaluate import END, START, evaluate
+from scripts.evaluate import END, START, conclusion, evaluate
 from training import evaluation as E
 
 # knn_adwin's detector is river's ADWIN (river needs Python >= 3.11): without river it is left out
@@ -22,8 +24,11 @@ def small_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     readme = out / "README.md"
     readme.write_text(f"# title\n\n{START}\nold\n{END}\n\ntail\n")
-    report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme, trace=out / "trace.jsonl",
-                      tuning_seeds=2, seed_offset=5)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = evaluate(seeds=2, n_decisions=300, resamples=50, out=out, readme=readme, trace=out / "trace.jsonl",
+                          tuning_seeds=2, seed_offset=5)
+    (out / "printed.txt").write_text(printed.getvalue())
     return out, report
 
 
@@ -33,8 +38,28 @@ def test_every_file_is_written(small_report):
                  "rolling_accuracy_outliers.png", "ablations.png", "sensitivity.png"):
         assert (out / name).stat().st_size > 0, name
     assert list((out / "tensorboard" / "permute").rglob("events.out.tfevents.*"))
-    assert list((out / "tensorboard" / "permute_adaptive").rglob("events.out.tfevents.*"))
+    for run in ("recommended", "seed", "adaptive", "knn"):  # one version, a TensorBoard run per memory
+        assert list((out / "tensorboard" / "permute").rglob(f"{run}/events.out.tfevents.*")), run
     assert (out / "docs" / "figures" / "rolling_accuracy.png").exists()
+
+
+def test_every_printed_table_says_whose_it_is_and_the_run_ends_with_its_conclusion(small_report):
+    out, report = small_report
+    printed = (out / "printed.txt").read_text()
+    for name in ("jm_recommended", "jm_adaptive", "jm_prototypes"):
+        assert f"The bars of {name} ({E.CONTESTANTS[name].label}):" in printed
+    assert f"The original page's claims, judged for jm ({E.CONTESTANTS['jm'].label}):" in printed
+    assert all(f"  {name:<16}{E.CONTESTANTS[name].label}" in printed for name in CONTESTANTS)  # the legend
+    summary = printed[printed.index("memory          cumulative"):].splitlines()[1:5]  # the Lightning run's
+    assert [line.split()[0] for line in summary] == ["recommended", "seed", "adaptive", "knn"]
+    setting = report["protocol"]["settings"][0]
+    last = printed.rstrip().splitlines()[-1]
+    assert last == conclusion(report, setting) and last.startswith(f"In short: on the {setting} stream")
+    for name in ("jm_recommended", "knn_best", "jm"):  # its figures are the report's
+        assert f"{100 * report['metrics'][setting][name]['cumulative']['mean']:.1f}%" in last
+    words = [entry["jm_recommended"]["standing"] for entry in report["standing"]["settings"].values()]
+    assert (f"ahead of the tuned k-NN in {words.count('ahead')}, tied in {words.count('tied')} and behind in "
+            f"{words.count('behind')}") in last
 
 
 def test_report_schema(small_report):
@@ -158,9 +183,9 @@ def test_trace_holds_every_decision_of_the_traced_seed_and_replays(small_report)
 
 
 def test_state_bytes_counts_parameters_and_buffers():
-    from gae import JudgmentMemory, KNNMemory
+    from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 
-    memory = JudgmentMemory(4, 4, 8, prototypes=4)
+    memory = JudgmentMemory(4, 4, 8, config=JudgmentConfig.seed(), prototypes=4)
     expected = 4 * (4 * 8) + 4 * (4 * 4 * 4 * 8) + (4 * 4 * 4) * (1 + 8 + 4) + 8  # logits, centroids, masks, num
     assert E.state_bytes(memory) == expected
     knn = KNNMemory(factors=8, actions=4, categories=4, capacity=400)

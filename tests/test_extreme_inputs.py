@@ -336,7 +336,7 @@ def test_the_relevance_step_is_rescaled_where_its_square_underflows():
     """Distances of about 1e-24 (one huge value made the category's spread vast): the square of
     their sum is 0 in float32, and the step is the rescaled one, the same direction and size as the
     formula's in float64."""
-    memory = JudgmentMemory(["c"], ["a", "b"], 2, learning="lvq", units="criterion", relevance_rate=0.1)
+    memory = JudgmentMemory(["c"], ["a", "b"], 2, config=SEED, learning="lvq", units="criterion", relevance_rate=0.1)
     memory.learn_(torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.zeros(2, dtype=torch.long), torch.tensor([0, 1]))
     state, alpha, config = memory.state(), memory.criterion_attention().detach(), memory.config
     state.input_variances[0] = torch.tensor([1e24, 3e23])
@@ -357,11 +357,11 @@ def test_the_relevance_step_is_rescaled_where_its_square_underflows():
 def test_pushes_hold_a_prototype_within_the_learned_range():
     """The gated rule's push (``push_rate``) moves a prototype away from a decision: it is no mean
     of learned values, and used to carry one past the limit (here to 1.7e15)."""
-    memory = JudgmentMemory(1, 2, 1, push_rate=1.0)
+    memory = JudgmentMemory(1, 2, 1, config=SEED, push_rate=1.0)
     for value, action in ((0.0, 1), (0.9e15, 0), (0.1e15, 1)):
         memory.learn_one([value], action, 0, confirmed=None)
     assert float(memory.centroids.abs().max()) == float(np.float32(LEARN_LIMIT))  # rule.STATE_LIMIT
-    reference = JudgmentMemory(1, 2, 1, push_rate=1.0)
+    reference = JudgmentMemory(1, 2, 1, config=SEED, push_rate=1.0)
     reference.backend = "reference"
     reference.prequential_(torch.tensor([[0.0], [0.9e15], [0.1e15]]), torch.zeros(3, dtype=torch.long),
                            torch.tensor([1, 0, 1]))
@@ -373,7 +373,7 @@ def test_the_change_test_stays_finite_when_both_distances_overflow(backend):
     """With a tiny tau, the logits of values near the limit are -inf: the change test and the
     tracking lead see no gap instead of NaN."""
     rng = issue_stream(4)
-    memory = JudgmentMemory(1, 2, 3, drift_mode="adaptive", tau=1e-12)
+    memory = JudgmentMemory(1, 2, 3, config=SEED, drift_mode="adaptive", tau=1e-12)
     memory.backend = backend
     x = torch.from_numpy(LEARN_LIMIT * np.sign(rng.standard_normal((60, 3)))).float()
     memory.prequential_(x, torch.zeros(60, dtype=torch.long), torch.from_numpy(rng.integers(2, size=60)))
@@ -385,4 +385,4 @@ def test_a_tau_float32_cannot_hold_is_refused():
     used to be accepted, and the first learned decision raised ZeroDivisionError)."""
     with pytest.raises(ValueError, match="tau must be at least the smallest float32"):
         JudgmentConfig(tau=1e-46)
-    JudgmentMemory(1, 2, 2, tau=1e-44).learn_one([1.0, 0.0], 0, 0)  # the smallest ones are kept
+    JudgmentMemory(1, 2, 2, config=SEED, tau=1e-44).learn_one([1.0, 0.0], 0, 0)  # the smallest ones are kept

@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from tests.conftest import clustered_stream
 from tests.test_bad_input import frozen
 from training.streams_file import FileDecisionStream
@@ -30,9 +30,10 @@ FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 CATEGORIES, ACTIONS = ("invoice", "refund", "travel", "payroll"), ("approve", "review", "escalate", "reject")
 MEMORIES = {
-    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8),
-    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, drift_mode="adaptive"),
-    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, prototypes=3),
+    "judgment": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, config=JudgmentConfig.seed()),
+    "judgment_adaptive": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, config=JudgmentConfig.seed(),
+                                                drift_mode="adaptive"),
+    "judgment_prototypes": lambda: JudgmentMemory(CATEGORIES, ACTIONS, 8, config=JudgmentConfig.seed(), prototypes=3),
     "knn": lambda: KNNMemory(factors=8, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES, scoped=True),
     "knn_uncategorised": lambda: KNNMemory(factors=8, actions=ACTIONS, k=3, capacity=20),
     "retrieval": lambda: RetrievalMemory(factors=8, actions=ACTIONS, k=3, capacity=20, categories=CATEGORIES,

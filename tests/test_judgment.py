@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
+
+SEED = JudgmentConfig.seed()  # the original rule, which these tests pin (the default is recommended())
 
 
 def one(values):
@@ -19,7 +21,7 @@ def idx(*values):
 
 
 def test_fresh_memory_is_the_plain_euclidean_seed_design():
-    memory = JudgmentMemory(2, 3, 4)
+    memory = JudgmentMemory(2, 3, 4, config=SEED)
     assert torch.equal(memory.criterion_attention(), torch.ones(2, 4))
     assert not memory.initialized.any() and int(memory.num_decisions) == 0
     out = memory(torch.rand(5, 4), torch.zeros(5, dtype=torch.long))
@@ -28,7 +30,7 @@ def test_fresh_memory_is_the_plain_euclidean_seed_design():
 
 
 def test_first_touch_then_confirmed_and_override_steps():
-    memory = JudgmentMemory(1, 2, 2)
+    memory = JudgmentMemory(1, 2, 2, config=SEED)
     events = memory.learn_(one([0.2, 0.2]), idx(0), idx(0))
     assert bool(events.initialized[0]) and float(events.eta[0]) == 1.0
     assert torch.equal(memory.centroids[0, 0, 0], torch.tensor([0.2, 0.2]))
@@ -44,7 +46,7 @@ def test_first_touch_then_confirmed_and_override_steps():
 
 
 def test_gate_damps_and_logs_with_the_displacement():
-    memory = JudgmentMemory(["only"], ["a", "b"], 2, drift_threshold=0.4, gate_damping=0.5)
+    memory = JudgmentMemory(["only"], ["a", "b"], 2, config=SEED, drift_threshold=0.4, gate_damping=0.5)
     memory.learn_(one([0.0, 0.0]), idx(0), idx(0))
     events = memory.learn_(one([0.6, 0.8]), idx(0), idx(0))  # displacement exactly 1.0
     assert bool(events.gated[0]) and float(events.displacement[0]) == pytest.approx(1.0)
@@ -57,7 +59,7 @@ def test_gate_damps_and_logs_with_the_displacement():
 
 
 def test_skip_changes_no_state_but_counts_the_decision():
-    memory = JudgmentMemory(1, 2, 2)
+    memory = JudgmentMemory(1, 2, 2, config=SEED)
     memory.learn_(one([0.5, 0.5]), idx(0), idx(0))
     before = {k: v.clone() for k, v in memory.state_dict().items() if isinstance(v, torch.Tensor)}
     events = memory.learn_(one([0.9, 0.1]), idx(0), idx(1), skip=torch.tensor([True]))
@@ -69,7 +71,7 @@ def test_skip_changes_no_state_but_counts_the_decision():
 
 
 def test_probabilities_follow_the_softmax_of_negative_distances():
-    memory = JudgmentMemory(1, 2, 2, tau=0.5)
+    memory = JudgmentMemory(1, 2, 2, config=SEED, tau=0.5)
     memory.learn_(torch.tensor([[0.0, 0.0], [1.0, 0.0]]), idx(0, 0), idx(0, 1))
     with torch.no_grad():
         out = memory(one([0.25, 0.0]), idx(0))
@@ -80,7 +82,7 @@ def test_probabilities_follow_the_softmax_of_negative_distances():
 
 
 def test_attention_weighs_the_distance():
-    memory = JudgmentMemory(1, 2, 2)
+    memory = JudgmentMemory(1, 2, 2, config=SEED)
     memory.learn_(torch.tensor([[0.0, 0.0], [1.0, 1.0]]), idx(0, 0), idx(0, 1))
     x = one([0.8, 0.0])  # closer to action 1 on criterion 0, to action 0 on criterion 1
     with torch.no_grad():
@@ -92,18 +94,18 @@ def test_attention_weighs_the_distance():
 
 
 def test_clip_keeps_prototypes_in_range():
-    memory = JudgmentMemory(1, 1, 2, clip=(0.0, 1.0), eta_confirmed=1.0)
+    memory = JudgmentMemory(1, 1, 2, config=SEED, clip=(0.0, 1.0), eta_confirmed=1.0)
     memory.learn_(one([1.5, -0.5]), idx(0), idx(0))
     assert memory.centroids[0, 0, 0].tolist() == [1.0, 0.0]
     memory.learn_(one([3.0, -2.0]), idx(0), idx(0), confirmed=torch.tensor([True]))
     assert memory.centroids[0, 0, 0].tolist() == [1.0, 0.0]
-    unclipped = JudgmentMemory(1, 1, 2)
+    unclipped = JudgmentMemory(1, 1, 2, config=SEED)
     unclipped.learn_(one([1.5, -0.5]), idx(0), idx(0))
     assert unclipped.centroids[0, 0, 0].tolist() == [1.5, -0.5]
 
 
 def test_push_rate_moves_the_wrong_prototype_away_on_override():
-    pushed, plain = JudgmentMemory(1, 2, 1, push_rate=0.1), JudgmentMemory(1, 2, 1)
+    pushed, plain = JudgmentMemory(1, 2, 1, config=SEED, push_rate=0.1), JudgmentMemory(1, 2, 1, config=SEED)
     for memory in (pushed, plain):
         memory.learn_(one([0.4]), idx(0), idx(0))
         memory.learn_(one([1.0]), idx(0), idx(1))  # recommends 0 (the only prototype), verifier says 1
@@ -112,13 +114,13 @@ def test_push_rate_moves_the_wrong_prototype_away_on_override():
     first_push = 0.4 - 0.1 * (1.0 - 0.4)
     assert pushed.centroids[0, 0, 0].item() == pytest.approx(first_push - 0.1 * (0.5 - first_push))
     torch.testing.assert_close(pushed.centroids[0, 1, 0], plain.centroids[0, 1, 0])
-    confirmed = JudgmentMemory(1, 2, 1, push_rate=0.1)
+    confirmed = JudgmentMemory(1, 2, 1, config=SEED, push_rate=0.1)
     confirmed.learn_(torch.tensor([[0.4], [1.0]]), idx(0, 0), idx(0, 1), confirmed=torch.tensor([True, True]))
     assert confirmed.centroids[0, 0, 0].item() == pytest.approx(0.4)  # no override, no push
 
 
 def test_min_confidence_abstains_below_the_threshold():
-    memory = JudgmentMemory(1, 2, 1, min_confidence=0.9)
+    memory = JudgmentMemory(1, 2, 1, config=SEED, min_confidence=0.9)
     memory.learn_(torch.tensor([[0.0], [1.0]]), idx(0, 0), idx(0, 1))
     with torch.no_grad():
         out = memory(torch.tensor([[0.5], [0.0]]), idx(0, 0))
@@ -128,7 +130,7 @@ def test_min_confidence_abstains_below_the_threshold():
 
 
 def test_single_decision_api_uses_names():
-    memory = JudgmentMemory(["invoice", "general"], ["approve", "reject"], ["amount", "risk"])
+    memory = JudgmentMemory(["invoice", "general"], ["approve", "reject"], ["amount", "risk"], config=SEED)
     result = memory.learn_one([0.1, 0.9], "reject")  # category defaults to 'general', as in the original
     assert result == {"skipped": False, "gated": False, "eta": 1.0, "disp": 0.0, "initialized": True}
     assert memory.score_one([0.2, 0.8]) == ("reject", 1.0)
@@ -138,13 +140,13 @@ def test_single_decision_api_uses_names():
 
 
 def test_default_category_name_must_exist():
-    memory = JudgmentMemory(2, 2, 2)
+    memory = JudgmentMemory(2, 2, 2, config=SEED)
     with pytest.raises(ValueError, match="unknown category 'general'; known: \\['0', '1'\\]"):
         memory.score_one([0.1, 0.2])
 
 
 def test_parameter_inventory_counts_every_number():
-    inventory = JudgmentMemory(4, 4, 8).parameter_inventory()
+    inventory = JudgmentMemory(4, 4, 8, config=SEED).parameter_inventory()
     adaptive = ("shadow_centroids", "promotion_statistic", "promotion_evidence", "following", "follow_weight",
                 "run_centroids", "run_counts", "tracking_centroids", "tracking_lead")
     lvq = ("input_counts", "input_means", "input_variances", "relevance_logits", "recent_errors", "factor_counts",
@@ -155,20 +157,20 @@ def test_parameter_inventory_counts_every_number():
                          "total": 193}
     # learning='lvq' adds each category's running mean and variance, its count, its relevance logits and its
     # recent error rate, and the memory's running count, mean and variance of each criterion
-    inventory = JudgmentMemory(4, 4, 8, learning="lvq", prototypes=3).parameter_inventory()
+    inventory = JudgmentMemory(4, 4, 8, config=SEED, learning="lvq", prototypes=3).parameter_inventory()
     assert inventory == {"criterion_logits": 32, "centroids": 384, "initialized": 48, "counts": 48, "wins": 48,
                          "num_decisions": 1, **dict.fromkeys(adaptive, 0), "input_counts": 4, "input_means": 32,
                          "input_variances": 32, "relevance_logits": 32, "recent_errors": 4, "factor_counts": 1,
                          "factor_means": 8, "factor_variances": 8, "trust_weights": 0, "total": 682}
     # judges add their own buffers and the trust, one weight per category and judge
-    inventory = JudgmentMemory(4, 4, 8, learning="lvq", judges={"gauss": {}}).parameter_inventory()
+    inventory = JudgmentMemory(4, 4, 8, config=SEED, learning="lvq", judges={"gauss": {}}).parameter_inventory()
     assert inventory["trust_weights"] == 8 and inventory["judge_gauss_means"] == 4 * 4 * 8
     assert inventory["judge_gauss_weights"] == 16 and inventory["judge_gauss_total"] == 4
 
 
 def test_extra_repr_names_the_hyperparameters():
     # the config's repr names the options that differ from the seed rule's (the others are its defaults)
-    text = repr(JudgmentMemory(4, 4, 8, clip=(0.0, 1.0)))
+    text = repr(JudgmentMemory(4, 4, 8, config=SEED, clip=(0.0, 1.0)))
     assert "config=JudgmentConfig(clip=(0.0, 1.0))" in text
-    text = repr(JudgmentMemory(4, 4, 8, tau=0.2, eta_override=0.02, clip=(0.0, 1.0)))
+    text = repr(JudgmentMemory(4, 4, 8, config=SEED, tau=0.2, eta_override=0.02, clip=(0.0, 1.0)))
     assert "tau=0.2" in text and "eta_override=0.02" in text and "clip=(0.0, 1.0)" in text

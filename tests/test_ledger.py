@@ -25,6 +25,8 @@ from gae.ledger import Ledger, ledgers
 from gae.ledger.events import replay
 from gae.storage import SQLiteStore
 
+SEED = JudgmentConfig.seed()  # the original rule, which these tests pin (the default is recommended())
+
 C, A, K = ("billing", "refund", "fraud"), ("approve", "reject", "escalate"), 5
 CONFIGS = {"seed": JudgmentConfig.seed(), "adaptive": JudgmentConfig.seed().replace(drift_mode="adaptive"),
            "recommended": JudgmentConfig.recommended()}
@@ -347,18 +349,24 @@ def test_two_memories_on_one_store_object_see_each_others_commits(kind: str, tmp
 
 # -- 3. the ledger's names and settings --------------------------------------------------------
 MISMATCHES = {
-    "a config option": (lambda store: Decider(JudgmentMemory(C, A, K, tau=0.3), store=store), "tau"),
+    "a config option": (lambda store: Decider(JudgmentMemory(C, A, K, config=SEED, tau=0.3), store=store), "tau"),
     "another config": (lambda store: Decider(JudgmentMemory(C, A, K, JudgmentConfig.recommended()), store=store),
                        "prototypes"),
-    "other factors": (lambda store: Decider(JudgmentMemory(C, A, ["a", "b", "c", "d", "e"]), store=store), "factors"),
-    "more factors": (lambda store: Decider(JudgmentMemory(C, A, K + 1), store=store), "factors"),
-    "other actions": (lambda store: Decider(JudgmentMemory(C, ("approve", "deny", "escalate"), K), store=store),
+    "other factors": (lambda store: Decider(JudgmentMemory(C, A, ["a", "b", "c", "d", "e"], config=SEED), store=store),
+                      "factors"),
+    "more factors": (lambda store: Decider(JudgmentMemory(C, A, K + 1, config=SEED), store=store), "factors"),
+    "other actions": (lambda store: Decider(JudgmentMemory(C, ("approve", "deny", "escalate"), K, config=SEED),
+                                            store=store),
                       "actions"),
-    "fewer actions, not a start": (lambda store: Decider(JudgmentMemory(C, A[1:], K), store=store), "actions"),
-    "the actions in another order": (lambda store: Decider(JudgmentMemory(C, A[::-1], K), store=store), "actions"),
-    "a new action, no grow": (lambda store: Decider(JudgmentMemory(C, (*A, "hold"), K), store=store), "actions"),
-    "other categories": (lambda store: Decider(JudgmentMemory((*C[:2], "tax"), A, K), store=store), "categories"),
-    "fewer categories, not a start": (lambda store: Decider(JudgmentMemory(C[1:], A, K), store=store),
+    "fewer actions, not a start": (lambda store: Decider(JudgmentMemory(C, A[1:], K, config=SEED), store=store),
+                                   "actions"),
+    "the actions in another order": (lambda store: Decider(JudgmentMemory(C, A[::-1], K, config=SEED), store=store),
+                                     "actions"),
+    "a new action, no grow": (lambda store: Decider(JudgmentMemory(C, (*A, "hold"), K, config=SEED), store=store),
+                              "actions"),
+    "other categories": (lambda store: Decider(JudgmentMemory((*C[:2], "tax"), A, K, config=SEED), store=store),
+                         "categories"),
+    "fewer categories, not a start": (lambda store: Decider(JudgmentMemory(C[1:], A, K, config=SEED), store=store),
                                       "categories"),
     "another kind": (lambda store: Decider(KNNMemory(factors=K, actions=A, categories=C), store=store,
                                            ledger="judgment"), "kind"),
@@ -367,7 +375,7 @@ MISMATCHES = {
 
 
 def learned_once() -> JudgmentMemory:
-    memory = JudgmentMemory(C, A, K)
+    memory = JudgmentMemory(C, A, K, config=SEED)
     memory.learn_one([0.3] * K, "reject", "refund")
     return memory
 
@@ -375,24 +383,24 @@ def learned_once() -> JudgmentMemory:
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
 def test_a_memory_unlike_the_ledgers_is_refused_naming_what_differs(case: str, tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    decider = Decider(JudgmentMemory(C, A, K), store=sqlite(path))
+    decider = Decider(JudgmentMemory(C, A, K, config=SEED), store=sqlite(path))
     decider.learn_one([0.1] * K, "approve", "billing")
     before = ledger_of(decider).events(0)
     build, field = MISMATCHES[case]
     with pytest.raises(ValueError, match=field):
         build(sqlite(path))
     assert_events_equal(ledger_of(decider).events(0), before)
-    assert_same(Decider(JudgmentMemory(C, A, K), store=sqlite(path)), decider, logs=False)
+    assert_same(Decider(JudgmentMemory(C, A, K, config=SEED), store=sqlite(path)), decider, logs=False)
 
 
 @pytest.mark.parametrize("names", ["actions", "categories", "both"])
 def test_a_memory_with_a_start_of_the_ledgers_names_grows_to_them(names: str, tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    decider = Decider(JudgmentMemory(C, A, K), store=sqlite(path))
+    decider = Decider(JudgmentMemory(C, A, K, config=SEED), store=sqlite(path))
     forgetting_run(decider, 10, seed=24)
     before = ledger_of(decider).events(0)
     categories, actions = (C[:1] if names != "actions" else C), (A[:2] if names != "categories" else A)
-    opened = Decider(JudgmentMemory(categories, actions, K), store=sqlite(path))
+    opened = Decider(JudgmentMemory(categories, actions, K, config=SEED), store=sqlite(path))
     assert opened.memory.category_names == C and opened.memory.action_names == A
     assert_events_equal(ledger_of(decider).events(0), before)  # nothing written: the names were the ledger's
     assert_same(opened, decider, logs=False)
@@ -439,9 +447,10 @@ def test_grow_adds_the_new_names_and_a_reopened_memory_keeps_the_ledgers(kind: s
 
 def test_a_memory_with_the_grown_ledgers_names_is_not_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    Decider(JudgmentMemory(C, A, K), store=sqlite(path))
-    Decider(JudgmentMemory(C, (*A, "hold"), K, grow=True), store=sqlite(path))
-    assert Decider(JudgmentMemory(C, (*A, "hold"), K), store=sqlite(path)).memory.action_names == (*A, "hold")
+    Decider(JudgmentMemory(C, A, K, config=SEED), store=sqlite(path))
+    Decider(JudgmentMemory(C, (*A, "hold"), K, config=SEED, grow=True), store=sqlite(path))
+    assert Decider(JudgmentMemory(C, (*A, "hold"), K, config=SEED), store=sqlite(path)).memory.action_names == (*A,
+                                                                                                                "hold")
 
 
 # -- 3b. the memory on a ledger is the ledger's ---------------------------------------------------

@@ -50,7 +50,7 @@ def serve(memory: Any, store: Any, options: dict[str, Any]) -> Decider:
 def jm(store: Any = None, names: tuple[str, ...] = A, **options: Any) -> Decider:
     """A Decider on a judgment memory (``options``: the Decider's, and the memory's own such as ``grow``)."""
     serving = {key: options.pop(key) for key in SERVING if key in options}
-    return serve(JudgmentMemory(C, names, K, **options), store, serving)
+    return serve(JudgmentMemory(C, names, K, **{"config": JudgmentConfig.seed(), **options}), store, serving)
 
 
 def make(kind: str, store: Any = None, **options: Any) -> Decider:
@@ -464,7 +464,7 @@ def test_two_threads_on_one_store_object_end_as_the_ledger(slow_commit: bool, tm
     fresh = jm(path)
     assert_same(memories[0], fresh)
     assert_same(memories[1], fresh)
-    assert_same_learned(fresh, replay(ledger_of(fresh), JudgmentMemory(C, A, K)))
+    assert_same_learned(fresh, replay(ledger_of(fresh), JudgmentMemory(C, A, K, config=JudgmentConfig.seed())))
 
 
 # -- 8. (r7) the open-time check cannot be bypassed ------------------------------------------------------

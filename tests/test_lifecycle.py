@@ -370,7 +370,7 @@ def test_forget_and_undo_in_ram_take_back_pending_decisions_and_need_a_log() -> 
 
 
 def test_grow_decides_in_an_unseen_category_and_verifies_a_new_action() -> None:
-    served = Decider(JudgmentMemory(["billing"], ["approve"], K, grow=True))
+    served = Decider(JudgmentMemory(["billing"], ["approve"], K, config=JudgmentConfig.seed(), grow=True))
     decision = served.decide([0.4] * K, "shipping")
     assert decision.action is None and decision.confidence == 0.0
     served.verify(decision.id, "hold")

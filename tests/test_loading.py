@@ -19,9 +19,11 @@ import torch
 from torch import nn
 
 import gae
-from gae import EpisodicMemory, JudgmentMemory, KNNMemory, RetrievalMemory, RetrievalScorer
+from gae import EpisodicMemory, JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory, RetrievalScorer
 from tests.conftest import MEMORY_FACTORIES, clustered_stream
 from tests.test_bad_input import frozen
+
+SEED = JudgmentConfig.seed()  # the original rule, which these tests pin (the default is recommended())
 
 STREAM = clustered_stream(5, 60)
 
@@ -100,7 +102,7 @@ class Payload:
 
 def test_a_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "executed"
-    state = fed(JudgmentMemory(4, 4, 8)).state_dict()
+    state = fed(JudgmentMemory(4, 4, 8, config=SEED)).state_dict()
     state["_extra_state"]["decision_log"] = Payload(marker)  # hidden deep inside a real state
     archive = saved(tmp_path, state, "tampered.pt")
     raw = tmp_path / "tampered.pkl"
@@ -120,7 +122,7 @@ def test_a_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
 
 def test_a_flipped_byte_in_a_tensor_is_caught(tmp_path):
     """torch.load does not check the archive's CRC-32s; safe_load does."""
-    memory = fed(JudgmentMemory(4, 4, 8))
+    memory = fed(JudgmentMemory(4, 4, 8, config=SEED))
     path = saved(tmp_path, memory.state_dict())
     with zipfile.ZipFile(path) as archive:
         entry = next(info for info in archive.infolist() if info.filename.endswith("/data/0"))
@@ -139,7 +141,7 @@ def test_a_flipped_byte_in_a_tensor_is_caught(tmp_path):
 def test_random_corruption_is_refused_or_harmless(tmp_path):
     """Over seeded random byte changes, safe_load refuses the file or returns exactly the saved
     state (a changed byte the file never reads); never a different state."""
-    original = fed(JudgmentMemory(4, 4, 8, prototypes=2)).state_dict()
+    original = fed(JudgmentMemory(4, 4, 8, config=SEED, prototypes=2)).state_dict()
     data = saved(tmp_path, original, "original.pt").read_bytes()
     rng = random.Random(0)
     refused = 0
@@ -187,22 +189,26 @@ def without_extra(state: dict) -> dict:
 
 
 MISFITS = [  # id, the memory that saved, the memory that loads, drop the names, error, words
-    ("other categories", lambda: JudgmentMemory(4, 4, 8), lambda: JudgmentMemory(5, 4, 8), True, ValueError,
-     ["criterion_logits: saved (4, 8), this memory (5, 8)", "centroids: saved (4, 4, 1, 8), this memory (5, 4, 1, 8)"]),
-    ("other actions", lambda: JudgmentMemory(4, 3, 8), lambda: JudgmentMemory(4, 4, 8), True, ValueError,
-     ["centroids: saved (4, 3, 1, 8), this memory (4, 4, 1, 8)", "counts: saved (4, 3, 1), this memory (4, 4, 1)"]),
-    ("other factors", lambda: JudgmentMemory(4, 4, 7), lambda: JudgmentMemory(4, 4, 8), True, ValueError,
-     ["criterion_logits: saved (4, 7), this memory (4, 8)"]),
-    ("other prototypes", lambda: JudgmentMemory(4, 4, 8, prototypes=3), lambda: JudgmentMemory(4, 4, 8, prototypes=2),
+    ("other categories", lambda: JudgmentMemory(4, 4, 8, config=SEED), lambda: JudgmentMemory(5, 4, 8, config=SEED),
+     True, ValueError, ["criterion_logits: saved (4, 8), this memory (5, 8)",
+                        "centroids: saved (4, 4, 1, 8), this memory (5, 4, 1, 8)"]),
+    ("other actions", lambda: JudgmentMemory(4, 3, 8, config=SEED), lambda: JudgmentMemory(4, 4, 8, config=SEED),
+     True, ValueError, ["centroids: saved (4, 3, 1, 8), this memory (4, 4, 1, 8)",
+                        "counts: saved (4, 3, 1), this memory (4, 4, 1)"]),
+    ("other factors", lambda: JudgmentMemory(4, 4, 7, config=SEED), lambda: JudgmentMemory(4, 4, 8, config=SEED),
+     True, ValueError, ["criterion_logits: saved (4, 7), this memory (4, 8)"]),
+    ("other prototypes", lambda: JudgmentMemory(4, 4, 8, config=SEED, prototypes=3),
+     lambda: JudgmentMemory(4, 4, 8, config=SEED, prototypes=2),
      True, ValueError, ["centroids: saved (4, 4, 3, 8), this memory (4, 4, 2, 8)", "wins: saved (4, 4, 3)"]),
-    ("other prototypes, named", lambda: JudgmentMemory(4, 4, 8, prototypes=3),
-     lambda: JudgmentMemory(4, 4, 8, prototypes=2), False, ValueError, ["prototypes=3", "prototypes=2"]),
-    ("other categories, adaptive", lambda: JudgmentMemory(4, 4, 8, drift_mode="adaptive"),
-     lambda: JudgmentMemory(3, 4, 8, drift_mode="adaptive"), True, ValueError,
+    ("other prototypes, named", lambda: JudgmentMemory(4, 4, 8, config=SEED, prototypes=3),
+     lambda: JudgmentMemory(4, 4, 8, config=SEED, prototypes=2), False, ValueError, ["prototypes=3", "prototypes=2"]),
+    ("other categories, adaptive", lambda: JudgmentMemory(4, 4, 8, config=SEED, drift_mode="adaptive"),
+     lambda: JudgmentMemory(3, 4, 8, config=SEED, drift_mode="adaptive"), True, ValueError,
      ["shadow_centroids: saved (4, 4, 1, 8), this memory (3, 4, 1, 8)",
       "following: saved (4, 4, 1), this memory (3, 4, 1)"]),
     # one layout in every mode: a seed state has the adaptive buffers, empty
-    ("seed into adaptive", lambda: JudgmentMemory(4, 4, 8), lambda: JudgmentMemory(4, 4, 8, drift_mode="adaptive"),
+    ("seed into adaptive", lambda: JudgmentMemory(4, 4, 8, config=SEED),
+     lambda: JudgmentMemory(4, 4, 8, config=SEED, drift_mode="adaptive"),
      True, ValueError, ["shadow_centroids: saved (0, 0, 0, 0), this memory (4, 4, 1, 8)"]),
     ("knn other capacity", lambda: KNNMemory(factors=8, actions=4, capacity=20, categories=4),
      lambda: KNNMemory(factors=8, actions=4, capacity=30, categories=4), False, ValueError,
@@ -250,7 +256,7 @@ def test_a_state_of_other_sizes_is_refused_naming_them_and_changes_nothing(case,
 
 
 def test_a_state_of_another_kind_is_refused_naming_it():
-    memory = fed(JudgmentMemory(4, 4, 8))
+    memory = fed(JudgmentMemory(4, 4, 8, config=SEED))
     before = frozen(memory.state_dict())
     state = memory.state_dict()
     misfits = [("counts", state["counts"].float(), ["counts: saved torch.float32, this memory torch.int64"]),
@@ -331,7 +337,7 @@ def test_safe_load_allows_every_named_result_gae_defines(tmp_path):
                  "Retrieval", "AuditRecord", "Trace", "JudgmentState",
                  "ScoreComponents", "Admission", "ReplayReport", "Mismatch"):
         assert name in allowed, name
-    memory = JudgmentMemory(2, 2, 2)
+    memory = JudgmentMemory(2, 2, 2, config=SEED)
     step = memory.prequential_(torch.rand(4, 2), torch.tensor([0, 1, 0, 1]), torch.tensor([0, 1, 1, 0]))
     torch.save({"step": step, "trace": memory.trace(0, 0), "state": memory.state()}, tmp_path / "results.pt")
     loaded = gae.safe_load(tmp_path / "results.pt")

@@ -20,7 +20,7 @@ LVQ = {"learning": "lvq", "relevance_rate": 0.0, "push_rate": 0.0, "units": "cri
 
 
 def memory(**options) -> JudgmentMemory:
-    return JudgmentMemory(["c"], ["a", "b"], 2, **{**LVQ, **options})
+    return JudgmentMemory(["c"], ["a", "b"], 2, **{"config": JudgmentConfig.seed(), **LVQ, **options})
 
 
 def test_a_prototype_is_the_running_mean_of_its_decisions_until_the_floor():
@@ -134,7 +134,8 @@ def test_the_relevances_learn_which_criterion_decides():
     action = torch.randint(0, 2, (n,), generator=gen)
     x = torch.randn(n, 4, generator=gen)
     x[:, 0] += 2.5 * action.float()  # only criterion 0 tells the actions apart
-    m = JudgmentMemory(1, 2, ["signal", "noise1", "noise2", "noise3"], learning="lvq", relevance_rate=0.05)
+    m = JudgmentMemory(1, 2, ["signal", "noise1", "noise2", "noise3"], config=JudgmentConfig.seed(), learning="lvq",
+                       relevance_rate=0.05)
     m.learn_(x, torch.zeros(n, dtype=torch.long), action)
     relevance = m.relevances()[0]
     assert float(relevance.sum()) == pytest.approx(1.0)
@@ -144,7 +145,7 @@ def test_the_relevances_learn_which_criterion_decides():
     torch.testing.assert_close(why.contributions.sum(-1), why.distance)
     assert "relevance" in str(why) and not bool(why.gated.any()) and not bool(why.spawns.any())
     # relevance_rate=0 keeps them uniform
-    still = JudgmentMemory(1, 2, 4, learning="lvq")
+    still = JudgmentMemory(1, 2, 4, config=JudgmentConfig.seed(), learning="lvq")
     still.learn_(x, torch.zeros(n, dtype=torch.long), action)
     torch.testing.assert_close(still.relevances()[0], torch.full((4,), 0.25))
 
@@ -194,7 +195,8 @@ def test_state_round_trips_and_the_mode_is_checked_on_load():
     for name in ("input_counts", "input_means", "input_variances", "relevance_logits"):
         assert torch.equal(getattr(m, name), getattr(restored, name)), name
     with pytest.raises(ValueError, match="learning='lvq' but this memory has learning='gated'"):
-        JudgmentMemory(1, 2, 3, prototypes=m.config.prototypes).load_state_dict(m.state_dict())
+        JudgmentMemory(1, 2, 3, config=JudgmentConfig.seed(),
+                       prototypes=m.config.prototypes).load_state_dict(m.state_dict())
 
 
 def test_undo_restores_the_running_statistics_and_relevances():

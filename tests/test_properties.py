@@ -21,7 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 FEW = settings(max_examples=30, deadline=None, derandomize=True, database=None)
@@ -72,7 +72,7 @@ def judgment_kwargs(draw, options: bool = True):
 
 
 def make_judgment(shape, kwargs, attention=None, backend="compiled") -> JudgmentMemory:
-    memory = JudgmentMemory(*shape, **kwargs)
+    memory = JudgmentMemory(*shape, **{"config": JudgmentConfig.seed(), **kwargs})
     memory.backend = backend
     if attention is not None:
         with torch.no_grad():
@@ -474,7 +474,7 @@ def test_score_one_equals_forward(data, case):
 def test_drift_threshold_is_compared_alike_by_both_backends():
     results = {}
     for backend in ("compiled", "reference"):
-        memory = JudgmentMemory(1, 1, 2)
+        memory = JudgmentMemory(1, 1, 2, config=JudgmentConfig.seed())
         memory.backend = backend
         memory.learn_one([0.0, 0.0], 0, 0)
         results[backend] = memory.learn_one([0.4, 0.0], 0, 0)
@@ -488,7 +488,7 @@ def test_min_confidence_is_compared_alike_by_every_path():
     v = float(np.float32(0.9204877))
     actions = {}
     for backend in ("compiled", "reference"):
-        memory = JudgmentMemory(1, 2, 1, tau=1.0, min_confidence=0.7)
+        memory = JudgmentMemory(1, 2, 1, config=JudgmentConfig.seed(), tau=1.0, min_confidence=0.7)
         memory.backend = backend
         memory.learn_(torch.tensor([[0.0], [v]]), torch.tensor([0, 0]), torch.tensor([0, 1]))
         step = memory.prequential_(torch.tensor([[0.0]]), torch.tensor([0]), torch.tensor([0]))
@@ -502,7 +502,7 @@ def test_min_confidence_is_compared_alike_by_every_path():
 
 
 def test_score_one_sees_attention_written_through_data():
-    memory = JudgmentMemory(1, 2, 2)
+    memory = JudgmentMemory(1, 2, 2, config=JudgmentConfig.seed())
     memory.learn_(torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([0, 0]), torch.tensor([0, 1]))
     query = [0.4, 0.9]
     assert memory.score_one(query, 0)[0] == "1"  # plain distance: closer to (1, 1)

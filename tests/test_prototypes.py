@@ -7,13 +7,14 @@ import math
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 from tests.conftest import clustered_stream, make_judgment
 
 
 def tiny(**options) -> JudgmentMemory:
     """One category, two actions, two factors: distances can be read off the numbers."""
-    return JudgmentMemory(1, 2, 2, **{"prototypes": 3, "spawn_threshold": 0.5, **options})
+    return JudgmentMemory(1, 2, 2, **{"config": JudgmentConfig.seed(), "prototypes": 3, "spawn_threshold": 0.5,
+                                      **options})
 
 
 def learn(memory: JudgmentMemory, points: list[list[float]], action: int | list[int]):

@@ -101,7 +101,8 @@ def test_a_case_far_outside_the_categorys_spread_is_novel():
     # the bound: the chi-square's 0.999 quantile, 13.8 for two criteria and 16.3 for three
     assert novel_bound(1) == pytest.approx(10.8276, abs=1e-3) and novel_bound(2) == pytest.approx(13.8155, abs=1e-3)
     assert novel_bound(3) == pytest.approx(16.2662, abs=1e-3) and novel_bound(100) == pytest.approx(149.449, abs=1e-2)
-    seed_rule = Decider(JudgmentMemory(["a"], ACTIONS, 2))  # the gated rule keeps no spread: never novel
+    # the gated rule keeps no spread: never novel
+    seed_rule = Decider(JudgmentMemory(["a"], ACTIONS, 2, config=JudgmentConfig.seed()))
     feed(seed_rule, blobs(60))
     assert "novel" not in seed_rule.decide([40.0, 40.0], "a").reasons
 
@@ -116,7 +117,7 @@ def test_a_drift_shows_as_a_recent_change_in_the_trust_weights():
 
 
 def test_the_change_test_halfway_to_firing_is_a_recent_change():
-    decider = Decider(JudgmentMemory(["a"], ACTIONS, 2, drift_mode="adaptive"))
+    decider = Decider(JudgmentMemory(["a"], ACTIONS, 2, config=JudgmentConfig.seed(), drift_mode="adaptive"))
     feed(decider, blobs(60))
     assert "recent_change" not in decider.decide([3.0, 3.0], "a").reasons
     memory = decider.memory
@@ -331,7 +332,7 @@ def test_a_memory_pickled_with_a_referral_unpickles_without_it_and_a_decider_ser
 
 
 def test_a_decision_refers_exactly_when_it_has_reasons():
-    decision = Decider(JudgmentMemory(["a"], ACTIONS, 2)).decide([0.0, 0.0], "a")
+    decision = Decider(JudgmentMemory(["a"], ACTIONS, 2, config=JudgmentConfig.seed())).decide([0.0, 0.0], "a")
     with pytest.raises(ValueError, match="refers exactly when it has reasons"):
         type(decision)(**{**decision.__dict__, "refer": False})
     with pytest.raises(ValueError, match="refers exactly when it has reasons"):

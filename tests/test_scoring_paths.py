@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 from gae.judgment import rule
 from gae.judgment.kernels.scoring import output
 from gae.types import MemoryOutput
@@ -114,7 +114,7 @@ def test_the_batched_softmax_is_the_online_loops_bit_for_bit(tau, options):
     """The batched kernel writes its softmax (and exp) out for speed; the online loop's
     ``output`` calls libm's. Given the batched logits, both give the same bits."""
     generator = torch.Generator().manual_seed(7)
-    memory = JudgmentMemory(4, 5, 6, tau=tau, **options)
+    memory = JudgmentMemory(4, 5, 6, JudgmentConfig.seed(), tau=tau, **options)
     memory.learn_(torch.rand(300, 6, generator=generator), torch.randint(0, 4, (300,), generator=generator),
                   torch.randint(0, 5, (300,), generator=generator))
     x = torch.rand(2000, 6, generator=generator) * 3 - 1  # far from the prototypes too: weights underflow

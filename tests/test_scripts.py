@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +18,27 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
                           check=True)
 
 
-def test_demo_reports_both_memories():
-    out = run_script("scripts/demo.py").stdout
-    assert "JudgmentMemory" in out and "KNNMemory" in out
-    assert "weighted distance to each prototype" in out and "gate events" in out
+def test_demo_labels_each_memory_and_ends_with_its_conclusion():
+    out = run_script("scripts/demo.py", "--decisions", "400").stdout
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()
+            if line.startswith(("gae judgment, ", "k-NN (k=5")) and line.split()[-1].replace(",", "").isdigit()}
+    assert list(rows) == ["gae judgment, recommended", "gae judgment, seed rule", "k-NN (k=5, last 400)"]
+    assert "JudgmentConfig.recommended(), the default" in out and "config=JudgmentConfig.seed()" in out
+    assert "each action's probability when the decision was scored" in out and "its gate damped" in out
+    accuracy = {name: float(row[-6]) for name, row in rows.items()}  # the accuracy column, as the table prints it
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("In short: on 400 decisions, gae's recommended judgment was right")
+    said = [float(value) for value in re.findall(r"(\d+\.\d)%", last)]  # recommended, k-NN, seed rule
+    shown = [100 * accuracy[name] for name in ("gae judgment, recommended", "k-NN (k=5, last 400)",
+                                               "gae judgment, seed rule")]
+    assert all(abs(a - b) <= 0.051 for a, b in zip(said, shown, strict=True))  # the table's figures, rounded
+
+
+def test_a_scripts_option_is_never_abbreviated():
+    refused = subprocess.run([sys.executable, "scripts/demo.py", "--decis", "400"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and "unrecognized option --decis; did you mean --decisions?" in refused.stderr
+    assert refused.stdout == ""  # nothing ran
 
 
 def test_bench_quick_writes_every_measurement(tmp_path):
@@ -82,12 +100,13 @@ def test_bench_store_measures_every_store(tmp_path):
 def test_inspect_memory_reads_a_state_dict(tmp_path):
     import torch
 
-    from gae import JudgmentMemory
+    from gae import JudgmentConfig, JudgmentMemory
     from training.streams import DecisionStream
 
     stream = DecisionStream(400, categories=["invoice", "refund"], actions=["approve", "reject"], factors=3,
                             informative=2, seed=1)
-    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names, prototypes=2)
+    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names,
+                            config=JudgmentConfig.seed(), prototypes=2)
     data = stream.tensors()
     memory.learn_(data.x, data.category, data.action, skip=data.skip)
     path = tmp_path / "memory.pt"
@@ -116,13 +135,14 @@ def test_inspect_memory_reads_a_lightning_checkpoint(tmp_path):
 def test_inspect_memory_lists_the_events_asked_for_as_a_table(tmp_path):
     import torch
 
-    from gae import JudgmentMemory
+    from gae import JudgmentConfig, JudgmentMemory
     from scripts.inspect_memory import main
     from training.streams import DecisionStream
 
     stream = DecisionStream(300, categories=["invoice"], actions=["approve", "reject"], factors=3, informative=2,
                             seed=2)
-    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names, drift_threshold=0.05)
+    memory = JudgmentMemory(stream.category_names, stream.action_names, stream.factor_names,
+                            config=JudgmentConfig.seed(), drift_threshold=0.05)
     data = stream.tensors()
     memory.learn_(data.x, data.category, data.action, skip=data.skip)
     path = tmp_path / "memory.pt"

@@ -26,7 +26,7 @@ import struct
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 
 try:
     from tests import seed_reference as seed
@@ -182,7 +182,7 @@ def test_streams_exercise_every_branch():
 def test_judgment_single_decisions_match_seed(rng_seed, drift_at):
     decisions = make_stream(rng_seed, drift_at)
     seed_memory, seed_scores, seed_results = run_seed_judgment(rng_seed, drift_at)
-    memory = JudgmentMemory(list(CATEGORIES), list(ACTIONS), K)
+    memory = JudgmentMemory(list(CATEGORIES), list(ACTIONS), K, config=JudgmentConfig.seed())
     for t, d in enumerate(decisions):
         recommended, confidence = memory.score_one(d.factors, d.category)
         want_action, want_confidence = seed_scores[t]
@@ -209,7 +209,7 @@ def test_judgment_single_decisions_match_seed(rng_seed, drift_at):
 def test_judgment_prequential_matches_seed(rng_seed, drift_at, backend):
     decisions = make_stream(rng_seed, drift_at)
     seed_memory, seed_scores, seed_results = run_seed_judgment(rng_seed, drift_at)
-    memory = JudgmentMemory(list(CATEGORIES), list(ACTIONS), K)
+    memory = JudgmentMemory(list(CATEGORIES), list(ACTIONS), K, config=JudgmentConfig.seed())
     memory.backend = backend
     x, category, action, skip = stream_tensors(decisions)
     step = memory.prequential_(x, category, action, None, skip)  # confirmed=None: derived, like the seed
@@ -321,7 +321,7 @@ def test_hand_computed_confidences():
     # confidence = 1 / (1 + exp(-1.25)).
     want = 1.0 / (1.0 + math.exp(-1.25))
     reference = seed.JudgmentMemory()
-    memory = JudgmentMemory(["invoice"], ["approve", "reject"], 2)
+    memory = JudgmentMemory(["invoice"], ["approve", "reject"], 2, config=JudgmentConfig.seed())
     for factors, name in (([0.0, 0.0], "approve"), ([0.5, 0.0], "reject")):
         assert reference.learn(factors, name, "invoice")["initialized"]
         assert memory.learn_one(factors, name, "invoice")["initialized"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory
 from tests.conftest import ACTIONS, CATEGORIES, FACTORS, clustered_stream, make_judgment
 
 MODES = {
@@ -62,8 +62,8 @@ def test_ten_thousand_single_decisions_equal_one_batched_call(mode):
     n = 10_000
     stream = clustered_stream(3, n, drift_at=n // 2, skip_rate=0.05)
     given, confirmed = flags(n, 3)
-    batched = JudgmentMemory(*NAMES, FACTORS, **MODES[mode])
-    single = JudgmentMemory(*NAMES, FACTORS, **MODES[mode])
+    batched = JudgmentMemory(*NAMES, FACTORS, JudgmentConfig.seed(), **MODES[mode])
+    single = JudgmentMemory(*NAMES, FACTORS, JudgmentConfig.seed(), **MODES[mode])
     # the batched call: given flags where given, derived elsewhere, in one call
     used = torch.where(given, confirmed, torch.zeros_like(confirmed))
     step = batched._prequential(*batched._check_stream(stream.x, stream.category, stream.action, used, stream.skip),
@@ -311,8 +311,8 @@ def test_knn_single_decisions_equal_the_batched_engine(options):
 def test_a_grown_memory_equals_one_built_with_every_name(mode):
     stream = clustered_stream(11, 800, drift_at=400)
     early = (stream.category < 2) & (stream.action < 3)
-    full = JudgmentMemory(*NAMES, FACTORS, **MODES[mode])
-    grown = JudgmentMemory(NAMES[0][:2], NAMES[1][:3], FACTORS, grow=True, **MODES[mode])
+    full = JudgmentMemory(*NAMES, FACTORS, JudgmentConfig.seed(), **MODES[mode])
+    grown = JudgmentMemory(NAMES[0][:2], NAMES[1][:3], FACTORS, JudgmentConfig.seed(), grow=True, **MODES[mode])
     order = torch.cat([early.nonzero().squeeze(1), (~early).nonzero().squeeze(1)])
     for memory in (full, grown):
         for i in order.tolist():
@@ -329,7 +329,7 @@ def test_a_grown_memory_equals_one_built_with_every_name(mode):
         memory.forget_(order[:50].tolist())
     for key, value in tensors(full).items():
         assert torch.equal(value, tensors(grown)[key]), key
-    restored = JudgmentMemory(*NAMES, FACTORS, **MODES[mode])
+    restored = JudgmentMemory(*NAMES, FACTORS, JudgmentConfig.seed(), **MODES[mode])
     restored.load_state_dict(grown.state_dict())
     restored.undo_(3)
     grown.undo_(3)
@@ -337,7 +337,7 @@ def test_a_grown_memory_equals_one_built_with_every_name(mode):
 
 
 def test_growing_keeps_the_attention_and_refuses_bad_names():
-    memory = JudgmentMemory(["a", "b"], ["x", "y"], 3)
+    memory = JudgmentMemory(["a", "b"], ["x", "y"], 3, config=JudgmentConfig.seed())
     with torch.no_grad():
         memory.criterion_logits.copy_(torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]))
     memory.learn_one([0.1, 0.2, 0.3], "x", "a")
@@ -365,7 +365,7 @@ def test_growing_keeps_the_attention_and_refuses_bad_names():
 
 
 def test_grow_true_learns_names_on_first_sight():
-    memory = JudgmentMemory(["general"], ["first"], 2, grow=True, drift_mode="adaptive")
+    memory = JudgmentMemory(["general"], ["first"], 2, config=JudgmentConfig.seed(), grow=True, drift_mode="adaptive")
     assert memory.score_one([0.5, 0.5], "unseen") == (None, 0.0)  # scoring does not add names
     with pytest.raises(ValueError, match="factors"):
         memory.score_one([float("nan"), 0.5], "unseen")
@@ -435,7 +435,7 @@ def test_single_decisions_learned_in_inference_mode_log_outside_it():
 
 
 def test_a_rejected_learn_one_adds_no_name():
-    memory = JudgmentMemory(["general"], ["first", "second"], 2, grow=True)
+    memory = JudgmentMemory(["general"], ["first", "second"], 2, config=JudgmentConfig.seed(), grow=True)
     version = memory.version
     with pytest.raises(ValueError, match="action index"):
         memory.learn_one([0.1, 0.2], 7, "vip")

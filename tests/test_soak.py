@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from gae import JudgmentMemory
+from gae import JudgmentConfig, JudgmentMemory
 from scripts import soak as soak_script
 
 SUMMARY_KEYS = {"rss_start", "rss_warm", "rss_end", "rss_peak", "warm_decisions", "rss_growth", "held_growth",
@@ -76,12 +76,12 @@ def test_decision_log_bytes_match_the_documented_cost(record):
 def test_doc_section_is_refreshed(record):
     out, doc = record
     text = doc.read_text()
-    assert "stale table" not in text and "| JudgmentMemory (defaults) | 3,000 |" in text
+    assert "stale table" not in text and "| JudgmentMemory, seed rule | 3,000 |" in text
     assert (out / "figures" / "soak.png").exists()
 
 
 def test_nonfinite_names_the_tensor():
-    memory = JudgmentMemory(2, 2, 3)
+    memory = JudgmentMemory(2, 2, 3, config=JudgmentConfig.seed())
     assert soak_script.nonfinite(memory) == []
     with torch.no_grad():
         memory.centroids[1, 0, 0, 2] = float("nan")  # (C, A, P, K)

@@ -145,7 +145,7 @@ def test_a_copy_has_a_lock_of_its_own() -> None:
     import copy
     import pickle
 
-    memory = JudgmentMemory(CATEGORIES, ACTIONS, K)
+    memory = JudgmentMemory(CATEGORIES, ACTIONS, K, config=JudgmentConfig.seed())
     memory.learn_one([0.5] * K, "approve", "invoice")
     for twin in (copy.deepcopy(memory), pickle.loads(pickle.dumps(memory))):
         assert twin._lock is not memory._lock
@@ -224,7 +224,7 @@ def test_pickling_keeps_torch_s_own_path() -> None:
     import io
     import pickle
 
-    parent = Parent(JudgmentMemory(CATEGORIES, ACTIONS, K))
+    parent = Parent(JudgmentMemory(CATEGORIES, ACTIONS, K, config=JudgmentConfig.seed()))
     parent.memory.learn_one([0.5] * K, "approve", "invoice")
     again = pickle.loads(pickle.dumps(parent))
     assert again.shared is again.memory.criterion_logits

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from gae import JudgmentMemory, KNNMemory, RetrievalMemory
+from gae import JudgmentConfig, JudgmentMemory, KNNMemory, RetrievalMemory
 from gae.traces.lines import Decisions, encode, json_rows
 from gae.traces.replay import replay
 from gae.traces.writer import TraceWriter, load_checkpoint, memory_config, read_trace, save_checkpoint, state_hash
@@ -32,8 +32,10 @@ def stream() -> DecisionStream:
 
 
 FACTORIES = {
-    "judgment": lambda s: JudgmentMemory(s.category_names, s.action_names, s.factor_names),
+    "judgment": lambda s: JudgmentMemory(s.category_names, s.action_names, s.factor_names,
+                                         config=JudgmentConfig.seed()),
     "judgment_adaptive_prototypes": lambda s: JudgmentMemory(s.category_names, s.action_names, s.factor_names,
+                                                             config=JudgmentConfig.seed(),
                                                              drift_mode="adaptive", prototypes=3),
     "knn": lambda s: KNNMemory(factors=s.factor_names, actions=s.action_names, categories=s.category_names, k=3,
                                capacity=60, scoped=True),
@@ -378,7 +380,7 @@ def test_a_header_written_before_an_option_existed_still_replays(tmp_path):
 
 def test_a_judgment_trace_checkpoint_of_format_1_is_refused_by_name(tmp_path):
     # format 1 hashed the judgment memory's state in its earlier layout: its trace cannot be replayed bit for bit
-    memory = JudgmentMemory(2, 2, 2)
+    memory = JudgmentMemory(2, 2, 2, config=JudgmentConfig.seed())
     save_checkpoint(memory, tmp_path / "new.pt")
     saved = torch.load(tmp_path / "new.pt", weights_only=True)
     torch.save({**saved, "format": 1}, tmp_path / "old.pt")
@@ -393,7 +395,7 @@ def test_a_judgment_trace_checkpoint_of_format_1_is_refused_by_name(tmp_path):
 
 def test_the_writer_logs_a_forget_of_numpy_ids(tmp_path):
     # the removal is written in the same words the memory read its ids in: an id array forgotten is traced
-    memory = JudgmentMemory(2, 2, 2)
+    memory = JudgmentMemory(2, 2, 2, config=JudgmentConfig.seed())
     path = tmp_path / "trace.jsonl"
     writer = TraceWriter(path, memory, run="jm")
     writer.prequential_(torch.rand(6, 2), torch.tensor([0, 1, 0, 1, 0, 1]), torch.tensor([0, 1, 1, 0, 0, 1]))

@@ -142,7 +142,7 @@ def prototype_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return bars.bars
 
 
-RECOMMENDED = "jm_recommended"  # JudgmentConfig.recommended(): the default of gae.river and gae.sklearn
+RECOMMENDED = "jm_recommended"  # JudgmentConfig.recommended(): the default of JudgmentMemory, gae.river, gae.sklearn
 
 
 def recommended_bars(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -53,13 +53,16 @@ def judgment(**overrides: Any) -> dict[str, Any]:
 
 
 CONTESTANTS: dict[str, Contestant] = {
-    "jm": Contestant("JudgmentMemory (defaults)", "judgment", judgment()),
-    "jm_attention": Contestant("JudgmentMemory, attention learned", "judgment", judgment(), learn_attention=True),
-    "jm_adaptive": Contestant("JudgmentMemory, drift_mode='adaptive'", "judgment", judgment(drift_mode="adaptive")),
-    "jm_prototypes": Contestant("JudgmentMemory, prototypes=4", "judgment", judgment(prototypes=4)),
-    # the default of gae.river and gae.sklearn (docs/lvq.md, docs/judges.md)
-    "jm_recommended": Contestant("JudgmentMemory, JudgmentConfig.recommended() (learning='lvq', 4 judges)", "judgment",
-                                 JudgmentConfig.recommended().to_dict()),
+    # the original design's rule, JudgmentConfig.seed(), and its modes
+    "jm": Contestant("JudgmentMemory, seed rule (JudgmentConfig.seed())", "judgment", judgment()),
+    "jm_attention": Contestant("JudgmentMemory, seed rule, attention learned", "judgment", judgment(),
+                               learn_attention=True),
+    "jm_adaptive": Contestant("JudgmentMemory, seed rule, drift_mode='adaptive'", "judgment",
+                              judgment(drift_mode="adaptive")),
+    "jm_prototypes": Contestant("JudgmentMemory, seed rule, prototypes=4", "judgment", judgment(prototypes=4)),
+    # the default of JudgmentMemory, gae.river and gae.sklearn (docs/lvq.md, docs/judges.md)
+    "jm_recommended": Contestant("JudgmentMemory, JudgmentConfig.recommended(), the default (learning='lvq', 4 judges)",
+                                 "judgment", JudgmentConfig.recommended().to_dict()),
     # the original design's baseline as its pseudocode defines it (cap = 200), and its fair variant
     "knn": Contestant("KNNMemory (k=5, cap 200, flat)", "knn", {"k": 5, "capacity": 200}),
     "knn_scoped": Contestant("KNNMemory (k=5, cap 200) scoped by category", "knn",
@@ -94,12 +97,13 @@ GRID: dict[str, Contestant] = {name: c for kind in sorted(set(TUNED.values())) f
 SHADOW_ETA = JudgmentConfig.seed().drift.shadow_eta
 # variants of JudgmentMemory that exist only to be ablated against "jm"
 VARIANTS: dict[str, Contestant] = {
-    "jm_no_gate": Contestant("JudgmentMemory, drift gate off", "judgment", judgment(gate_damping=1.0)),
-    "jm_equal_eta": Contestant("JudgmentMemory, equal rates 0.05/0.05", "judgment", judgment(eta_override=0.05)),
-    "jm_learn_uncertain": Contestant("JudgmentMemory, learns uncertain outcomes", "judgment", judgment(),
+    "jm_no_gate": Contestant("JudgmentMemory, seed rule, drift gate off", "judgment", judgment(gate_damping=1.0)),
+    "jm_equal_eta": Contestant("JudgmentMemory, seed rule, equal rates 0.05/0.05", "judgment",
+                               judgment(eta_override=0.05)),
+    "jm_learn_uncertain": Contestant("JudgmentMemory, seed rule, learns uncertain outcomes", "judgment", judgment(),
                                      skip_uncertain=False),
     # the adaptive mode's shadow rule on its own: fast and ungated, with no change test in front of it
-    "jm_fast": Contestant(f"JudgmentMemory, ungated shadow rule (eta {SHADOW_ETA:g}, gate off)", "judgment",
+    "jm_fast": Contestant(f"JudgmentMemory, seed rule, ungated shadow rule (eta {SHADOW_ETA:g}, gate off)", "judgment",
                           judgment(eta_confirmed=SHADOW_ETA, eta_override=SHADOW_ETA, gate_damping=1.0)),
 }
 # (name, with, without): each ablation is the paired difference with - without

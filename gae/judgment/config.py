@@ -196,7 +196,8 @@ class JudgmentConfig:
     on construction.
 
     ``JudgmentConfig()`` (also :meth:`seed`) is the original design's rule, bit for bit;
-    :meth:`recommended` composes the groups of the best configuration measured. A config is
+    :meth:`recommended` composes the groups of the best configuration measured, and is what a
+    :class:`~gae.JudgmentMemory` built without ``config`` uses. A config is
     immutable: derive another with :meth:`replace`.
 
     Every field is given by name, a group as its record or as a mapping of its fields (built from
@@ -286,12 +287,15 @@ class JudgmentConfig:
 
     @classmethod
     def seed(cls) -> JudgmentConfig:
-        """The original design: one prototype per (category, action), the gated eta rule."""
+        """The original design: one prototype per (category, action), the gated eta rule
+        (``JudgmentMemory(..., config=JudgmentConfig.seed())``; without ``config`` a memory is
+        :meth:`recommended`)."""
         return cls()
 
     @classmethod
     def recommended(cls) -> JudgmentConfig:
         """The best configuration gae has for a stream it knows nothing about, the default of
+        :class:`~gae.JudgmentMemory` (a memory built without ``config``),
         ``gae.river.JudgmentClassifier`` and ``gae.sklearn.JudgmentClassifier``: ``learning='lvq'``
         (docs/lvq.md) with up to 32 prototypes per category and action, spawned where the memory
         errs, relevances learned online, each criterion in units of its own running spread (so the

@@ -39,8 +39,11 @@ class JudgmentMemory(DecisionMemory):
         p = \mathrm{softmax}(-d / \tau)
 
     over the actions that have a prototype. A category without any prototype abstains
-    (action -1, confidence 0, probabilities all zero). Learning a verified action :math:`a`
-    (in stream order, outside autograd) is the gated rule of the original design:
+    (action -1, confidence 0, probabilities all zero). Without a ``config`` the memory is
+    :meth:`JudgmentConfig.recommended` (learning vector quantization, several prototypes, judges:
+    ``docs/lvq.md``, ``docs/judges.md``); ``config=JudgmentConfig.seed()`` is the original
+    design, whose learning of a verified action :math:`a` (in stream order, outside autograd) is
+    the gated rule:
 
     .. math::
         \eta = \begin{cases} \eta_{confirmed} & \text{recommendation was } a \\
@@ -57,8 +60,8 @@ class JudgmentMemory(DecisionMemory):
     running means, and scores with tracking prototypes while they predict better
     (``docs/drift.md``). ``prototypes=P`` keeps up to P prototypes per category and action,
     spawned where a decision lies farther than ``spawn_threshold`` from all of them and recycled
-    by fewest recent wins (``docs/prototypes.md``). The default, :meth:`JudgmentConfig.seed`, is
-    the original rule, bit for bit. The attention logits :math:`\ell` are the only parameters;
+    by fewest recent wins (``docs/prototypes.md``). :meth:`JudgmentConfig.seed` is the original
+    rule, bit for bit. The attention logits :math:`\ell` are the only parameters;
     they are trained by gradient (:meth:`attention_loss`), while the prototypes are buffers.
 
     The audit trail (:attr:`decision_log`, the gate, promotion and recycle logs behind ``trace``,
@@ -80,10 +83,13 @@ class JudgmentMemory(DecisionMemory):
         actions: number of actions, or their names.
         factors: number of criteria (factors), or their names.
         config: the :class:`~gae.JudgmentConfig` (every option, documented there). Default:
-            :meth:`JudgmentConfig.seed`, the original design.
+            :meth:`JudgmentConfig.recommended`, the best configuration measured;
+            ``config=JudgmentConfig.seed()`` is the original design.
         grow: ``learn_one`` adds an action or category name it has not met
             (:meth:`add_actions_`, :meth:`add_categories_`). Default: False.
-        **overrides: options to change from ``config`` (``drift_mode='adaptive'``, ``tau=0.2``, ...).
+        **overrides: options to change from ``config`` (from the recommended one when ``config``
+            is not given): ``tau=0.2``, ``prototypes=8``, ...; the seed rule's
+            ``drift_mode='adaptive'`` goes with ``config=JudgmentConfig.seed()``.
 
     Shape:
         - x: (B, K) float factors; category, action: (B,) integer indices.
@@ -105,6 +111,8 @@ class JudgmentMemory(DecisionMemory):
     Examples::
 
         >>> memory = JudgmentMemory(["invoice", "refund"], ["approve", "reject"], 3)
+        >>> memory.config == JudgmentConfig.recommended()
+        True
         >>> memory.learn_one([0.9, 0.1, 0.5], "approve", "invoice")["initialized"]
         True
         >>> memory.learn_one([0.1, 0.9, 0.5], "reject", "invoice")["initialized"]
@@ -113,7 +121,9 @@ class JudgmentMemory(DecisionMemory):
         'approve'
         >>> memory.score_one([0.8, 0.2, 0.5], "refund")
         (None, 0.0)
-        >>> JudgmentMemory(2, 2, 3, drift_mode="adaptive").config.drift_mode
+        >>> JudgmentMemory(2, 2, 3, tau=0.2).config.tau  # the recommended config, tau changed
+        0.2
+        >>> JudgmentMemory(2, 2, 3, config=JudgmentConfig.seed(), drift_mode="adaptive").config.drift_mode
         'adaptive'
     """
 
@@ -146,8 +156,15 @@ class JudgmentMemory(DecisionMemory):
         super().__init__()
         if config is not None and not isinstance(config, JudgmentConfig):
             raise TypeError(f"config must be a JudgmentConfig or None, got {type(config).__name__}")
-        config = JudgmentConfig.seed() if config is None else config
-        self._config = config.replace(**overrides) if overrides else config
+        default = config is None
+        config = JudgmentConfig.recommended() if config is None else config
+        try:
+            self._config = config.replace(**overrides) if overrides else config
+        except ValueError as error:
+            if not default:
+                raise
+            raise ValueError(f"{error} (without config=, the options change JudgmentConfig.recommended(); "
+                             "config=JudgmentConfig.seed() starts from the seed rule)") from None
         self._inspects = _inspects(self._config)  # (fixed for the memory's life, read per decide)
         self.grow = bool(grow)
         self._set_category_names(check.resolve_names("categories", categories))
@@ -284,7 +301,8 @@ class JudgmentMemory(DecisionMemory):
 
         Examples::
 
-            >>> memory = JudgmentMemory(["invoice"], ["approve", "reject"], ["amount", "age"])
+            >>> memory = JudgmentMemory(["invoice"], ["approve", "reject"], ["amount", "age"],
+            ...                         config=JudgmentConfig.seed())  # distances in the factors' own units
             >>> _ = memory.learn_one([0.9, 0.1], "approve", "invoice")
             >>> _ = memory.learn_one([0.1, 0.9], "reject", "invoice")
             >>> why = memory.explain([0.8, 0.2], "invoice")

@@ -22,7 +22,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from gae import JudgmentMemory  # noqa: E402
+from gae import JudgmentConfig, JudgmentMemory  # noqa: E402
 
 MODES = {"seed": {}, "adaptive": {"drift_mode": "adaptive"}, "prototypes4": {"prototypes": 4}}
 
@@ -44,7 +44,7 @@ def main(commit: str) -> None:
     x, category, action, skip = stream(0, 600)
     probe_x, probe_category, _, _ = stream(1, 64)
     for name, options in MODES.items():
-        memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, **options)
+        memory = JudgmentMemory(["a", "b", "c", "d"], ["approve", "review", "reject"], 5, JudgmentConfig.seed(), **options)
         with torch.no_grad():
             memory.criterion_logits.copy_(0.3 * torch.randn(4, 5, generator=torch.Generator().manual_seed(2)))
         for start in range(0, 600, 50):
