@@ -55,7 +55,7 @@ def test_every_tool_over_stdio_and_a_restart_on_the_same_store(tmp_path):
     async def first_run():
         async with Client(stdio(store, "--scopes", "alice,bob")) as client:
             names = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert set(names) == {"decide", "verify", "explain", "remember", "recall", "forget"}
+            assert set(names) == {"decide", "verify", "explain", "remember", "recall", "forget", "memories"}
             schema = names["decide"].input_schema
             assert schema["required"] == ["category", "factors"]
             assert schema["properties"]["factors"]["additionalProperties"] == {"type": "number"}
@@ -77,6 +77,10 @@ def test_every_tool_over_stdio_and_a_restart_on_the_same_store(tmp_path):
             found = (await call(client, "recall", query="refund approved", scopes=["alice"]))["memories"]
             assert found[0]["id"] == kept and found[0]["text"] == "the refund was approved"
             assert (await call(client, "forget", ids=[gone]))["forgotten"] == [gone]
+            listed = await call(client, "memories")
+            assert listed["scopes"] == ["alice", "bob"] and listed["any_scope"] is False
+            assert [(m["factors"], m["pending"], m["learned"]) for m in listed["judgment"]] == [
+                (["amount", "risk"], 1, 1)]
             return second["id"], kept
 
     pending, kept = run(first_run())
@@ -107,8 +111,8 @@ def test_refused_arguments_are_error_results_naming_the_field_and_the_server_goe
             assert "ids[0]: no memory 7" in await refused(client, "forget", ids=[7])
             assert "k: must be an int in [1, 100]" in await refused(client, "recall", query="x", scopes=["alice"],
                                                                    k=0)
-            # no coercion: a string is not an id, a bool is not a number
-            assert "ids.0" in await refused(client, "forget", ids=["0"])
+            # no coercion: a string is not an id, a bool is not a number; the SDK's check answers in one line too
+            assert "ids[0]: must be a valid integer, got '0'" in await refused(client, "forget", ids=["0"])
             assert "factors.amount" in await refused(client, "decide", category="billing", factors={"amount": True})
             assert "k" in await refused(client, "recall", query="x", scopes=["alice"], k="5")
             after = await call(client, "decide", category="billing", factors={"amount": 0.5})

@@ -5,6 +5,7 @@ nothing changed. tests/test_mcp_server.py drives the same through the SDK's clie
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from gae import JudgmentConfig
 from gae.episodic.embedders import HashingEmbedder
 from gae.ledger import ledgers
 from gae.mcp import MemoryService, ServerConfig, ToolInputError
+from gae.mcp.service import near_miss
 from gae.storage import PostgresStore, SQLiteStore
 
 ACTIONS = ["approve", "escalate"]
@@ -440,3 +442,173 @@ def test_a_ledger_whose_settings_this_gae_cannot_read_takes_the_servers_and_its_
     rewrite(tmp_path / "mcp.db", lambda settings: {**settings, "judges": {"bins": {"kind": "bins", "reach": 1e-4}}})
     with pytest.raises(ValueError, match="judges"):
         service(tmp_path / "mcp.db")
+
+
+# -- near misses, limits and what there is (issue 44) ------------------------------------------------
+NEAR_MISSES = [  # factors sent after a memory on amount and risk exists: what the refusal says differs
+    ({"amount": 0.5}, "(['risk'] left out)"),  # a strict subset
+    ({"amount": 0.5, "risk": 0.5, "region": 0.1}, "(['region'] added)"),  # a strict superset
+    ({"amont": 0.5, "risk": 0.5}, "('amont' for 'amount')"),  # close spelling
+    ({"Amount": 0.5, "risk": 0.5}, "('Amount' for 'amount')"),  # case
+    ({"amount": 0.5, "risk_": 0.5}, "('risk_' for 'risk')"),  # an underscore
+]
+
+
+@pytest.mark.parametrize("factors, difference", NEAR_MISSES)
+@pytest.mark.parametrize("actions", [ACTIONS, None])
+def test_factors_that_nearly_are_a_memorys_are_refused_naming_it_unless_new_memory(svc, factors, difference,
+                                                                                    actions):
+    teach(svc, 4)
+    before = state(svc)
+    with pytest.raises(ToolInputError) as refused:
+        svc.decide("billing", factors, actions)
+    assert refused.value.field == "factors" and difference in str(refused.value)
+    assert f"{sorted(factors)} nearly are the factors of an existing memory ['amount', 'risk']" in str(refused.value)
+    assert "new_memory=true" in str(refused.value) and state(svc) == before
+    if actions is None:  # new_memory opens it, and a new memory still needs its actions
+        with pytest.raises(ToolInputError, match="^actions: no memory decides on factors"):
+            svc.decide("billing", factors, new_memory=True)
+        assert state(svc) == before
+    else:
+        opened = svc.decide("billing", factors, actions, new_memory=True)
+        assert opened["factors"] == sorted(factors) and len(svc._deciders) == 2
+        assert svc.decide("billing", factors)["factors"] == sorted(factors)  # exact names: no check again
+
+
+def test_other_factor_names_open_a_memory_and_the_closest_near_miss_is_named(svc):
+    teach(svc, 2)
+    assert svc.decide("billing", {"amount": 0.5, "latency": 0.5}, ACTIONS)["factors"] == ["amount", "latency"]
+    assert svc.decide("billing", {"size": 0.5}, ACTIONS)["factors"] == ["size"]  # disjoint: no near miss
+    # a superset of both by one name: the first in sorted order is named
+    with pytest.raises(ToolInputError, match=r"\['amount', 'latency', 'risk'\] nearly are the factors of an "
+                                             r"existing memory \['amount', 'latency'\] \(\['risk'\] added\)"):
+        svc.decide("billing", {"amount": 0.5, "latency": 0.5, "risk": 0.5}, ACTIONS)
+    with pytest.raises(ToolInputError, match="new_memory: must be true or false, got 'yes'"):
+        svc.decide("billing", {"amount": 0.5, "risk": 0.5}, new_memory="yes")
+
+
+def test_near_miss_of_many_names_stays_cheap_and_exact():
+    names = tuple(f"criterion {i:03d}" for i in range(256))
+    known = [tuple(f"{chr(97 + m)}{i}" for i in range(256)) for m in range(26)] + [names]
+    spelt = tuple(sorted(names[:-1] + ("criterion 25x",)))
+    assert near_miss(spelt, known) == (names, "'criterion 25x' for 'criterion 255'")
+    assert near_miss(tuple(f"other {i}" for i in range(256)), known) is None
+    assert near_miss(("a",), [("a", "b"), ("a", "b", "c")]) == (("a", "b"), "['b'] left out")
+
+
+def test_the_actions_of_a_memory_are_bounded_by_the_config(tmp_path):
+    svc = service(tmp_path / "bounded.db", config=ServerConfig.from_mapping({"limits": {"actions": 3}}))
+    before = state(svc)
+    with pytest.raises(ToolInputError, match=r"^actions: names 10,000 actions, more than the 3 a memory may hold "
+                                             r"\(\[limits\] actions\)$") as refused:
+        svc.decide("c", {"x": 0.5}, [f"a{i}" for i in range(10_000)])
+    assert refused.value.field == "actions" and state(svc) == before
+    decided = svc.decide("c", {"x": 0.5}, ["a", "b"])
+    before = state(svc)
+    with pytest.raises(ToolInputError, match=r"^actions: would add \['c', 'd'\] to the 2 actions") as refused:
+        svc.decide("c", {"x": 0.5}, ["c", "d"])
+    assert state(svc) == before
+    svc.verify(decided["id"], "c")  # a third action, added by verify
+    decided = svc.decide("c", {"x": 0.5})
+    before = state(svc)
+    with pytest.raises(ToolInputError, match=r"^action: 'd' is not one of this memory's actions \['a', 'b', 'c'\], "
+                                             r"and it holds 3, the most") as refused:
+        svc.verify(decided["id"], "d")
+    assert refused.value.field == "action" and state(svc) == before
+    assert svc.verify(decided["id"], "b")["learned"]
+    with pytest.raises(ValueError, match=r"memory\[0\].actions names 3 actions, more than \[limits\] actions \(2\)"):
+        ServerConfig.from_mapping({"limits": {"actions": 2}, "memory": [{"factors": ["x"], "categories": ["c"],
+                                                                         "actions": ["a", "b", "c"]}]})
+    assert ServerConfig().max_actions == 64
+
+
+def test_decide_says_how_many_verifications_act_or_refer_still_needs(svc):
+    decided = svc.decide("billing", {"amount": 0.5, "risk": 0.5}, ACTIONS)
+    assert isinstance(decided["verifications_needed"], int) and decided["verifications_needed"] >= 0
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 + 5, -1])
+def test_forget_refuses_an_id_outside_64_bits_in_one_line_naming_it(svc, value):
+    svc.remember("kept", "alice")
+    before = state(svc)
+    with pytest.raises(ToolInputError, match=rf"^ids\[1\]: must be a memory id in \[0, 2\*\*63 - 1\], got {value}$"):
+        svc.forget([0, value])
+    assert state(svc) == before
+
+
+def test_a_refusal_is_one_line_however_long_the_value_sent(svc):
+    with pytest.raises(ToolInputError) as refused:
+        svc.forget([10**2000])
+    assert refused.value.field == "ids[0]" and len(str(refused.value)) == 1000 and str(refused.value).endswith("…")
+
+
+def test_memories_lists_the_judgment_memories_and_the_scopes(tmp_path):
+    config = ServerConfig.from_mapping({"memory": [{"factors": ["size"], "categories": ["parcel"],
+                                                    "actions": ["ship", "hold"]}]})
+    path = tmp_path / "listed.db"
+    svc = service(path, config=config)
+    svc.remember("a note", "carol")
+    teach(svc, 3)
+    svc.decide("billing", {"amount": 0.5, "risk": 0.5})
+    listed = svc.memories()
+    assert listed["scopes"] == ["carol"] and listed["any_scope"] is True  # the store's scopes: any is taken
+    assert listed["judgment"] == [
+        {"factors": ["amount", "risk"], "categories": ["billing"], "actions": ACTIONS, "fixed": False,
+         "pending": 1, "learned": 3},
+        {"factors": ["size"], "categories": ["parcel"], "actions": ["ship", "hold"], "fixed": True, "pending": 0,
+         "learned": 0},  # fixed by the config: usable before its first decision
+    ]
+    scoped = service(path, scopes=["alice", "bob"], config=config)  # another server on the store
+    listed = scoped.memories()
+    assert listed["scopes"] == ["alice", "bob"] and listed["any_scope"] is False
+    assert [m["factors"] for m in listed["judgment"]] == [["amount", "risk"], ["size"]]
+
+
+# -- text memories on an agent's clock -----------------------------------------------------------------
+def test_the_same_text_in_a_scope_is_stored_once_also_after_a_restart(tmp_path):
+    path = tmp_path / "once.db"
+    first = service(path)
+    kept = first.remember("the refund was approved", "alice")
+    assert first.remember("the refund was approved", "alice", importance=0.9, memory_type="semantic") == kept
+    other = first.remember("the refund was approved", "bob")  # another scope: its own memory
+    assert other != kept and len(first.text) == 2
+    again = service(path)  # a restart on the same store
+    assert again.remember("the refund was approved", "alice") == kept and len(again.text) == 2
+    assert again.recall("refund approved", ["alice"])[0]["importance"] == pytest.approx(0.5)  # the first one's
+    again.forget([kept])
+    assert again.remember("the refund was approved", "alice") not in (kept, other)  # forgotten: stored anew
+
+
+def test_recall_filters_by_type_and_defaults_to_every_scope_served(tmp_path):
+    path = tmp_path / "typed.db"
+    svc = service(path)
+    episode = svc.remember("the refund was approved on Monday", "alice")
+    fact = svc.remember("refunds over 100 need a manager", "alice", memory_type="semantic")
+    bob = svc.remember("the refund was refused", "bob")
+    assert [m["id"] for m in svc.recall("refund", memory_type="semantic")] == [fact]
+    assert {m["id"] for m in svc.recall("refund", memory_type="episode")} == {episode, bob}
+    assert {m["id"] for m in svc.recall("refund")} == {episode, fact, bob}  # every scope the store holds
+    scoped = service(path, scopes=["alice", "dave"])
+    assert {m["id"] for m in scoped.recall("refund")} == {episode, fact}  # every scope this server serves
+    assert service(path, scopes=["dave"]).recall("refund") == []
+    for bad, field in (("fact", "memory_type"), (3, "memory_type")):
+        with pytest.raises(ToolInputError) as refused:
+            svc.recall("refund", memory_type=bad)
+        assert refused.value.field == field
+
+
+def test_recency_is_configured_in_hours_and_a_day_by_default(tmp_path):
+    assert ServerConfig().recency_hours == 24.0
+    svc = service(tmp_path / "day.db")
+    assert float(svc.text.scorer.tau) == 24 * 3600  # the scorer takes seconds
+    week = ServerConfig.from_mapping({"text": {"recency_hours": 168}})
+    assert week.recency_hours == 168.0 and float(service(tmp_path / "day.db", config=week).text.scorer.tau) == 604800
+    for value in (0, -1, float("inf"), "1d", True):
+        with pytest.raises((ValueError, TypeError), match="recency_hours"):
+            ServerConfig.from_mapping({"text": {"recency_hours": value}})
+    with pytest.raises(ValueError, match="recency_hours"):
+        ServerConfig(recency_hours=0.0)
+    memory = svc.text
+    memory.remember(["a note from yesterday"], scope="alice", now=time.time() - 24 * 3600)
+    found = svc.recall("a note from yesterday", ["alice"])
+    assert found[0]["recency"] == pytest.approx(math.exp(-1), rel=1e-3)  # a day old: e^-1 of its recency

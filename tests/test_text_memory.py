@@ -139,6 +139,23 @@ def test_remember_stores_texts_and_recall_returns_them_best_first():
     torch.testing.assert_close(torch.tensor(found.scores), by_hand.scores[0])
 
 
+def test_recall_and_retrieve_keep_to_one_memory_type_when_asked():
+    memory = EpisodicMemory(64, capacity=10, embedder=HashingEmbedder(64))
+    memory.remember(["refund approved", "refund refused"], scope="alice", now=0.0)
+    fact = int(memory.remember(["refunds need a receipt"], scope="alice", memory_type="semantic", now=0.0)[0])
+    assert memory.recall("refund", k=5, now=1.0, memory_type="semantic").ids == [fact]
+    assert sorted(memory.recall("refund", k=5, now=1.0, memory_type="episode").ids) == [0, 1]
+    assert sorted(memory.recall("refund", k=5, now=1.0).ids) == [0, 1, fact]  # default: every type
+    # the filter is the type column, exactly: the same as retrieving everything and keeping that type
+    query = HashingEmbedder(64).embed(["refund"])
+    every = memory.retrieve(query, now=1.0, k=5)
+    episodes = memory.retrieve(query, now=1.0, k=5, memory_type="episode")
+    kept = [i for i in every.ids[0].tolist() if i in (0, 1)]
+    assert episodes.ids[0].tolist()[:2] == kept and episodes.ids[0].tolist()[2:] == [-1, -1, -1]
+    with pytest.raises(ValueError, match="memory_type must be None or one of"):
+        memory.retrieve(query, now=1.0, memory_type="fact")
+
+
 def test_remember_refuses_bad_input_and_changes_nothing():
     memory = EpisodicMemory(16, capacity=10, embedder=HashingEmbedder(16))
     memory.remember(["kept"], now=0.0)

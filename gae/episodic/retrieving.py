@@ -1,5 +1,5 @@
 """Retrieval from an :class:`~gae.EpisodicMemory`: the ``k`` best memories of each query among
-those it may see (scope, validity window), scored by :class:`~gae.RetrievalScorer`."""
+those it may see (scope, validity window, and type when asked), scored by :class:`~gae.RetrievalScorer`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from gae import validation as check
-from gae.episodic.columns import scope_index
+from gae.episodic.columns import MEMORY_TYPES, scope_index
 from gae.episodic.records import Retrieval
 from gae.episodic.scorer import _CHUNK, RetrievalScorer, TopK, top_k
 from gae.validation import scope_lists
@@ -31,7 +31,8 @@ class RetrievingMixin:
     version: Any
 
     @torch.no_grad()
-    def retrieve(self, queries: Tensor, *, now: float, k: int = 5, scopes: Any = None) -> Retrieval:
+    def retrieve(self, queries: Tensor, *, now: float, k: int = 5, scopes: Any = None,
+                 memory_type: str | None = None) -> Retrieval:
         """The ``k`` best memories for each of Q queries, among those each query may see.
 
         Args:
@@ -41,6 +42,8 @@ class RetrievingMixin:
             scopes: None (every scope); the scopes every query may see (a list, or a 1-D integer
                 tensor (any device) or numpy array); or one list per query (a list of lists or of
                 1-D tensors, or a (Q, S) integer tensor or array).
+            memory_type: None (every type), or only memories of this type (``'episode'`` or
+                ``'semantic'``).
         """
         with self._lock:  # a reload from the store and the read of one state
             self._fresh()
@@ -48,11 +51,15 @@ class RetrievingMixin:
             queries = check.check_factors(queries, self.dim, device, "queries")
             now = check.check_real("now", now, low=-float("inf"))
             k = check.check_int("k", k, low=1)
+            if memory_type is not None and memory_type not in MEMORY_TYPES:
+                raise ValueError(f"memory_type must be None or one of {MEMORY_TYPES}, got {memory_type!r}")
             allowed = self._allowed(scopes, queries.shape[0])  # (Q, N) or (N,) bool, or None
             created, importance = self._column("created_at"), self._column("importance")
             w_sim, w_rec, w_imp = self.scorer.weights.detach()
             recency = torch.exp(-(now - created).float() / self.scorer.tau)
             valid = (self._column("valid_from") <= now) & (now < self._column("valid_until"))
+            if memory_type is not None:
+                valid &= self._column("memory_type") == MEMORY_TYPES.index(memory_type)
             if allowed is not None and allowed.dim() == 1:
                 valid &= allowed
                 allowed = None

@@ -90,16 +90,17 @@ class TextMixin:
         embeddings = self._embed(texts)
         return self.add(embeddings, importance, scope=scope, memory_type=memory_type, now=now, content=texts, **options)
 
-    def recall(self, text: str, *, k: int = 5, scopes: Any = None, now: float | None = None) -> TextRecall:
-        """The ``k`` memories that best answer ``text`` among those ``scopes`` allows
-        (:meth:`~gae.EpisodicMemory.retrieve` of its embedding), with their texts. ``now``:
-        seconds, default ``time.time()``."""
+    def recall(self, text: str, *, k: int = 5, scopes: Any = None, now: float | None = None,
+               memory_type: str | None = None) -> TextRecall:
+        """The ``k`` memories that best answer ``text`` among those ``scopes`` (and ``memory_type``,
+        default every type) allow (:meth:`~gae.EpisodicMemory.retrieve` of its embedding), with their
+        texts. ``now``: seconds, default ``time.time()``."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         query = self._embed(check_texts("text", [text]))
         now = time.time() if now is None else now
         with self._lock:  # the retrieval and the texts of one state
-            found = self.retrieve(query, now=now, k=k, scopes=scopes)
+            found = self.retrieve(query, now=now, k=k, scopes=scopes, memory_type=memory_type)
             ids = [int(i) for i in found.ids[0].tolist() if i >= 0]
             texts = [None if row is None else self.contents[row] for row in self.rows_of(ids)]
         n = len(ids)

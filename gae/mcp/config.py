@@ -12,6 +12,7 @@
 
     [text]
     capacity = 1000000       # text memories kept (the oldest go first past it)
+    recency_hours = 24       # recall's recency time constant, in hours: exp(-age / 24 h) (see below)
 
     [ledger]
     durable_decisions = true # every decide committed before it answers (false: with the next verify)
@@ -19,6 +20,7 @@
     [limits]                 # what one call may ask for
     memories = 100           # judgment memories (sets of factor names) the server holds
     factors = 256            # factors a decision names
+    actions = 64             # actions a judgment memory holds (decide's actions, and what it grows to)
     name_length = 200        # characters of a name (category, action, factor, scope)
     text_length = 20000      # characters of a text or a query
 
@@ -34,6 +36,14 @@ its own table. The older forms are read as the settings they became: the previou
 
 Without a ``[[memory]]`` for a set of factor names, the server opens a memory for it on first
 sight that grows its categories and actions as calls name them.
+
+``[text] recency_hours`` is the time constant of the recency term of a recall's score,
+``exp(-age / tau)``, in hours (the :class:`~gae.RetrievalScorer` takes seconds: the service
+converts). The default, 24 hours, is an agent's working day: a note written today keeps most of
+its recency, one from yesterday about a third (e^-1), one from last week next to none, so among
+texts about as similar to the query, today's come first. The store does not keep it: a server
+started with another value ranks the same texts by it, and stores written before it existed open
+as they are.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extr
     import tomli as tomllib
 
 TEXT_CAPACITY = 1_000_000
+RECENCY_HOURS = 24.0  # an agent's working day (see the module)
 TARGET_ERROR = 0.02  # the server's act-or-refer target by default: an agent asks "may I act?" first
 # act or refer's settings: the ServerConfig field -> its key in [refer], then the older forms read as it
 # (the first release's [refer] keys, the previous release's [judgment] options)
@@ -87,9 +98,11 @@ class ServerConfig:
     refer_confidence: float = MIN_CONFIDENCE  # without a target: refer a decision less confident than this
     refer_margin: float = MIN_MARGIN  # refer when the best two probabilities are closer than this
     text_capacity: int = TEXT_CAPACITY
+    recency_hours: float = RECENCY_HOURS  # recall's recency time constant, in hours
     durable_decisions: bool = True
     max_memories: int = 100
     max_factors: int = 256
+    max_actions: int = 64  # actions one judgment memory holds
     name_length: int = 200
     text_length: int = 20_000
     memories: tuple[FixedMemory, ...] = ()
@@ -101,6 +114,7 @@ class ServerConfig:
             value = getattr(self, setting)
             if not (setting == "target_error" and value is None):
                 _refer_value(setting, setting, value)
+        check.check_real("recency_hours", self.recency_hours, low=0.0, low_open=True)
 
     def fixed(self, factors: tuple[str, ...]) -> FixedMemory | None:
         """The fixed memory of these (sorted) factor names, or None."""
@@ -145,11 +159,11 @@ class ServerConfig:
         options = tables["judgment"]
         judgment = JudgmentConfig.recommended().replace(**options) if options else JudgmentConfig.recommended()
         text = _table("text", values.get("text", {}))
-        _known("[text]", text, ("capacity",))
+        _known("[text]", text, ("capacity", "recency_hours"))
         ledger = _table("ledger", values.get("ledger", {}))
         _known("[ledger]", ledger, ("durable_decisions",))
         limits = _table("limits", values.get("limits", {}))
-        _known("[limits]", limits, ("memories", "factors", "name_length", "text_length"))
+        _known("[limits]", limits, ("memories", "factors", "actions", "name_length", "text_length"))
         durable = ledger.get("durable_decisions", True)
         if not isinstance(durable, bool):
             raise TypeError(f"ledger.durable_decisions must be true or false, got {durable!r}")
@@ -165,11 +179,19 @@ class ServerConfig:
         vocabularies = [m.factors for m in memories]
         if len(set(vocabularies)) != len(vocabularies):
             raise ValueError("two [[memory]] tables name the same factors")
+        max_actions = check.check_int("limits.actions", limits.get("actions", 64), low=1)
+        for i, memory in enumerate(memories):
+            if len(memory.actions) > max_actions:
+                raise ValueError(f"memory[{i}].actions names {len(memory.actions)} actions, more than [limits] "
+                                 f"actions ({max_actions})")
         return cls(judgment=judgment, **referral,
                    text_capacity=check.check_int("text.capacity", text.get("capacity", TEXT_CAPACITY), low=1),
+                   recency_hours=check.check_real("text.recency_hours", text.get("recency_hours", RECENCY_HOURS),
+                                                  low=0.0, low_open=True),
                    durable_decisions=durable, memories=tuple(memories),
                    max_memories=check.check_int("limits.memories", limits.get("memories", 100), low=1),
                    max_factors=check.check_int("limits.factors", limits.get("factors", 256), low=1),
+                   max_actions=max_actions,
                    name_length=check.check_int("limits.name_length", limits.get("name_length", 200), low=1),
                    text_length=check.check_int("limits.text_length", limits.get("text_length", 20_000), low=1))
 

@@ -6,7 +6,52 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from typing_extensions import TypedDict  # pydantic needs it for nested TypedDicts before Python 3.12
+
 from gae.judgment.explain import Explanation
+
+
+class JudgeJSON(TypedDict):
+    """One judge's say in the answer: its trust (the judges' trusts sum to 1) and its votes
+    (action: probability)."""
+
+    trust: float
+    votes: dict[str, float]
+
+
+class ThresholdJSON(TypedDict):
+    """A bin that decided a bins judge's answer: the factor's value lies in [low, high) (None: an
+    open end), which favours action over rival by nats."""
+
+    judge: str
+    factor: str
+    low: float | None
+    high: float | None
+    action: str
+    rival: str
+    nats: float
+
+
+class ExplanationJSON(TypedDict):
+    """Why a decision was decided as it was: the answer (action, confidence, probs, margin), each
+    action's distance to its nearest prototype and each factor's contributions to it, each factor's
+    weight and its parts attention and relevance, each judge's trust and votes, and the thresholds
+    of the bins judge."""
+
+    category: str
+    action: str | None
+    confidence: float
+    probs: dict[str, float]
+    margin: float | None
+    distance: dict[str, float | None]
+    contributions: dict[str, dict[str, float]]
+    nearest_prototype: dict[str, int]
+    weight: dict[str, float]
+    attention: dict[str, float]
+    relevance: dict[str, float]
+    prototypes_action: str | None
+    judges: dict[str, JudgeJSON]
+    thresholds: list[ThresholdJSON]
 
 
 def _number(value: Any) -> float | None:
@@ -14,7 +59,7 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def explanation_json(explanation: Explanation, b: int = 0) -> dict[str, Any]:
+def explanation_json(explanation: Explanation, b: int = 0) -> ExplanationJSON:
     """Decision ``b`` of ``explanation``: the answer (``action``, ``confidence``, ``probs``), each
     action's nearest prototype (``distance``, ``contributions`` per factor), each factor's
     ``weight`` in the distance and its parts ``attention`` and ``relevance``, each judge's

@@ -6,11 +6,15 @@ by its own :class:`~gae.Decider` on its own ledger in the store (``mcp:["amount"
 every decide and verify is committed before it answers and a restarted server (or a second one
 on the same store) has every decision, pending or learned. The Decider acts or refers by the
 config's ``[refer]`` options. A vocabulary the config does not fix grows its categories and
-actions as calls name them; one it fixes (``[[memory]]``) refuses other names.
+actions as calls name them (up to ``[limits] actions``); one it fixes (``[[memory]]``) refuses
+other names. A vocabulary that nearly is one the server has (:func:`near_miss`: a name left out
+or added, or names spelled a little differently) is refused as a likely slip, naming the memory
+it resembles, unless the call says it opens a new memory (``new_memory=True``).
 
-Text memories: one :class:`~gae.EpisodicMemory` on the same store (FIFO past its capacity),
-scoped: with ``scopes`` given, a call may name only those scopes, and ``forget`` only erases
-memories of those scopes.
+Text memories: one :class:`~gae.EpisodicMemory` on the same store (FIFO past its capacity,
+recency fading over ``[text] recency_hours``), scoped: with ``scopes`` given, a call may name
+only those scopes, and ``forget`` only erases memories of those scopes. A text remembered again
+in a scope that holds it already is not stored twice: ``remember`` answers the id it has.
 
 Every method raises :class:`ToolInputError` (a ValueError) naming the argument at fault, and
 then has changed nothing.
@@ -18,19 +22,21 @@ then has changed nothing.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gae import validation as check
 from gae.decider import Decider
-from gae.episodic.columns import MEMORY_TYPES
+from gae.episodic.columns import MEMORY_TYPES, scope_index
 from gae.episodic.embedders import Embedder
 from gae.episodic.memory import EpisodicMemory
+from gae.episodic.scorer import SECONDS_PER_HOUR, RetrievalScorer
 from gae.judgment.config import JudgmentConfig
 from gae.judgment.memory import JudgmentMemory
 from gae.ledger import Ledger, ledgers
@@ -40,19 +46,28 @@ from gae.mcp.explained import explanation_json
 LEDGER_PREFIX = "mcp:"  # + the vocabulary as a JSON list
 TEXT_LEDGER = "mcp-text"  # its meta says which embedder the text memories were embedded by
 MAX_K = 100  # recall's largest k
+MAX_ID = 2**63 - 1  # a text memory's id is a signed 64-bit int, >= 0
+CLOSE_SPELLING = 0.8  # two factor names this alike (difflib's ratio) read as one name misspelt
+SHOWN = 8  # names a refusal lists of a longer list
+LONGEST_MESSAGE = 1000  # characters of a refusal
 MAX_OWNERS = 1_000_000  # pending decision ids the service maps to their memory (the oldest forgotten first)
 
 
 class ToolInputError(ValueError):
-    """A tool's argument is refused: ``field`` names it (``factors.amount``, ``scopes[1]``)."""
+    """A tool's argument is refused: ``field`` names it (``factors.amount``, ``scopes[1]``). The
+    message is one line, cut at :data:`LONGEST_MESSAGE` characters (a value a client sent may be
+    as long as it likes: a 400-digit int)."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        text = f"{field}: {message}"
+        if len(text) > LONGEST_MESSAGE:
+            text = text[:LONGEST_MESSAGE - 1] + "…"
+        super().__init__(text)
         self.field = field
 
 
 class MemoryService:
-    """The six tools over one store (see the module).
+    """The seven tools over one store (see the module).
 
     Args:
         open_store: makes a new connection to the store (one for the judgment memories, one for the texts).
@@ -77,13 +92,23 @@ class MemoryService:
         self._refresh()
 
     # -- judgment ---------------------------------------------------------------------------
-    def decide(self, category: Any, factors: Any, actions: Any = None) -> dict[str, Any]:
+    def decide(self, category: Any, factors: Any, actions: Any = None, new_memory: Any = False) -> dict[str, Any]:
         """Score one decision and keep it pending: ``id``, ``action`` (None: no opinion yet),
-        ``confidence``, ``probs``, ``refer`` and its ``reasons``."""
+        ``confidence``, ``probs``, ``refer``, its ``reasons`` and ``verifications_needed`` (the
+        verified decisions act or refer still needs before it takes one alone).
+
+        ``new_memory=True`` opens a memory for these factor names even when they nearly are those
+        of a memory the server has (without it, such a call is refused naming that memory)."""
         limits = self.config
         category = _name("category", category, limits.name_length)
         vocabulary, row = _factors(factors, limits.max_factors, limits.name_length)
+        if actions is not None and not isinstance(actions, str) and isinstance(actions, Sequence) \
+                and len(actions) > limits.max_actions:
+            raise ToolInputError("actions", f"names {len(actions):,} actions, more than the {limits.max_actions} a "
+                                 "memory may hold ([limits] actions)")
         actions = None if actions is None else _names("actions", actions, limits.name_length)
+        if not isinstance(new_memory, bool):
+            raise ToolInputError("new_memory", f"must be true or false, got {new_memory!r}")
         with self._lock:
             fixed = self.config.fixed(vocabulary)
             if fixed is not None:  # checked against the config first: a refused call creates no ledger
@@ -95,18 +120,26 @@ class MemoryService:
             decider = self._deciders.get(vocabulary)
             if decider is None:
                 self._refresh()  # another server on the store may have opened it
-                decider = self._deciders.get(vocabulary) or self._open(vocabulary, category, actions)
+                decider = self._deciders.get(vocabulary) or self._open(vocabulary, category, actions, new_memory)
             unknown = [a for a in actions or () if a not in decider.memory.action_names]
             if unknown:
                 decider.sync()  # another server may have added them meanwhile
                 unknown = [a for a in unknown if a not in decider.memory.action_names]
             if unknown:
+                held = decider.memory.action_names
+                if len(held) + len(unknown) > limits.max_actions:
+                    raise ToolInputError("actions", f"would add {_shown(unknown)} to the {len(held)} actions of the "
+                                         f"memory of factors {_shown(vocabulary)}, more than the "
+                                         f"{limits.max_actions} a memory may hold ([limits] actions)")
                 decider.add_actions_(unknown)
             decision = decider.decide(row, category)
             self._own(decision.id, vocabulary, decision.action)
         return {"id": decision.id, "action": decision.action, "confidence": float(decision.confidence),
                 "probs": {name: float(p) for name, p in decision.probs.items()}, "refer": decision.refer,
-                "reasons": list(decision.reasons), "category": category, "factors": list(vocabulary)}
+                "reasons": list(decision.reasons),
+                # (a Decider without the attribute predates calibration's count: nothing is owed)
+                "verifications_needed": int(getattr(decision, "verifications_needed", 0)),
+                "category": category, "factors": list(vocabulary)}
 
     def verify(self, decision_id: Any, action: Any) -> dict[str, Any]:
         """Learn pending decision ``decision_id`` as ``action``: ``learned``, and ``confirmed``
@@ -116,8 +149,15 @@ class MemoryService:
         with self._lock:
             decider, recommended = self._owner(decision_id)
             memory = decider.memory
-            if self.config.fixed(tuple(memory.factor_names)) is not None and action not in memory.action_names:
-                raise ToolInputError("action", f"{action!r} is not one of {list(memory.action_names)}")
+            if action not in memory.action_names:
+                decider.sync()  # another server may have added it meanwhile
+            if action not in memory.action_names:
+                held = list(memory.action_names)
+                if self.config.fixed(tuple(memory.factor_names)) is not None:
+                    raise ToolInputError("action", f"{action!r} is not one of this memory's actions {held}")
+                if len(held) >= self.config.max_actions:
+                    raise ToolInputError("action", f"{action!r} is not one of this memory's actions {_shown(held)}, "
+                                         f"and it holds {len(held)}, the most a memory may ([limits] actions)")
             try:
                 result = decider.verify(decision_id, action)
             except KeyError as error:  # expired since, or verified by another server on the store
@@ -154,31 +194,44 @@ class MemoryService:
         _utf8("text", text)
         scope = self._scope("scope", scope)
         importance = _unit("importance", importance)
-        if memory_type not in MEMORY_TYPES:
-            raise ToolInputError("memory_type", f"must be one of {list(MEMORY_TYPES)}, got {memory_type!r}")
-        ids = self.text.remember([text], scope=scope, importance=importance, memory_type=memory_type)
+        _memory_type("memory_type", memory_type)
+        memory = self.text
+        memory._embed([text])  # embedded (and cached) outside the lock: the store's other calls need not wait
+        with memory._lock:  # the look for the text and the add see one state
+            memory._fresh()
+            stored = _stored(memory, text, scope)
+            if stored is not None:
+                return stored
+            ids = memory.remember([text], scope=scope, importance=importance, memory_type=memory_type)
         return int(ids[0])
 
-    def recall(self, query: Any, scopes: Any, k: Any = 5) -> list[dict[str, Any]]:
-        """The ``k`` text memories of ``scopes`` that best answer ``query``, best first."""
+    def recall(self, query: Any, scopes: Any = None, k: Any = 5, memory_type: Any = None) -> list[dict[str, Any]]:
+        """The ``k`` text memories of ``scopes`` that best answer ``query``, best first: ``scopes``
+        None asks every scope this server serves (``scopes`` given to it, else every scope the
+        store holds); ``memory_type`` None asks every type."""
         if not isinstance(query, str) or not query.strip():
             raise ToolInputError("query", f"must be a non-empty string, got {query!r}")
         if len(query) > self.config.text_length:
             raise ToolInputError("query", f"holds {len(query):,} characters, more than the "
                                  f"{self.config.text_length:,} this server takes ([limits] text_length)")
         _utf8("query", query)
-        if isinstance(scopes, str) or not isinstance(scopes, Sequence) or not scopes:
-            raise ToolInputError("scopes", f"must be a non-empty list of scope names, got {scopes!r}")
-        scopes = [self._scope(f"scopes[{i}]", s) for i, s in enumerate(scopes)]
+        if scopes is not None:
+            if isinstance(scopes, str) or not isinstance(scopes, Sequence) or not scopes:
+                raise ToolInputError("scopes", f"must be a non-empty list of scope names, or omitted for every scope, "
+                                     f"got {scopes!r}")
+            scopes = [self._scope(f"scopes[{i}]", s) for i, s in enumerate(scopes)]
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolInputError("k", f"must be an int in [1, {MAX_K}], got {k!r}")
+        if memory_type is not None:
+            _memory_type("memory_type", memory_type)
         memory = self.text
         with memory._lock:  # the recall and the scopes of its answer see one state (a forget waits)
             memory._fresh()  # what other servers on the store wrote: their scopes too
-            known = [s for s in scopes if s in memory.scope_names]  # a scope never written holds nothing
-            if not known:
+            asked = scopes if scopes is not None else self.scopes  # None: every scope
+            known = None if asked is None else [s for s in asked if s in memory.scope_names]
+            if known == []:  # a scope never written holds nothing
                 return []
-            found = memory.recall(query, k=k, scopes=known)
+            found = memory.recall(query, k=k, scopes=known, memory_type=memory_type)
             scope_of = self._scopes_of(found.ids)
         return [{"id": i, "text": t, "scope": scope_of[i], "score": s, "similarity": sim, "recency": rec,
                  "importance": imp} for i, t, s, sim, rec, imp in
@@ -192,6 +245,8 @@ class MemoryService:
         for i, value in enumerate(ids):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ToolInputError(f"ids[{i}]", f"must be an int memory id, got {value!r}")
+            if not 0 <= value <= MAX_ID:  # no memory has it: ids are signed 64-bit ints from 0
+                raise ToolInputError(f"ids[{i}]", f"must be a memory id in [0, 2**63 - 1], got {value}")
         if len(set(ids)) != len(ids):
             raise ToolInputError("ids", f"names a memory twice: {list(ids)}")
         memory = self.text
@@ -206,6 +261,35 @@ class MemoryService:
             memory.delete(list(ids), now=time.time(), reason="forget (gae-mcp)", erase=True)
         return list(ids)
 
+    # -- what there is ----------------------------------------------------------------------
+    def memories(self) -> dict[str, Any]:
+        """What a client may name: ``scopes`` (those this server serves, or, serving any, those the
+        store holds), ``any_scope`` (whether other scope names are taken too), and ``judgment``:
+        each judgment memory's ``factors``, ``categories`` and ``actions``, whether its names are
+        ``fixed`` by the config or grow, and its ``pending`` and ``learned`` decisions (a memory the
+        config fixes is listed before its first decision too)."""
+        with self._lock:
+            self._refresh()
+            listed = []
+            for vocabulary, decider in sorted(self._deciders.items()):
+                decider.sync()  # names another server added since
+                memory = decider.memory
+                listed.append({"factors": list(vocabulary), "categories": list(memory.category_names or ()),
+                               "actions": list(memory.action_names),
+                               "fixed": self.config.fixed(vocabulary) is not None,
+                               "pending": len(decider.pending()), "learned": int(memory.num_decisions)})
+            listed += [{"factors": list(m.factors), "categories": list(m.categories), "actions": list(m.actions),
+                        "fixed": True, "pending": 0, "learned": 0}
+                       for m in self.config.memories if m.factors not in self._deciders]
+        if self.scopes is not None:
+            scopes = list(self.scopes)
+        else:
+            text = self.text
+            with text._lock:
+                text._fresh()
+                scopes = list(text.scope_names)
+        return {"scopes": scopes, "any_scope": self.scopes is None, "judgment": listed}
+
     @property
     def text(self) -> EpisodicMemory:
         """The text memories (built, and the embedder loaded, on first use)."""
@@ -219,19 +303,30 @@ class MemoryService:
                 store = self.open_store()
                 _check_embedder(store, embedder)
                 try:
+                    scorer = RetrievalScorer(tau=self.config.recency_hours * SECONDS_PER_HOUR)
                     self._text = EpisodicMemory(embedder.dim, capacity=self.config.text_capacity, eviction="fifo",
-                                                store=store, embedder=embedder)
+                                                scorer=scorer, store=store, embedder=embedder)
                 except ValueError as error:
                     raise ValueError(f"the text memories cannot be opened with this config ([text] capacity = "
                                      f"{self.config.text_capacity:,}): {error}") from error
             return self._text
 
     # -- helpers ----------------------------------------------------------------------------
-    def _open(self, vocabulary: tuple[str, ...], category: str, actions: tuple[str, ...] | None) -> Decider:
-        """A new judgment memory for ``vocabulary``, named by the config or by this first call."""
+    def _open(self, vocabulary: tuple[str, ...], category: str, actions: tuple[str, ...] | None,
+              new_memory: bool) -> Decider:
+        """A new judgment memory for ``vocabulary``, named by the config or by this first call;
+        refused when ``vocabulary`` nearly is a known one's, unless ``new_memory``."""
         fixed = self.config.fixed(vocabulary)
+        if fixed is None and not new_memory:
+            known = set(self._deciders) | {m.factors for m in self.config.memories}
+            close = near_miss(vocabulary, known)
+            if close is not None:
+                nearest, difference = close
+                raise ToolInputError("factors", f"{_shown(vocabulary)} nearly are the factors of an existing memory "
+                                     f"{_shown(nearest)} ({difference}): send its names, or new_memory=true to open "
+                                     "a memory on these")
         if len(self._deciders) >= self.config.max_memories:
-            raise ToolInputError("factors", f"factors {list(vocabulary)[:8]} would open a new judgment memory, but "
+            raise ToolInputError("factors", f"factors {_shown(vocabulary)} would open a new judgment memory, but "
                                  f"this server holds {len(self._deciders)}, its limit ([limits] memories)")
         if fixed is not None:
             categories, names = fixed.categories, fixed.actions
@@ -329,6 +424,87 @@ class MemoryService:
         return {i: (names[-1 - code] if code < 0 else f"#{code}") for i, code in scope.items()}
 
 
+def near_miss(vocabulary: tuple[str, ...], known: Iterable[tuple[str, ...]]) -> tuple[tuple[str, ...], str] | None:
+    """The known vocabulary that ``vocabulary`` nearly is, and how it differs (``['risk'] left
+    out``), or None: one it leaves names out of (a strict subset), one it adds
+    names to (a strict superset), or one of as many names where each name it does not share is
+    spelt close to one of the other's (equal but for case, spaces, ``_`` and ``-``, or difflib's
+    ratio at least :data:`CLOSE_SPELLING`). The closest is the one with the fewest names differing
+    (then the first in sorted order)."""
+    new = set(vocabulary)
+    found: list[tuple[int, tuple[str, ...], str]] = []
+    for names in known:
+        old = set(names)
+        if new < old:
+            left_out = sorted(old - new)
+            found.append((len(left_out), names, f"{_shown(left_out)} left out"))
+        elif new > old:
+            added = sorted(new - old)
+            found.append((len(added), names, f"{_shown(added)} added"))
+        elif len(new) == len(old) and new != old:
+            pairs = _spelt_alike(sorted(new - old), sorted(old - new))
+            if pairs is not None:
+                spelt = ", ".join(f"{a!r} for {b!r}" for a, b in pairs[:SHOWN])
+                found.append((len(pairs), names, f"{spelt}{' ...' if len(pairs) > SHOWN else ''}"))
+    if not found:
+        return None
+    _, names, difference = min(found, key=lambda entry: entry[:2])
+    return names, difference
+
+
+def _spelt_alike(names: list[str], others: list[str]) -> list[tuple[str, str]] | None:
+    """Each of ``names`` paired with one of ``others`` spelt close to it, or None when one has none."""
+    def plain(name: str) -> str:
+        return "".join(name.lower().replace("_", "").replace("-", "").split())
+
+    left = list(others)
+    alike: dict[str, list[str]] = {}  # a plain spelling -> the names of others spelt so
+    for other in others:
+        alike.setdefault(plain(other), []).append(other)
+    pairs = []
+    for name in names:
+        match = next((o for o in alike.get(plain(name), ()) if o in left), None)
+        if match is None:
+            close = difflib.get_close_matches(name, left, n=1, cutoff=CLOSE_SPELLING)
+            if not close:
+                return None  # (stops at the first name with no match: a vocabulary of other names costs little)
+            match = close[0]
+        left.remove(match)
+        pairs.append((name, match))
+    return pairs
+
+
+def _shown(names: Sequence[str]) -> str:
+    """``names`` as a list, the first :data:`SHOWN` of a longer one and how many more."""
+    names = list(names)
+    if len(names) <= SHOWN:
+        return str(names)
+    return f"{str(names[:SHOWN])[:-1]}, ... (+{len(names) - SHOWN} more)]"
+
+
+def _stored(memory: EpisodicMemory, text: str, scope: str) -> int | None:
+    """The id of the live text memory of ``scope`` that holds ``text``, or None (the caller holds
+    the memory's lock). The texts are scanned by ``list.index`` (C), a few milliseconds a million."""
+    if scope not in memory.scope_names:
+        return None
+    code = scope_index(scope, memory.scope_names, "scope")
+    scopes, ids, contents = memory._column("scope"), memory._column("ids"), memory.contents
+    row = -1
+    while True:
+        try:
+            row = contents.index(text, row + 1)
+        except ValueError:
+            return None
+        if int(scopes[row]) == code:
+            return int(ids[row])
+
+
+def _memory_type(field: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in MEMORY_TYPES:
+        raise ToolInputError(field, f"must be one of {list(MEMORY_TYPES)}, got {value!r}")
+    return value
+
+
 def _utf8(field: str, text: str) -> None:
     try:
         text.encode("utf-8")
@@ -388,7 +564,7 @@ def _factors(factors: Any, most: int, longest: int) -> tuple[tuple[str, ...], li
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            raise ToolInputError(f"factors.{name}", f"must be finite, got {value!r}"[:200])
+            raise ToolInputError(f"factors.{name}", f"must be finite, got {value!r}")
         if abs(number) > check.LEARN_LIMIT:
             raise ToolInputError(f"factors.{name}", f"must lie in [-{check.LEARN_LIMIT:g}, {check.LEARN_LIMIT:g}], "
                                  f"got {number!r}")
