@@ -67,6 +67,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Path], str]]] = {  # section: (record 
     "load-store": ("load-store.json", script("scripts.load_store", "section")),
     "load-ledger": ("load-ledger.json", script("scripts.load_ledger", "section")),
     "bench-mcp": ("bench-mcp.json", script("scripts.bench_mcp", "table")),
+    "mcp-clients": ("mcp-clients.json", script("scripts.mcp_clients", "table")),
     "bench-decider": ("bench-decider.json", script("scripts.bench_decider", "section")),
     "autonomy": ("autonomy.json", script("scripts.autonomy", "section")),
     "sweep-prototypes": ("sweep-prototypes.md", output()),  # scripts/sweep_prototypes.py --out
