@@ -181,7 +181,8 @@ def test_undo_takes_back_the_last_verifications(serving):
     for (row, category, action), decision in zip(stream[:26], made[:26], strict=True):
         clean.learn_one(row, action, category, decision.action == action)
     assert_same_memory_learned(decider.memory, clean)
-    assert len(decider.referral.calibrator) == len([d for d in made[:26] if set(d.reasons) <= {"low_confidence"}
+    threshold_only = {"low_confidence", "not_calibrated"}
+    assert len(decider.referral.calibrator) == len([d for d in made[:26] if set(d.reasons) <= threshold_only
                                                     and d.action is not None])
 
 

@@ -8,41 +8,93 @@ import math
 import numpy as np
 import pytest
 
-from gae.decider.refer import CHANGE_LEVEL, GRID, Referral, ReferralCalibrator, kl_passes, kl_upper_bound
+from gae.decider.refer import (
+    CHAIN_STARTS,
+    CHANGE_LEVEL,
+    GRID,
+    SHARES,
+    Referral,
+    ReferralCalibrator,
+    binomial_cdf,
+    needed,
+    passes,
+)
 
 
-def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:
-    """The exact one-sided bound by bisection on the binomial CDF: the slow, obvious reference."""
-    def cdf(p: float) -> float:
-        return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(errors + 1))
-
-    low, high = errors / n, 1.0
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if cdf(middle) > delta else (low, middle)
-    return high
+def cdf_reference(errors: int, n: int, p: float) -> float:
+    """P(K <= errors) for K ~ Binomial(n, p) by the textbook sum: the slow, obvious reference."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(min(errors, n) + 1))
 
 
-def test_the_bound_at_no_error_is_the_exact_one():
-    n = np.array([10, 150, 1000])
-    torch_free = kl_upper_bound(np.zeros(3), n, math.log(1 / 0.05))
-    np.testing.assert_allclose(torch_free, 1 - 0.05 ** (1 / n), rtol=1e-9)
+def fallback_reference(window: list[tuple[float, bool]], target: float, delta: float) -> float:
+    """The fallback procedure written out from the decisions themselves: levels from the strictest
+    down, each tested at its share plus the budget of the level before when that one passed."""
+    threshold, carried = math.inf, 0.0
+    for level in sorted(GRID, reverse=True):
+        share = delta / len(CHAIN_STARTS) if level in CHAIN_STARTS else 0.0
+        above = [correct for confidence, correct in window if confidence >= level]
+        wrong = sum(not c for c in above)
+        budget = carried + share
+        if above and wrong < target * len(above) and cdf_reference(wrong, len(above), target) <= budget:
+            threshold, carried = level, budget
+        else:
+            carried = 0.0
+    return threshold
 
 
-@pytest.mark.parametrize("errors, n", [(1, 50), (3, 200), (10, 400), (40, 100)])
-def test_the_bound_is_valid_no_tighter_than_the_exact_one(errors, n):
-    bound = float(kl_upper_bound(np.array([errors]), np.array([n]), math.log(1 / 0.05))[0])
-    exact = clopper_pearson_upper(errors, n, 0.05)
-    assert errors / n < exact <= bound + 1e-9  # Chernoff's bound is never below the exact one
-    assert bound < exact + 0.05  # and not loose
+@pytest.mark.parametrize("errors, n, p", [(0, 10, 0.02), (0, 228, 0.02), (3, 200, 0.02), (10, 400, 0.05),
+                                          (40, 100, 0.3), (5, 5, 0.5), (7, 3, 0.1), (25, 2000, 0.02)])
+def test_the_binomial_tail_is_the_textbook_sum(errors, n, p):
+    assert binomial_cdf(errors, n, p) == pytest.approx(cdf_reference(errors, n, p), rel=1e-9, abs=1e-300)
 
 
-def test_the_bound_holds_as_often_as_it_promises():
-    rng = np.random.default_rng(0)
-    p, n, budget = 0.05, 300, math.log(1 / 0.1)
-    errors = rng.binomial(n, p, size=4000)
-    misses = np.mean(kl_upper_bound(errors, np.full(4000, n), budget) < p)
-    assert misses <= 0.1
+@pytest.mark.parametrize("n, target, level", [(400, 0.05, 0.1), (1000, 0.02, 0.01), (228, 0.02, 0.01)])
+def test_the_test_passes_at_most_level_of_the_time_at_the_target(n, target, level):
+    """At an error rate exactly the target, the chance a level passes, summed exactly over the
+    binomial's outcomes, is at most ``level`` (and not far below it: the test is exact)."""
+    chance = sum(math.comb(n, k) * target ** k * (1 - target) ** (n - k)
+                 for k in range(n + 1) if passes(k, n, target, level))
+    assert level / 4 < chance <= level
+
+
+@pytest.mark.parametrize("errors, n", [(0, 0), (0, 100), (2, 150), (6, 900), (30, 1000)])
+def test_needed_is_the_fewest_right_answers_that_pass(errors, n):
+    target, level = 0.02, 0.01
+    more = needed(errors, n, target, level)
+    assert passes(errors, n + more, target, level)
+    assert more == 0 or not passes(errors, n + more - 1, target, level)
+
+
+def test_delta_is_shared_among_the_chain_starts_and_nowhere_else():
+    assert sum(SHARES) == pytest.approx(1.0)
+    assert [level for level, share in zip(GRID, SHARES, strict=True) if share] == sorted(CHAIN_STARTS)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_threshold_is_the_fallback_procedure_written_out(seed):
+    rng = np.random.default_rng(seed)
+    calibrator = ReferralCalibrator(0.03, window=700, delta=0.1)
+    window = []
+    for _ in range(700 + 50 * seed):
+        confidence = float(rng.choice([rng.uniform(0.3, 1.0), rng.choice(GRID), 1.0]))
+        correct = bool(rng.random() < 0.9 + 0.1 * confidence ** 4)
+        calibrator.observe(confidence, correct)
+        window = (window + [(confidence, correct)])[-700:]
+    assert calibrator.threshold == fallback_reference(window, 0.03, 0.1)
+
+
+def test_the_fallback_needs_fewer_verifications_than_bonferroni():
+    """Right answers only, at 0.99: the fallback passes its 0.99 chain start at delta / 5, where
+    Bonferroni over the grid tests every level at delta / 27."""
+    fallback = needed(0, 0, 0.02, 0.05 / len(CHAIN_STARTS))
+    bonferroni = needed(0, 0, 0.02, 0.05 / len(GRID))
+    assert fallback == 228 and bonferroni == 312
+    calibrator = ReferralCalibrator(0.02)
+    assert calibrator.needed == fallback
+    for i in range(fallback):
+        assert calibrator.threshold == math.inf and calibrator.needed == fallback - i
+        calibrator.observe(0.99, True)
+    assert calibrator.threshold == GRID[0] and calibrator.needed == 0
 
 
 def test_no_evidence_refers_everything_and_clean_evidence_lets_it_act():
@@ -50,7 +102,7 @@ def test_no_evidence_refers_everything_and_clean_evidence_lets_it_act():
     assert calibrator.threshold == math.inf and len(calibrator) == 0
     for _ in range(100):
         calibrator.observe(0.99, True)
-    assert calibrator.threshold == math.inf  # 100 right answers cannot show 2% at 95% with 27 levels tested
+    assert calibrator.threshold == math.inf  # 100 right answers cannot show 2% at 95% on a fifth of delta
     for _ in range(300):
         calibrator.observe(0.99, True)
     assert calibrator.threshold == GRID[0]  # every level holds the same 400 right answers: the lowest passes
@@ -174,29 +226,6 @@ def test_unlearned_entries_go_and_the_later_ones_renumber():
     assert referral.state()["trust"]["seq"] == [0, 1, 2, 3] and referral.state()["calibration"]["seq"] == [0, 2, 3]
 
 
-def test_the_closed_form_pass_test_is_the_bound_at_most_the_target():
-    rng = np.random.default_rng(11)
-    n = rng.integers(0, 3000, 4000)
-    errors = np.minimum(rng.integers(0, 60, 4000), n)
-    for target in (0.01, 0.02, 0.1):
-        budget = math.log(len(GRID) / 0.05)
-        bound = kl_upper_bound(errors, n, budget)
-        clear = np.abs(bound - target) > 1e-9  # (bisection's precision at the edge)
-        assert np.array_equal(kl_passes(errors, n, target, budget)[clear], (bound <= target)[clear])
-
-
-def slow_threshold(entries: list[tuple[float, bool]], target: float, delta: float) -> float:
-    """The threshold as the module states it: the lowest level whose decisions at least that
-    confident have a bound at most the target, every decision counted one by one."""
-    for level in GRID:
-        chosen = [correct for confidence, correct in entries if confidence >= level]
-        bound = kl_upper_bound(np.array([len(chosen) - sum(chosen)]), np.array([len(chosen)]),
-                               math.log(len(GRID) / delta))[0]
-        if chosen and bound <= target:
-            return level
-    return math.inf
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_tallied_threshold_is_the_one_counted_over_the_window(seed):
     rng = np.random.default_rng(seed)
@@ -208,10 +237,10 @@ def test_the_tallied_threshold_is_the_one_counted_over_the_window(seed):
         calibrator.observe(confidence, correct, i)
         entries = (entries + [(confidence, correct)])[-700:]
         if i % 97 == 0 or i > 1490:
-            assert calibrator.threshold == slow_threshold(entries, 0.05, 0.05)
+            assert calibrator.threshold == fallback_reference(entries, 0.05, 0.05)
     calibrator.unlearned(list(range(1400, 1450)))
     kept = [e for e, seq in zip(entries, range(800, 1500), strict=True) if not 1400 <= seq < 1450]
-    assert calibrator.threshold == slow_threshold(kept, 0.05, 0.05)
+    assert calibrator.threshold == fallback_reference(kept, 0.05, 0.05)
 
 
 def test_the_running_tally_is_the_tally_counted_again():

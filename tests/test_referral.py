@@ -138,7 +138,7 @@ def test_without_evidence_every_decision_is_referred_then_the_threshold_comes_do
 def test_only_decisions_no_other_reason_referred_calibrate():
     decider = served(target_error=0.05)
     decisions = feed(decider, blobs(200))
-    eligible = [d for d in decisions if d.action is not None and set(d.reasons) <= {"low_confidence"}]
+    eligible = [d for d in decisions if d.action is not None and set(d.reasons) <= {"not_calibrated", "low_confidence"}]
     state = decider.referral.state()["calibration"]
     assert state["confidence"] == pytest.approx([d.confidence for d in eligible])
     assert state["seq"] == [i for i, d in enumerate(decisions) if d in eligible]
@@ -321,7 +321,7 @@ def test_a_memory_pickled_with_a_referral_unpickles_without_it_and_a_decider_ser
         old.referral  # noqa: B018
     again = Decider(old, target_error=0.05)
     assert again.referral.target_error == 0.05 and len(again.referral.calibrator) == 0
-    assert again.decide([3.0, 3.0], "a").reasons == ("low_confidence",) and again.state_dict()
+    assert again.decide([3.0, 3.0], "a").reasons == ("not_calibrated",) and again.state_dict()
     knn = KNNMemory(factors=2, actions=ACTIONS)
     state = knn.__getstate__()
     state["referral"] = Referral()
@@ -363,9 +363,16 @@ def test_the_autonomy_measurement_counts_what_each_contestant_took_alone():
     ruled = autonomy.run(("knn_400", "stagger", 200, 600, 0.05))
     for counts in (decided, ruled):
         assert counts["n"] == 600 and 0 < counts["alone"] < 600 and counts["wrong_alone"] <= 0.05 * counts["alone"]
-    assert set(decided["reasons"]) <= set(REASONS) and decided["reasons"]["low_confidence"] > 0
+    assert set(decided["reasons"]) <= set(REASONS) and decided["reasons"]["not_calibrated"] > 0
+    for counts in (decided, ruled):  # nothing is taken alone before the calibration passes a level
+        assert 90 <= counts["first_alone"] < 600 - counts["alone"] + counts["first_alone"]
     summary = autonomy.summarise([decided, ruled, {**ruled, "model": "jm_recommended"}])
-    assert summary["per_stream"]["stagger"]["jm_decide"]["autonomy"] == decided["alone"] / 600
+    stagger = summary["per_stream"]["stagger"]
+    assert stagger["jm_decide"]["autonomy"] == decided["alone"] / 600
+    assert stagger["jm_decide"]["first_alone"] == decided["first_alone"]
+    table = autonomy.section({"summary": summary, "target": 0.05, "window": 2000, "delta": 0.05, "n": 600,
+                              "command": "test", "machine": "here", "seconds": 1.0})
+    assert f"| {decided['first_alone']:,} |" in table and "first alone" in table
 
 
 def test_a_writer_without_a_target_keeps_the_evidence_for_one_with_a_target(tmp_path):
@@ -403,3 +410,62 @@ def test_a_trace_header_written_before_the_decider_builds_its_memory_without_the
     judgment = JudgmentMemory(["a"], ACTIONS, 2, recommended())
     old = {**memory_config(judgment), "target_error": 0.05, "refer_confidence": 0.6, "refer_margin": 0.1}
     assert memory_config(build_memory(old)) == memory_config(judgment)
+
+
+# -- not calibrated yet ------------------------------------------------------------------------------
+def test_until_a_level_passes_the_reason_is_not_calibrated_with_what_it_still_needs(tmp_path):
+    """With a target and no level proven, a decision the memory has an opinion on is referred as
+    ``not_calibrated`` (never ``low_confidence``), its ``verifications_needed`` the calibrator's
+    count then, falling as right answers come; once a level passes, none is not_calibrated. The
+    count travels with the decision: through the pending book's state_dict, the ledger's replay on
+    another writer, and ``Decider.decision`` for a past decision."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    decider = served(target_error=0.05, store=store, refer_margin=0.0)
+    made = feed(decider, blobs(400))
+    opinions = [d for d in made if d.action is not None]
+    before = [d for d in opinions if d.verifications_needed]
+    assert before and all(d.reasons[-1:] == ("not_calibrated",) for d in before)
+    assert all("low_confidence" not in d.reasons for d in before)
+    needs = [d.verifications_needed for d in before]
+    # 90 right answers pass a chain start at 5% on a fifth of delta; a wrong one adds more; the start that
+    # passes first needed one more right answer just before
+    assert needs[0] == 90 and max(needs) > 90 and needs[-1] == 1
+    assert decider.referral.threshold < 1.0 and decider.referral.needed == 0
+    assert not any("not_calibrated" in d.reasons for d in made[made.index(before[-1]) + 1:])
+    # a past decision as it was made, from the ledger (here and on another writer of the store)
+    assert decider.decision(before[0].id) == before[0]
+    other = served(target_error=0.05, store=SQLiteStore(tmp_path / "ledger.db"), refer_margin=0.0)
+    assert other.decision(before[-1].id).verifications_needed == before[-1].verifications_needed
+    with pytest.raises(KeyError):
+        decider.decision("nope")
+    # pending: in the book's state_dict and a replay
+    fresh = served(target_error=0.05)
+    pending = fresh.decide([3.0, 3.0], "a")
+    fresh.verify(pending.id, "reject")
+    waiting = fresh.decide([3.0, 3.0], "a")
+    assert waiting.reasons == ("not_calibrated",) and waiting.verifications_needed == fresh.referral.needed > 0
+    again = served(target_error=0.05)
+    again.load_state_dict(fresh.state_dict())
+    assert again.decision(waiting.id) == waiting and again.pending() == [waiting]
+    with pytest.raises(KeyError, match="in RAM"):
+        fresh.decision(pending.id)  # verified: a Decider in RAM keeps no past decisions
+
+
+def test_verifications_needed_is_refused_where_it_cannot_be():
+    from gae.decider.decision import Decision
+
+    with pytest.raises(ValueError, match="verifications_needed"):
+        Decision("x", "approve", 0.9, {"approve": 0.9, "reject": 0.1}, "a", 0, 0.0, None, True,
+                 ("low_confidence",), 5)  # only a not_calibrated decision needs verifications
+    with pytest.raises(ValueError, match="verifications_needed"):
+        Decision("x", "approve", 0.9, {"approve": 0.9, "reject": 0.1}, "a", 0, 0.0, None, True,
+                 ("not_calibrated",), -1)
+    decider = served(target_error=0.05)
+    decider.decide([3.0, 3.0], "a")
+    state = decider.state_dict()
+    state["pending"]["verifications_needed"] = [3]  # reasons: unseen_category, not not_calibrated
+    again = served(target_error=0.05)
+    before = again.state_dict()
+    with pytest.raises(ValueError, match="verifications_needed"):
+        again.load_state_dict(state)
+    assert str(again.state_dict()) == str(before)

@@ -37,6 +37,7 @@ from gae.decider.decision import (
     check_name_or_index,
     plain_action,
     plain_category,
+    recorded,
     stamp,
 )
 from gae.decider.refer import MIN_CONFIDENCE, MIN_MARGIN, Referral, verified_detail
@@ -97,8 +98,8 @@ class Decider:
         >>> decider.verify(decider.decide([0.9, 0.1], "invoice").id, "approve")["initialized"]
         True
         >>> decision = decider.decide([0.8, 0.2], "invoice")
-        >>> decision.action, decision.refer, decision.reasons
-        ('approve', True, ('low_confidence',))
+        >>> decision.action, decision.refer, decision.reasons, decision.verifications_needed
+        ('approve', True, ('not_calibrated',), 90)
     """
 
     def __init__(self, memory: DecisionMemory, *, store: Any = None, ledger: str | None = None,
@@ -243,6 +244,7 @@ class Decider:
                 decided_version=decision.version, at=when,
                 detail={"confidence": decision.confidence, "names": list(decision.probs),
                         "probs": list(decision.probs.values()), "reasons": list(decision.reasons),
+                        "needed": decision.verifications_needed,
                         "after": durable.seen}),  # the last event of the state it was made on
                 *_closes(crowded, when)]
 
@@ -266,7 +268,8 @@ class Decider:
         decision = Decision.made(self._ids.next() if id is None else id, None if unseen else names[index],
                                  confidence, Probs(zip(names, probs, strict=False)),  # (strict=True costs per decide)
                                  category if category.__class__ is str else plain_category(category),
-                                 memory.version, when, source, reasons)
+                                 memory.version, when, source, reasons,
+                                 self.referral.needed if "not_calibrated" in reasons else 0)
         return decision, row
 
     def verify(self, id: str, action: str | int, outcome: str | None = None, skip: bool = False, *,
@@ -513,6 +516,18 @@ class Decider:
         with self._lock:
             return self._durable.explain(id)
 
+    def decision(self, id: str) -> Decision:
+        """Decision ``id`` as it was made (its answer, ``refer``, ``reasons`` and
+        ``verifications_needed``): a pending one from this Decider, a past one from its ledger.
+        KeyError for an id neither holds (in RAM, one verified or expired)."""
+        with self._lock:
+            pending = self._book.open.get(id) if isinstance(id, str) else None
+            if pending is not None:
+                return pending.decision
+            if self._durable is None:
+                raise KeyError(f"decision {id!r} is not pending, and a Decider in RAM keeps no past decisions")
+            return self._durable.decision(id)
+
     # -- the ledger --------------------------------------------------------------------------------
     def sync(self) -> None:
         """On a ledger: write the decisions not written yet (``durable_decisions=False``) and apply
@@ -603,12 +618,7 @@ class Decider:
             decision_id = cast(str, event.decision_id)  # (a decide event has each of these: the ledger checks it)
             made = self._made.pop(decision_id, None) if own else None
             if made is None:
-                detail = event.detail
-                reasons = tuple(detail.get("reasons", ()))  # (none in a ledger written before referrals)
-                made = (Decision.made(decision_id, cast(str | None, event.action), float(detail["confidence"]),
-                                      dict(zip(detail["names"], map(float, detail["probs"]), strict=True)),
-                                      cast(str | int, event.category), int(cast(int, event.decided_version)),
-                                      float(cast(float, event.at)), event.source_id, reasons), event.row)
+                made = (recorded(event), event.row)
             self._book.add(*made)
             return event
         if kind == CLOSE:

@@ -59,6 +59,9 @@ class Decision:
             is not empty).
         reasons: why, as :data:`gae.decider.refer.REASONS` words, in that order
             (:class:`gae.decider.refer.Referral`).
+        verifications_needed: with ``not_calibrated`` among the reasons, the verified decisions
+            the act-or-refer calibration still needs, at the least, before one is taken alone
+            (:attr:`gae.decider.refer.Referral.needed`); else 0.
     """
 
     id: str
@@ -71,6 +74,7 @@ class Decision:
     source_id: int | None = None
     refer: bool = False
     reasons: tuple[str, ...] = ()
+    verifications_needed: int = 0
 
     def __post_init__(self) -> None:
         reasons = tuple(self.reasons)
@@ -78,20 +82,38 @@ class Decision:
             raise ValueError(f"a Decision refers exactly when it has reasons, each one of {list(REASONS)} once, in "
                              f"that order; got refer={self.refer!r}, reasons={self.reasons!r}")
         object.__setattr__(self, "reasons", reasons)  # frozen: a list given becomes the tuple it stands for
+        needed = self.verifications_needed
+        if isinstance(needed, (bool, np.bool_)) or not isinstance(needed, numbers.Integral) or needed < 0 or (
+                needed and "not_calibrated" not in reasons):
+            raise ValueError(f"a Decision's verifications_needed is an int >= 0, and 0 unless it is not_calibrated; "
+                             f"got {needed!r} with reasons {reasons!r}")
+        object.__setattr__(self, "verifications_needed", int(needed))
         if self.probs.__class__ is not Probs:
             object.__setattr__(self, "probs", Probs(self.probs))  # (a copy the caller's dict cannot change)
 
     @classmethod
     def made(cls, id: str, action: str | None, confidence: float, probs: dict[str, float], category: str | int,
-             version: int, created_at: float, source_id: int | None, reasons: tuple[str, ...]) -> Decision:
+             version: int, created_at: float, source_id: int | None, reasons: tuple[str, ...],
+             verifications_needed: int = 0) -> Decision:
         """A decision whose fields the Decider computed and checked itself (``reasons`` a tuple
         in :data:`REASONS` order): built without the checks of ``__init__``, a microsecond less."""
         decision = _new(cls)
         probs = probs if probs.__class__ is Probs else Probs(probs)
         _set(decision, "__dict__", {"id": id, "action": action, "confidence": confidence, "probs": probs,
                                     "category": category, "version": version, "created_at": created_at,
-                                    "source_id": source_id, "refer": bool(reasons), "reasons": reasons})
+                                    "source_id": source_id, "refer": bool(reasons), "reasons": reasons,
+                                    "verifications_needed": verifications_needed})
         return decision
+
+
+def recorded(event: Any) -> Decision:
+    """The decision a ledger's decide event (:class:`gae.ledger.events.Event`) records, as it was made."""
+    detail = event.detail
+    reasons = tuple(detail.get("reasons", ()))  # (none in a ledger written before referrals)
+    return Decision.made(event.decision_id, event.action, float(detail["confidence"]),
+                         dict(zip(detail["names"], map(float, detail["probs"]), strict=True)), event.category,
+                         int(event.decided_version), float(event.at), event.source_id, reasons,
+                         int(detail.get("needed", 0)))
 
 
 _new, _set = object.__new__, object.__setattr__  # (Decision.made: a frozen dataclass's fields, set at once)
@@ -188,6 +210,7 @@ class PendingBook:
             "category": [d.category for d in decisions], "version": [d.version for d in decisions],
             "created_at": [d.created_at for d in decisions], "source_id": [d.source_id for d in decisions],
             "reasons": [list(d.reasons) for d in decisions],
+            "verifications_needed": [d.verifications_needed for d in decisions],
             "factors": [opened.row.tolist() for opened in self.open.values()]},
             "expired_decisions": self.expired}
 
@@ -217,6 +240,11 @@ def _checked(saved: Any, names: tuple[str, ...], n_factors: int) -> OrderedDict[
     if not isinstance(reasons, list) or len(reasons) != n or not all(
             isinstance(r, list) and all(code in REASONS for code in r) for r in reasons):
         raise ValueError(f"state_dict's pending decisions hold bad reasons: {reasons!r:.200}")
+    needs = saved.get("verifications_needed", [0] * n)  # (none in a state saved before it was kept)
+    if not isinstance(needs, list) or len(needs) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (v == 0 or "not_calibrated" in r)
+            for v, r in zip(needs, reasons, strict=True)):
+        raise ValueError(f"state_dict's pending decisions hold bad verifications_needed: {needs!r:.200}")
     opened: OrderedDict[str, Pending] = OrderedDict()
     for i in range(n):
         key, action, confidence, probs, category, version, created, source, factors = (saved[f][i] for f in fields)
@@ -235,7 +263,8 @@ def _checked(saved: Any, names: tuple[str, ...], n_factors: int) -> OrderedDict[
         if problem is not None:
             raise ValueError(f"state_dict's pending decision {i} has a bad {problem}: {saved[problem][i]!r:.200}")
         decision = Decision(key, action, float(confidence), dict(zip(names, map(float, probs), strict=True)),
-                            category, version, float(created), source, bool(reasons[i]), tuple(reasons[i]))
+                            category, version, float(created), source, bool(reasons[i]), tuple(reasons[i]),
+                            needs[i])
         opened[key] = Pending(decision, np.array(factors, dtype=np.float64))
     return opened
 

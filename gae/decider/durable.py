@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from gae import validation as check
+from gae.decider.decision import recorded
 from gae.decider.refer import Referral
 from gae.decider.verified import learned, verified_of
 from gae.ledger import Ledger
@@ -324,6 +325,14 @@ class LedgerLink:
         return removed
 
     # -- the past -------------------------------------------------------------------------------
+    def decision(self, id: str) -> Any:
+        """Past decision ``id`` as its decide event records it (KeyError: not in the ledger)."""
+        with self.ledger.reading():
+            event = self.ledger.decision(id) if isinstance(id, str) else None
+        if event is None:
+            raise KeyError(f"decision {id!r} is not in the ledger")
+        return recorded(event)
+
     def explain(self, id: str) -> Any:
         """Past decision ``id`` explained by the ledger's state just before it (see ``explain_decision``).
         A category that state had not met (a growing memory abstained on it) is added to that copy,

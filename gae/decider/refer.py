@@ -3,16 +3,30 @@ decision goes to a person, so that the error among the decisions taken alone sta
 
 :class:`ReferralCalibrator` keeps the last ``window`` verified decisions' (confidence, correct)
 pairs: the confidence the memory gave when it decided, and whether its recommendation was the
-verified action. Its :attr:`~ReferralCalibrator.threshold` is the lowest level on a fixed grid
-whose selective error, the error among the window's decisions at least that confident, has an
-upper confidence bound (Chernoff's, in relative entropy) at most ``target_error``, every level
-tested at ``delta / len(grid)`` (Bonferroni): Learn then Test (Angelopoulos, Bates, Candès,
-Jordan and Lei, 2021). The guarantee: if the window's decisions and the next one are exchangeable
-(drawn alike, as in a stream that does not drift), then with probability at least ``1 - delta``
-the next decision taken alone is wrong with probability at most ``target_error``. Without enough
-evidence (too few verified decisions, or too many wrong) no level passes, the threshold is
-``inf`` and every decision is referred. After a drift the window holds the old regime until
-``window`` new verifications replace it; ``recent_change`` (the memory's own signal) says so.
+verified action. For each level ``l`` of a grid fixed before any data (:data:`GRID`) it tests the
+hypothesis "the decisions at least ``l`` confident err more often than ``target_error``" with the
+exact binomial p-value of the window's errors at that level (:func:`binomial_cdf`). The levels are
+tested by the fallback procedure (Wiens, 2003), strictest first: ``delta`` is shared among the
+levels where a chain starts (:data:`CHAIN_STARTS`, equal shares); a level is tested at its share
+plus what the level above it was tested at when that one passed (nothing when it failed), so a run
+of passing levels carries its budget down the grid, as fixed-sequence testing does, and a level
+that fails (too few decisions as confident, as at the very top) costs only its share. The
+threshold is the lowest level that passed: Learn then Test (Angelopoulos, Bates, Candès, Jordan
+and Lei, 2021) with a fallback sequence in place of Bonferroni's ``delta / len(GRID)`` per level.
+
+The guarantee: the fallback procedure controls the family-wise error at ``delta`` (every level it
+passes truly errs at most the target, with probability at least ``1 - delta``: the first level
+wrongly passed inherits only from the safe levels between it and the unsafe one before it, which
+carried nothing on, and those stretches do not overlap, so a union bound over them is at most
+``delta``), so if the
+window's decisions and the next one are exchangeable (drawn alike, as in a stream that does not
+drift), then with probability at least ``1 - delta`` the next decision taken alone is wrong with
+probability at most ``target_error``. A first level passes after ``log(1 / share) / -log(1 -
+target)`` right answers at least that confident (228 at 2% and ``delta`` 0.05 over five chains;
+Bonferroni over the 27 levels needs 312). Until a level passes the threshold is ``inf``, every
+decision is referred, and the reason is ``not_calibrated``, with :attr:`~ReferralCalibrator.needed`
+the verified decisions it still needs at the least. After a drift the window holds the old regime
+until ``window`` new verifications replace it; ``recent_change`` (the memory's own signal) says so.
 
 :class:`Referral` is a decision memory's whole act-or-refer rule (``memory.referral``): the
 reasons a decision goes to a person, each a plain word (:data:`REASONS`), the calibrator when the
@@ -40,8 +54,13 @@ DELTA = 0.05  # the probability that the bound fails, by default
 GRID = (*(round(0.30 + 0.05 * i, 2) for i in range(12)), *(round(0.90 + 0.01 * i, 2) for i in range(10)),
         0.995, 0.999, 0.9999, 0.99999, 0.999999)  # the levels tested: fixed before any data
 # (the top three for memories whose probabilities crowd next to 1, as a softmax of distances does)
+CHAIN_STARTS = (0.999999, 0.999, 0.99, 0.95, 0.9)  # the levels delta is shared among, equally: one per
+# decade of doubt where memories' confidences gather (a softmax of distances next to 1, a mixture of
+# judges around 0.9 to 0.99, a vote of neighbours at 1), fixed before any data
+SHARES = tuple(float(level in CHAIN_STARTS) / len(CHAIN_STARTS) for level in GRID)  # each level's share of delta
 # why a decision goes to a person, in the order decide lists them
-REASONS = ("unseen_category", "novel", "recent_change", "low_confidence", "small_margin")
+REASONS = ("unseen_category", "novel", "recent_change", "not_calibrated", "low_confidence", "small_margin")
+THRESHOLD_ONLY = (("not_calibrated",), ("low_confidence",))  # the reasons of a decision the calibrator learns from
 MIN_CONFIDENCE = 0.6  # without a target error: below this confidence, "low_confidence"
 MIN_MARGIN = 0.1  # the best two probabilities closer than this: "small_margin"
 RECENT = 20  # "recent_change" compares a category's trust now with its trust this many verifications ago
@@ -81,35 +100,43 @@ def _chi2_cdf(x: float, k: int) -> float:
     return min(total, 1.0)
 
 
-def bernoulli_kl(q: np.ndarray, p: np.ndarray | float) -> np.ndarray:
-    """The relative entropy ``kl(q, p) = q log(q / p) + (1 - q) log((1 - q) / (1 - p))`` of two
-    Bernoulli rates, elementwise (``0 log 0 = 0``)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (np.where(q > 0, q * np.log(q / p), 0.0)
-                + np.where(q < 1, (1 - q) * np.log((1 - q) / (1 - p)), 0.0))
+def binomial_cdf(errors: int, n: int, p: float) -> float:
+    """P(K <= ``errors``) for K binomial of ``n`` draws at rate ``p``: the exact p-value of
+    "these ``n`` decisions err at a rate of ``p`` or more" given ``errors`` of them wrong. Summed
+    term by term from ``(1 - p) ** n`` (a few dozen terms where it matters: below ``p * n``)."""
+    if errors >= n:
+        return 1.0
+    ratio = p / (1.0 - p)
+    term = math.exp(n * math.log1p(-p))
+    total = term
+    for i in range(errors):
+        term *= (n - i) / (i + 1) * ratio
+        total += term
+    return min(total, 1.0)
 
 
-def kl_upper_bound(errors: np.ndarray, n: np.ndarray, budget: float) -> np.ndarray:
-    """The largest ``p`` with ``n * kl(errors / n, p) <= budget`` for each pair (1 where ``n`` is
-    0): Chernoff's upper confidence bound on a binomial rate, ``P(rate > bound) <= exp(-budget)``."""
-    errors, n = np.asarray(errors, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    observed = np.divide(errors, n, out=np.ones_like(n), where=n > 0)
-    low, high = observed.copy(), np.ones_like(observed)
-    for _ in range(50):  # bisection: kl(observed, p) grows in p above observed
-        middle = (low + high) / 2
-        inside = n * bernoulli_kl(observed, middle) <= budget
-        low, high = np.where(inside, middle, low), np.where(inside, high, middle)
-    return np.where(n > 0, high, 1.0)
+def passes(errors: int, n: int, target: float, level: float) -> bool:
+    """Whether ``n`` decisions with ``errors`` wrong show an error rate below ``target`` at
+    significance ``level``: ``binomial_cdf(errors, n, target) <= level`` (never without a decision,
+    nor with an observed rate at the target or above)."""
+    if n <= 0 or level <= 0.0 or errors >= target * n or n * math.log1p(-target) > math.log(level):
+        return False  # (the last: not even n right answers would do)
+    return binomial_cdf(errors, n, target) <= level
 
 
-def kl_passes(errors: np.ndarray, n: np.ndarray, target: float, budget: float) -> np.ndarray:
-    """Whether each level passes, ``kl_upper_bound(errors, n, budget) <= target``, in closed
-    form: with ``k / n`` below the target, the bound is at most the target exactly when
-    ``n * kl(k / n, target) >= budget`` (relative entropy grows past ``k / n``). No evidence
-    (``n`` = 0) never passes."""
-    errors, n = np.asarray(errors, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    observed = np.divide(errors, n, out=np.ones_like(n), where=n > 0)
-    return (n > 0) & (observed < target) & (n * bernoulli_kl(observed, target) >= budget)
+def needed(errors: int, n: int, target: float, level: float) -> int:
+    """The fewest right answers to add to ``n`` decisions with ``errors`` wrong for them to pass
+    (:func:`passes`) at ``level`` (0 when they pass): ``binomial_cdf`` falls as right answers come."""
+    if passes(errors, n, target, level):
+        return 0
+    high = 1
+    while not passes(errors, n + high, target, level):
+        high *= 2
+    low = high // 2  # fails at low (or low is 0), passes at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if passes(errors, n + middle, target, level) else (middle, high)
+    return high
 
 
 class _Locked:
@@ -238,15 +265,45 @@ class ReferralCalibrator(_Locked):
                 self._threshold = self._calibrate()
             return self._threshold
 
+    @property
+    def needed(self) -> int:
+        """While no level passes (``threshold`` is ``inf``, with a target): the fewest verified
+        decisions that could make one pass, all right and as confident as a chain's start (the
+        start that needs fewest); else 0. A lower bound: a wrong one, or one below the start,
+        adds to it."""
+        with self._lock:
+            if self._threshold is None:
+                self._threshold = self._calibrate()
+            if self._threshold != math.inf or self.target_error is None:
+                return 0
+            tally = self._above()
+            return min(needed(tally[j][1], tally[j][0], self.target_error, self.delta * share)
+                       for j, share in enumerate(SHARES) if share > 0)
+
+    def _above(self) -> list[tuple[int, int]]:
+        """Per level of :data:`GRID`, the window's decisions at least that confident and the wrong
+        ones among them, from the tally (bucket ``b`` holds ``[GRID[b - 1], GRID[b])``)."""
+        above, decided, wrong = [], 0, 0
+        for bucket in range(len(GRID), 0, -1):
+            decided, wrong = decided + self._decided[bucket], wrong + self._wrong[bucket]
+            above.append((decided, wrong))
+        return above[::-1]
+
     def _calibrate(self) -> float:
-        """The lowest level of :data:`GRID` that passes (:func:`kl_passes`), from the tally: the
-        decisions at least as confident as level ``j`` are those of the buckets past ``j``."""
-        if self.target_error is None:
+        """The lowest level of :data:`GRID` the fallback procedure passes (see the module): from the
+        strictest level down, each tested at its share of ``delta`` plus the level it follows
+        when that one passed."""
+        target = self.target_error
+        if target is None:
             return math.inf
-        tally = np.array([self._decided, self._wrong])
-        above = np.cumsum(tally[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (2, levels): decisions, wrong ones
-        passing = np.flatnonzero(kl_passes(above[1], above[0], self.target_error, math.log(len(GRID) / self.delta)))
-        return float(GRID[passing[0]]) if passing.size else math.inf
+        threshold, carried = math.inf, 0.0
+        for j, (n, errors) in reversed(list(enumerate(self._above()))):
+            level = carried + self.delta * SHARES[j]
+            if passes(errors, n, target, level):
+                threshold, carried = GRID[j], level
+            else:
+                carried = 0.0
+        return threshold
 
     def state(self) -> dict[str, Any]:
         """What :meth:`load_state` takes back: the settings, the window's entries (oldest first),
@@ -294,12 +351,16 @@ class Referral(_Locked):
     - ``recent_change``: the category's change test is halfway to firing, or its trust weights
       moved by at least :data:`TRUST_MOVE` (total variation) over its last :data:`RECENT`
       verified decisions;
+    - ``not_calibrated``: with a ``target_error``, no level has passed yet (too few verified
+      decisions, or too many wrong), so every decision is referred; :attr:`needed` says how many
+      verified decisions it needs at the least;
     - ``low_confidence``: the confidence is below :attr:`threshold`, the calibrator's with a
       ``target_error``, else ``min_confidence`` (the calibrator keeps its window either way, so
       a memory with a target that loads this one's state has the evidence);
     - ``small_margin``: the best two actions' probabilities are closer than ``min_margin``.
 
-    The calibrator learns from the verified decisions no other reason referred (``eligible``),
+    The calibrator learns from the verified decisions no other reason than the threshold
+    (``not_calibrated`` or ``low_confidence``) referred (``eligible``),
     so its guarantee is about exactly the decisions taken alone: those with no reason at all.
 
     Args:
@@ -330,8 +391,15 @@ class Referral(_Locked):
 
     @property
     def threshold(self) -> float:
-        """The lowest confidence a decision is taken alone at (``inf``: every one referred)."""
+        """The lowest confidence a decision is taken alone at (``inf``: every one referred, not
+        calibrated yet)."""
         return self.min_confidence if self.calibrator.target_error is None else self.calibrator.threshold
+
+    @property
+    def needed(self) -> int:
+        """The verified decisions the calibration still needs, at the least, before one may be taken
+        alone (:attr:`ReferralCalibrator.needed`; 0 when calibrated or without a target)."""
+        return self.calibrator.needed
 
     def reasons(self, confidence: float, probs: Iterable[float], *, unseen: bool,
                 signals: Iterable[str] = ()) -> tuple[str, ...]:
@@ -348,11 +416,13 @@ class Referral(_Locked):
                 first, second = p, first
             elif p > second:
                 second = p
-        low = confidence < self.threshold
+        threshold = self.threshold
+        low = confidence < threshold
         small = first - second < self.min_margin
         if not (low or small):
             return signals
-        return (*signals, *(("low_confidence",) if low else ()), *(("small_margin",) if small else ()))
+        word = "not_calibrated" if threshold == math.inf else "low_confidence"
+        return (*signals, *((word,) if low else ()), *(("small_margin",) if small else ()))
 
     def _reasons(self, confidence: float, probs: Iterable[float], unseen: bool,
                  signals: tuple[str, ...]) -> tuple[str, ...]:
@@ -362,8 +432,9 @@ class Referral(_Locked):
             found.add("unseen_category")
         else:
             best = sorted(probs, reverse=True)[:2] + [0.0]
-            if confidence < self.threshold:
-                found.add("low_confidence")
+            threshold = self.threshold
+            if confidence < threshold:
+                found.add("not_calibrated" if threshold == math.inf else "low_confidence")
             if best[0] - best[1] < self.min_margin:
                 found.add("small_margin")
         return tuple(reason for reason in REASONS if reason in found)
@@ -384,7 +455,7 @@ class Referral(_Locked):
     def observe(self, category: str | int, confidence: float, correct: bool, *, eligible: bool, seq: int,
                 alone: bool = False, trust: Sequence[float] | None = None) -> None:
         """One verified decision, learned as sequence number ``seq``: the calibrator takes
-        ``(confidence, correct)`` when ``eligible`` (no reason but ``low_confidence`` referred it)
+        ``(confidence, correct)`` when ``eligible`` (no reason but the threshold referred it)
         with whether it was taken ``alone`` (no reason at all), the category's trust history
         ``trust`` (its weights after learning it) when given."""
         if eligible:
@@ -399,7 +470,7 @@ class Referral(_Locked):
         had an opinion and the reasons it gave, :func:`verified_detail`'s inputs), its values
         trusted as the Decider computed them: the checks of :meth:`observe` skipped."""
         alone = not reasons
-        if decided and (alone or reasons == ("low_confidence",)):  # eligible: the calibrator's population
+        if decided and (alone or reasons in THRESHOLD_ONLY):  # eligible: the calibrator's population
             self.calibrator._take(confidence, correct, alone, seq)
         if trust is not None:
             with self._lock:
@@ -452,11 +523,12 @@ class Referral(_Locked):
 
 def verified_detail(decided: bool, reasons: Iterable[str]) -> dict[str, bool]:
     """What :meth:`Referral.observe` takes from a verified decision besides its confidence and
-    outcome: whether the memory had an opinion (``decided``) and no reason but
-    ``low_confidence`` referred it (``eligible``, the calibrator's population), and whether it was
-    taken alone, no reason at all (``alone``, the change test's). A ledger's learn event carries it."""
+    outcome: whether the memory had an opinion (``decided``) and no reason but the threshold
+    (``not_calibrated`` or ``low_confidence``) referred it (``eligible``, the calibrator's
+    population), and whether it was taken alone, no reason at all (``alone``, the change test's).
+    A ledger's learn event carries it."""
     given = set(reasons)
-    return {"eligible": bool(decided) and given <= {"low_confidence"}, "alone": not given}
+    return {"eligible": bool(decided) and given <= {"not_calibrated", "low_confidence"}, "alone": not given}
 
 
 def _renumbered(entries: Iterable[tuple[Any, ...]], seqs: Sequence[int] | np.ndarray) -> list[tuple[Any, ...]]:
