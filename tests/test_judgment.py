@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -174,3 +175,23 @@ def test_extra_repr_names_the_hyperparameters():
     assert "config=JudgmentConfig(clip=(0.0, 1.0))" in text
     text = repr(JudgmentMemory(4, 4, 8, config=SEED, tau=0.2, eta_override=0.02, clip=(0.0, 1.0)))
     assert "tau=0.2" in text and "eta_override=0.02" in text and "clip=(0.0, 1.0)" in text
+
+
+@pytest.mark.parametrize("name, how", [("seed", "config=JudgmentConfig.seed()"),
+                                       ("adaptive", "config=JudgmentConfig.seed(), drift_mode='adaptive'"),
+                                       ("prototypes4", "config=JudgmentConfig.seed(), prototypes=4")])
+def test_a_state_the_seed_rule_saved_names_the_config_that_loads_it(name, how):
+    """JudgmentMemory() was the seed rule; it is recommended() now. A state saved by the old default
+    does not fit the new one, and the refusal names the memory that loads it (not one option at a
+    time, each of which would be refused in turn)."""
+    import copy
+    from pathlib import Path
+
+    fixture = torch.load(Path(__file__).parent / "data" / "checkpoints" / f"{name}.pt", weights_only=True)
+    names = (["a", "b", "c", "d"], ["approve", "review", "reject"], 5)
+    with pytest.raises(ValueError, match=f"build the memory with {re.escape(how)} to load it"):
+        JudgmentMemory(*names).load_state_dict(copy.deepcopy(fixture["state_dict"]))
+    memory = eval(f"JudgmentMemory(*names, {how})", {"JudgmentMemory": JudgmentMemory,
+                                                     "JudgmentConfig": JudgmentConfig, "names": names})
+    memory.load_state_dict(copy.deepcopy(fixture["state_dict"]))
+    assert memory.config == JudgmentConfig.seed().replace(**fixture["options"])

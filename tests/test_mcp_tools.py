@@ -249,3 +249,37 @@ def test_starting_the_server_writes_no_progress_bar(tmp_path, embedder):
     done = gae_mcp_command("--store", str(tmp_path / "quiet.db"), "--embedder", embedder)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "\r" not in done.stderr and "it/s" not in done.stderr and "Loading" not in done.stderr, done.stderr
+
+
+def test_new_memory_takes_only_true_or_false(tmp_path):
+    """The SDK's bool is lax ("yes", "1", 1 read as true): new_memory is strict, so a slip
+    of a name cannot open a memory on a value that only looks like true."""
+    service = served(tmp_path / "strict.db")
+
+    async def go():
+        async with Client(build_server(service)) as client:
+            await call(client, "decide", category="billing", factors={"amount": 1.0, "risk": 0.5},
+                       actions=["approve"])
+            for value in ("yes", "true", 1, "1"):
+                text = await refused(client, "decide", category="billing", factors={"amount": 1.0},
+                                     actions=["approve"], new_memory=value)
+                assert text.startswith("Error executing tool decide: new_memory: "), text
+            assert (await call(client, "decide", category="billing", factors={"amount": 1.0}, actions=["approve"],
+                               new_memory=True))["factors"] == ["amount"]
+    run(go())
+    assert sorted(service._deciders) == [("amount",), ("amount", "risk")]
+
+
+@pytest.mark.parametrize("dsn", ["garbage", "postgresql://nobody@127.0.0.1:1/none"])
+def test_a_dsn_the_server_cannot_connect_to_exits_2_with_one_line(monkeypatch, capsys, dsn):
+    pytest.importorskip("psycopg")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the service was built: the embedding model would load")
+
+    monkeypatch.setattr(gae_mcp, "service_from_args", no_model)
+    with pytest.raises(SystemExit) as stopped:
+        gae_mcp.main(["--dsn", dsn])
+    assert stopped.value.code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and message.startswith("gae-mcp: --dsn cannot be connected to: "), message

@@ -895,11 +895,20 @@ class JudgmentMemory(DecisionMemory):
     def _check_names_state(self, extra: dict[str, Any]) -> None:
         super()._check_names_state(extra)
         saved = extra.get("config", extra)  # a state saved before the config kept the mode at the top level
-        for option, default in (("drift_mode", "seed"), ("prototypes", 1), ("learning", "gated")):
-            value, mine = saved.get(option, default), self._config.option(option)
-            if value != mine:
-                raise ValueError(f"state_dict was saved with {option}={value!r} but this memory has "
-                                 f"{option}={mine!r}; build the memory with {option}={value!r} to load it")
+        options = (("drift_mode", "seed"), ("prototypes", 1), ("learning", "gated"))
+        differs = [(option, saved.get(option, default), self._config.option(option)) for option, default in options
+                   if saved.get(option, default) != self._config.option(option)]
+        if differs:
+            theirs = ", ".join(f"{option}={value!r}" for option, value, _ in differs)
+            mine = ", ".join(f"{option}={value!r}" for option, _, value in differs)
+            how = theirs
+            if self._config.learning == "lvq" and saved.get("learning", "gated") == "gated":
+                # the seed rule's state (what a memory built without config= was before it became recommended()'s)
+                seed = JudgmentConfig.seed()
+                how = ", ".join(["config=JudgmentConfig.seed()", *(f"{option}={saved.get(option, default)!r}"
+                                 for option, default in options if saved.get(option, default) != seed.option(option))])
+            raise ValueError(f"state_dict was saved with {theirs} but this memory has {mine}; build the memory "
+                             f"with {how} to load it")
         judged.check_state(saved, self._config)
 
     def _upgrade_state(self, state_dict: dict[str, Any], prefix: str, version: int | None) -> None:

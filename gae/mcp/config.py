@@ -12,7 +12,8 @@
 
     [text]
     capacity = 1000000       # text memories kept (the oldest go first past it)
-    recency_hours = 24       # recall's recency time constant, in hours: exp(-age / 24 h) (see below)
+    recency_hours = 24       # recall's recency time constant, in hours: exp(-age / 24 h) (see below), one
+                             # second (1/3600) to a million hours
 
     [ledger]
     durable_decisions = true # every decide committed before it answers (false: with the next verify)
@@ -21,6 +22,7 @@
     memories = 100           # judgment memories (sets of factor names) the server holds
     factors = 256            # factors a decision names
     actions = 64             # actions a judgment memory holds (decide's actions, and what it grows to)
+    categories = 1000        # categories a judgment memory grows to (each holds prototypes of every action)
     name_length = 200        # characters of a name (category, action, factor, scope)
     text_length = 20000      # characters of a text or a query
 
@@ -65,6 +67,10 @@ else:  # pragma: no cover - Python 3.10: the same parser from PyPI (the mcp extr
 
 TEXT_CAPACITY = 1_000_000
 RECENCY_HOURS = 24.0  # an agent's working day (see the module)
+# recency_hours' range: the scorer holds tau in seconds as a float32, which a second to a million hours keeps
+# finite and non-zero (past them: a recency of nan at age 0, or of 1 at every age)
+RECENCY_HOURS_RANGE = (1 / 3600, 1e6)
+MAX_CATEGORIES = 1000
 TARGET_ERROR = 0.02  # the server's act-or-refer target by default: an agent asks "may I act?" first
 # act or refer's settings: the ServerConfig field -> its key in [refer], then the older forms read as it
 # (the first release's [refer] keys, the previous release's [judgment] options)
@@ -103,6 +109,7 @@ class ServerConfig:
     max_memories: int = 100
     max_factors: int = 256
     max_actions: int = 64  # actions one judgment memory holds
+    max_categories: int = MAX_CATEGORIES  # categories one judgment memory grows to
     name_length: int = 200
     text_length: int = 20_000
     memories: tuple[FixedMemory, ...] = ()
@@ -114,7 +121,12 @@ class ServerConfig:
             value = getattr(self, setting)
             if not (setting == "target_error" and value is None):
                 _refer_value(setting, setting, value)
-        check.check_real("recency_hours", self.recency_hours, low=0.0, low_open=True)
+        _recency_hours("recency_hours", self.recency_hours)
+        for name in ("text_capacity", "max_memories", "max_factors", "max_actions", "max_categories", "name_length",
+                     "text_length"):
+            check.check_int(name, getattr(self, name), low=1)
+        if not isinstance(self.durable_decisions, bool):
+            raise TypeError(f"durable_decisions must be True or False, got {self.durable_decisions!r}")
 
     def fixed(self, factors: tuple[str, ...]) -> FixedMemory | None:
         """The fixed memory of these (sorted) factor names, or None."""
@@ -163,7 +175,7 @@ class ServerConfig:
         ledger = _table("ledger", values.get("ledger", {}))
         _known("[ledger]", ledger, ("durable_decisions",))
         limits = _table("limits", values.get("limits", {}))
-        _known("[limits]", limits, ("memories", "factors", "actions", "name_length", "text_length"))
+        _known("[limits]", limits, ("memories", "factors", "actions", "categories", "name_length", "text_length"))
         durable = ledger.get("durable_decisions", True)
         if not isinstance(durable, bool):
             raise TypeError(f"ledger.durable_decisions must be true or false, got {durable!r}")
@@ -180,18 +192,21 @@ class ServerConfig:
         if len(set(vocabularies)) != len(vocabularies):
             raise ValueError("two [[memory]] tables name the same factors")
         max_actions = check.check_int("limits.actions", limits.get("actions", 64), low=1)
+        max_categories = check.check_int("limits.categories", limits.get("categories", MAX_CATEGORIES), low=1)
         for i, memory in enumerate(memories):
             if len(memory.actions) > max_actions:
                 raise ValueError(f"memory[{i}].actions names {len(memory.actions)} actions, more than [limits] "
                                  f"actions ({max_actions})")
+            if len(memory.categories) > max_categories:
+                raise ValueError(f"memory[{i}].categories names {len(memory.categories)} categories, more than "
+                                 f"[limits] categories ({max_categories})")
         return cls(judgment=judgment, **referral,
                    text_capacity=check.check_int("text.capacity", text.get("capacity", TEXT_CAPACITY), low=1),
-                   recency_hours=check.check_real("text.recency_hours", text.get("recency_hours", RECENCY_HOURS),
-                                                  low=0.0, low_open=True),
+                   recency_hours=_recency_hours("text.recency_hours", text.get("recency_hours", RECENCY_HOURS)),
                    durable_decisions=durable, memories=tuple(memories),
                    max_memories=check.check_int("limits.memories", limits.get("memories", 100), low=1),
                    max_factors=check.check_int("limits.factors", limits.get("factors", 256), low=1),
-                   max_actions=max_actions,
+                   max_actions=max_actions, max_categories=max_categories,
                    name_length=check.check_int("limits.name_length", limits.get("name_length", 200), low=1),
                    text_length=check.check_int("limits.text_length", limits.get("text_length", 20_000), low=1))
 
@@ -203,6 +218,14 @@ def _refer_value(setting: str, name: str, value: Any) -> float:
             raise TypeError(f"{name} must be a number in (0, 1), or false for none, got {value!r}")
         return check.check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
     return check.check_real(name, value, low=0.0, high=1.0)
+
+
+def _recency_hours(name: str, value: Any) -> float:
+    hours = check.check_real(name, value, low=-float("inf"))  # a real number (bools and strings refused), not nan
+    low, high = RECENCY_HOURS_RANGE
+    if not low <= hours <= high:
+        raise ValueError(f"{name} must be in [1/3600, {high:g}] hours (one second to a million hours), got {value!r}")
+    return hours
 
 
 def _table(name: str, value: Any) -> Mapping[str, Any]:

@@ -33,6 +33,7 @@ T = TypeVar("T")
 # the arguments as sent: a number is a JSON number (an int is one), never a string or a bool made into one
 Number = Annotated[float, Strict()]
 Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]  # true or false: not "yes", "1" or 1
 DEFAULT_STORE = "gae-mcp.db"
 EMBEDDERS = ("minilm", "hashing")  # --embedder: all-MiniLM-L6-v2 (the text extra), or hashed n-grams (no model)
 DESCRIPTION = """gae-mcp serves gae's decision memory and text memories to agents over the Model Context
@@ -81,9 +82,13 @@ class Verified(TypedDict):
 
 
 class Explained(ExplanationJSON):
-    """Why decision id was decided as it was, by the memory's state at the time."""
+    """Why decision id was decided as it was, by the memory's state at the time, and whether it was
+    referred: refer, its reasons and verifications_needed as decide answered them."""
 
     id: str
+    refer: bool
+    reasons: list[str]
+    verifications_needed: int
 
 
 class Remembered(TypedDict):
@@ -236,7 +241,8 @@ def build_server(service: MemoryService) -> Any:
     async def decide(
         category: Annotated[str, _described(
             "The decision's domain, e.g. 'billing'. A category the memory has not met is added (a memory the "
-            "config fixes refuses it) and has no opinion yet (reason unseen_category).",
+            f"config fixes refuses it), up to {config.max_categories} a memory ([limits] categories), and has no "
+            "opinion yet (reason unseen_category).",
             minLength=1, maxLength=name_length)],
         factors: Annotated[dict[str, Number], _described(
             f"The decision's criteria, name: number (finite, within +-1e15; any units: the memory learns their "
@@ -247,7 +253,7 @@ def build_server(service: MemoryService) -> Any:
             f"names the memory lacks are added (a memory the config fixes refuses them), up to "
             f"{config.max_actions} a memory ([limits] actions). Omit it once the memory has them.",
             minItems=1, maxItems=config.max_actions)] = None,
-        new_memory: Annotated[bool, _described(
+        new_memory: Annotated[Bool, _described(
             "true: these factor names are meant as they are: open a memory for them even though an existing "
             "memory's names are close. No effect on names a memory has already.")] = False,
     ) -> Decided:
@@ -374,12 +380,29 @@ def check_store(path: Path) -> None:
         raise ValueError(f"--store {shown} is not a SQLite database (another kind of file)")
 
 
+def check_dsn(dsn: str) -> None:
+    """ValueError unless the Postgres database ``dsn`` names can be connected to (psycopg's reason,
+    which does not show the password): checked before the embedding model loads."""
+    try:
+        import psycopg
+
+        from gae.storage import PostgresStore
+    except ImportError:
+        raise ValueError("--dsn needs psycopg 3: pip install 'gae-torch[store]'") from None
+    try:
+        PostgresStore(dsn).close()
+    except (psycopg.Error, ValueError) as error:
+        raise ValueError(f"--dsn cannot be connected to: {error}") from None
+
+
 def read_config(args: argparse.Namespace) -> ServerConfig:
-    """The config the command line names (ValueError naming the file and the key), the store's path
-    checked (:func:`check_store`): everything an argument can get wrong, before anything loads."""
+    """The config the command line names (ValueError naming the file and the key), the store checked
+    (:func:`check_store`, :func:`check_dsn`): everything an argument can get wrong, before anything loads."""
     config = ServerConfig.from_toml(args.config) if args.config is not None else ServerConfig()
     if args.dsn is None:
         check_store(args.store or Path(DEFAULT_STORE))
+    else:
+        check_dsn(args.dsn)
     return config
 
 

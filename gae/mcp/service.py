@@ -6,8 +6,8 @@ by its own :class:`~gae.Decider` on its own ledger in the store (``mcp:["amount"
 every decide and verify is committed before it answers and a restarted server (or a second one
 on the same store) has every decision, pending or learned. The Decider acts or refers by the
 config's ``[refer]`` options. A vocabulary the config does not fix grows its categories and
-actions as calls name them (up to ``[limits] actions``); one it fixes (``[[memory]]``) refuses
-other names. A vocabulary that nearly is one the server has (:func:`near_miss`: a name left out
+actions as calls name them (up to ``[limits] categories`` and ``[limits] actions``); one it fixes
+(``[[memory]]``) refuses other names. A vocabulary that nearly is one the server has (:func:`near_miss`: a name left out
 or added, or names spelled a little differently) is refused as a likely slip, naming the memory
 it resembles, unless the call says it opens a new memory (``new_memory=True``).
 
@@ -50,6 +50,8 @@ MAX_ID = 2**63 - 1  # a text memory's id is a signed 64-bit int, >= 0
 CLOSE_SPELLING = 0.8  # two factor names this alike (difflib's ratio) read as one name misspelt
 SHOWN = 8  # names a refusal lists of a longer list
 LONGEST_MESSAGE = 1000  # characters of a refusal
+MAX_ID_LENGTH = 200  # characters of a decision id (decide answers 32)
+ID_BOUND = "a decision id may (decide answers the ids)"
 MAX_OWNERS = 1_000_000  # pending decision ids the service maps to their memory (the oldest forgotten first)
 
 
@@ -85,8 +87,8 @@ class MemoryService:
         self._lock = threading.RLock()  # the registry of judgment memories, and their calls
         self._text_lock = threading.Lock()  # building the text memory
         self._deciders: dict[tuple[str, ...], Decider] = {}  # vocabulary -> the Decider serving its memory
-        # pending decision id -> (its vocabulary, the action recommended when it was decided)
-        self._owners: OrderedDict[str, tuple[tuple[str, ...], str | None]] = OrderedDict()
+        # pending decision id -> (its vocabulary, the action recommended when it was decided, its category)
+        self._owners: OrderedDict[str, tuple[tuple[str, ...], str | None, str]] = OrderedDict()
         self._text: EpisodicMemory | None = None
         self._store: Any = None  # one connection for every judgment memory (their ledgers take turns on it)
         self._refresh()
@@ -121,6 +123,8 @@ class MemoryService:
             if decider is None:
                 self._refresh()  # another server on the store may have opened it
                 decider = self._deciders.get(vocabulary) or self._open(vocabulary, category, actions, new_memory)
+            if fixed is None:  # refused here, not at its verify: a decision that could never be learned
+                self._check_category(decider, category, "category")
             unknown = [a for a in actions or () if a not in decider.memory.action_names]
             if unknown:
                 decider.sync()  # another server may have added them meanwhile
@@ -133,21 +137,21 @@ class MemoryService:
                                          f"{limits.max_actions} a memory may hold ([limits] actions)")
                 decider.add_actions_(unknown)
             decision = decider.decide(row, category)
-            self._own(decision.id, vocabulary, decision.action)
+            self._own(decision.id, vocabulary, decision.action, category)
         return {"id": decision.id, "action": decision.action, "confidence": float(decision.confidence),
                 "probs": {name: float(p) for name, p in decision.probs.items()}, "refer": decision.refer,
                 "reasons": list(decision.reasons),
                 # (a Decider without the attribute predates calibration's count: nothing is owed)
-                "verifications_needed": int(getattr(decision, "verifications_needed", 0)),
+                "verifications_needed": decision.verifications_needed,
                 "category": category, "factors": list(vocabulary)}
 
     def verify(self, decision_id: Any, action: Any) -> dict[str, Any]:
         """Learn pending decision ``decision_id`` as ``action``: ``learned``, and ``confirmed``
         (whether it is the action recommended when it was decided)."""
-        decision_id = _name("decision_id", decision_id, 200)
+        decision_id = _name("decision_id", decision_id, MAX_ID_LENGTH, ID_BOUND)
         action = _name("action", action, self.config.name_length)
         with self._lock:
-            decider, recommended = self._owner(decision_id)
+            decider, recommended, category = self._owner(decision_id)
             memory = decider.memory
             if action not in memory.action_names:
                 decider.sync()  # another server may have added it meanwhile
@@ -158,6 +162,8 @@ class MemoryService:
                 if len(held) >= self.config.max_actions:
                     raise ToolInputError("action", f"{action!r} is not one of this memory's actions {_shown(held)}, "
                                          f"and it holds {len(held)}, the most a memory may ([limits] actions)")
+            if self.config.fixed(tuple(memory.factor_names)) is None:  # (decided when it had room; filled since)
+                self._check_category(decider, category, "decision_id")
             try:
                 result = decider.verify(decision_id, action)
             except KeyError as error:  # expired since, or verified by another server on the store
@@ -170,7 +176,7 @@ class MemoryService:
 
     def explain(self, decision_id: Any) -> dict[str, Any]:
         """Why decision ``decision_id`` was decided as it was, by the state it was decided with."""
-        decision_id = _name("decision_id", decision_id, 200)
+        decision_id = _name("decision_id", decision_id, MAX_ID_LENGTH, ID_BOUND)
         with self._lock:
             for attempt in range(2):
                 if attempt:
@@ -178,9 +184,11 @@ class MemoryService:
                 for decider in self._search_order(decision_id):
                     try:
                         explanation = decider.explain_decision(decision_id)
+                        made = decider.decision(decision_id)
                     except KeyError:
                         continue
-                    return {"id": decision_id, **explanation_json(explanation)}
+                    return {"id": decision_id, **explanation_json(explanation), "refer": made.refer,
+                            "reasons": list(made.reasons), "verifications_needed": made.verifications_needed}
         raise ToolInputError("decision_id", f"no decision {decision_id!r} in the store")
 
     # -- text -------------------------------------------------------------------------------
@@ -373,20 +381,32 @@ class MemoryService:
             opened.append(vocabulary)
         for vocabulary in (list(self._deciders) if every_pending else opened):
             for decision in self._deciders[vocabulary].pending():
-                self._own(decision.id, vocabulary, decision.action)
+                self._own(decision.id, vocabulary, decision.action, str(decision.category))
+
+    def _check_category(self, decider: Decider, category: str, field: str) -> None:
+        """Refuse, by ``field``, a category that would grow ``decider``'s memory past ``[limits] categories``."""
+        held = decider.memory.category_names or ()
+        if category in held:
+            return
+        decider.sync()  # another server may have added it meanwhile
+        held = decider.memory.category_names or ()
+        if category not in held and len(held) >= self.config.max_categories:
+            raise ToolInputError(field, f"category {category!r} would be a new category of the memory of factors "
+                                 f"{_shown(tuple(decider.memory.factor_names))}, which holds {len(held)}, the most "
+                                 "a memory may ([limits] categories)")
 
     def _judgment_store(self) -> Any:
         if self._store is None:
             self._store = self.open_store()
         return self._store
 
-    def _own(self, decision_id: str, vocabulary: tuple[str, ...], action: str | None) -> None:
-        self._owners[decision_id] = (vocabulary, action)
+    def _own(self, decision_id: str, vocabulary: tuple[str, ...], action: str | None, category: str) -> None:
+        self._owners[decision_id] = (vocabulary, action, category)
         while len(self._owners) > MAX_OWNERS:
             self._owners.popitem(last=False)
 
-    def _owner(self, decision_id: str) -> tuple[Decider, str | None]:
-        """The Decider holding pending decision ``decision_id`` and what it recommended."""
+    def _owner(self, decision_id: str) -> tuple[Decider, str | None, str]:
+        """The Decider holding pending decision ``decision_id``, what it recommended, and its category."""
         owner = self._owners.get(decision_id)
         if owner is None:  # decided by another server on this store, or mapped out: look again
             self._refresh(every_pending=True)
@@ -394,7 +414,7 @@ class MemoryService:
         if owner is None:
             raise ToolInputError("decision_id", f"{decision_id!r} is not pending: unknown, verified already or "
                                  "expired")
-        return self._deciders[owner[0]], owner[1]
+        return self._deciders[owner[0]], owner[1], owner[2]
 
     def _search_order(self, decision_id: str) -> list[Decider]:
         """The Deciders to look for a decision in: its owner first when it is pending."""
@@ -512,12 +532,11 @@ def _utf8(field: str, text: str) -> None:
         raise ToolInputError(field, f"is not valid Unicode text ({error.reason} at {error.start})") from error
 
 
-def _name(field: str, value: Any, longest: int) -> str:
+def _name(field: str, value: Any, longest: int, bound: str = "a name may ([limits] name_length)") -> str:
     if not isinstance(value, str) or not value:
         raise ToolInputError(field, f"must be a non-empty string, got {value!r}")
     if len(value) > longest:
-        raise ToolInputError(field, f"holds {len(value)} characters, more than the {longest} a name may ([limits] "
-                             "name_length)")
+        raise ToolInputError(field, f"holds {len(value)} characters, more than the {longest} {bound}")
     _utf8(field, value)
     return value
 
