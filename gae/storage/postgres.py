@@ -143,6 +143,7 @@ class PostgresStore(MemoryStore):
             ("created_index", "_created_at"), ("importance_index", "_importance"),
             ("policy", "_scopes"))}
         self._conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+        self._dsn = dsn  # (for writer(); never shown: it may hold a password)
         self._dbname = self._conn.info.dbname  # for repr, which must not show the dsn's password
         self._where = f"table {table!r} of database {self._dbname!r}"  # what StoreCorrupted names
 
@@ -327,25 +328,30 @@ class PostgresStore(MemoryStore):
                             json.loads(meta["scope_names"]))
 
     # -- writing -----------------------------------------------------------------------------
-    def _take_lock(self, cur: psycopg.Cursor[Any]) -> None:
-        """Take the table's write lock (an advisory transaction lock), waiting up to ``timeout``."""
+    def _take_lock(self, cur: psycopg.Cursor[Any], lock: str | None = None) -> None:
+        """Take the table's write lock, or ``lock``'s of the table (an advisory transaction lock),
+        waiting up to ``timeout``: one round trip (a simple query of literals)."""
         from psycopg import errors
 
-        # read committed whatever the server's default: each statement after the lock sees the previous writer's commit
-        cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        cur.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(self.timeout * 1000)}ms",))
+        name = f"gae.store.{self.table}" if lock is None else f"gae.store.{self.table}.{lock}"
+        # read committed whatever the server's default: each statement after the lock sees the previous writer's
+        # commit; the timeout bounds the wait for the writer lock only
+        statement = self._sql.SQL(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {}; "
+            "SELECT pg_advisory_xact_lock(hashtext({})); SET LOCAL lock_timeout = 0").format(
+            self._sql.Literal(f"{int(self.timeout * 1000)}ms"), self._sql.Literal(name))
         try:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"gae.store.{self.table}",))  # one writer
+            cur.execute(statement)
         except errors.LockNotAvailable as error:
-            raise TimeoutError(f"table {self.table!r}: another writer held the write lock for more than "
+            what = f"table {self.table!r}" if lock is None else f"table {self.table!r}, {lock}"
+            raise TimeoutError(f"{what}: another writer held the write lock for more than "
                                f"{self.timeout:g} s; nothing of this call was written") from error
-        cur.execute("SELECT set_config('lock_timeout', '0', true)")  # the bound was for the writer lock only
 
     @contextmanager
-    def _hold(self) -> Iterator[None]:
-        """A transaction with the table's advisory lock, committed when the block ends."""
+    def _hold(self, lock: str | None = None) -> Iterator[None]:
+        """A transaction with the table's advisory lock (``lock``'s, when named), committed when the block ends."""
         with self._conn.transaction(), self._conn.cursor() as cur:
-            self._take_lock(cur)
+            self._take_lock(cur, lock)
             yield
 
     @contextmanager
@@ -484,7 +490,12 @@ class PostgresStore(MemoryStore):
         """Close the connection (the data stays)."""
         with self._lock:
             self.closed = True
+            self._close_writer()
             self._conn.close()
+
+    def _reopen(self) -> PostgresStore:
+        return PostgresStore(self._dsn, table=self.table, actor=self.actor, row_level_security=self.row_level_security,
+                             ef_search=self.ef_search, candidates=self.candidates, timeout=self.timeout)
 
     # -- the table API's statements (gae.storage.store.Store) --------------------------------------------------
     def data_version(self) -> int | None:

@@ -115,6 +115,7 @@ class SQLiteStore(MemoryStore):
         self.path = str(path)
         self.actor = str(actor)  # a plain str: it is part of each audit record's checksum
         self.erase_timeout = float(erase_timeout)
+        self.synchronous = synchronous
         self._check_permissions()
         existing = self._check_file()
         try:
@@ -123,6 +124,7 @@ class SQLiteStore(MemoryStore):
         except sqlite3.Error as error:
             raise self._refusal(error, "SQLite cannot open it") from error
         self._queue = WriterQueue(self.path) if self._on_disk() else None
+        self._owns_queue = True  # (a writer() shares its store's and leaves it open)
         try:
             if existing:
                 self._check_database()
@@ -380,9 +382,10 @@ class SQLiteStore(MemoryStore):
             conn.execute("INSERT INTO memories_text (memories_text) VALUES ('optimize')")
 
     @contextmanager
-    def _hold(self) -> Iterator[None]:
+    def _hold(self, lock: str | None = None) -> Iterator[None]:
         """The writers' queue (:class:`~gae.storage.sqlite_lock.WriterQueue`), then ``BEGIN
-        IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises)."""
+        IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if the block raises). SQLite has one writer per
+        file: ``lock`` names nothing of its own here."""
         with self._queue.held(self.timeout) if self._queue is not None else nullcontext():
             try:
                 self._begin_write()
@@ -515,9 +518,18 @@ class SQLiteStore(MemoryStore):
         """Close the connection and the writers' lock file (the data stays)."""
         with self._lock:
             self.closed = True
+            self._close_writer()
             self._conn.close()
-            if self._queue is not None:
+            if self._queue is not None and self._owns_queue:
                 self._queue.close()
+
+    def _reopen(self) -> SQLiteStore:
+        writer = SQLiteStore(self.path, synchronous=self.synchronous, actor=self.actor,
+                             erase_timeout=self.erase_timeout, timeout=self.timeout)
+        if writer._queue is not None:  # one lock file per store object: the writer queues on this one's
+            writer._queue.close()
+            writer._queue, writer._owns_queue = self._queue, False
+        return writer
 
     # -- the table API's statements (gae.storage.store.Store) --------------------------------------------------
     def data_version(self) -> int | None:

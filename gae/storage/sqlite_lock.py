@@ -11,6 +11,7 @@ ledger, whose writers took it first: processes of that gae queue with this one.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,41 +25,78 @@ except ImportError:  # pragma: no cover - Windows: SQLite's own lock alone
 
 class WriterQueue:
     """The lock file of the SQLite database at ``path``, opened on the first :meth:`held` (one
-    descriptor per store object) and closed by :meth:`close`. Not re-entrant: the store takes it
-    once per outermost write block, holding its own thread lock."""
+    descriptor per store object and its :meth:`~gae.storage.Store.writer`, which share it) and
+    closed by :meth:`close`. Thread-safe: a ``flock`` excludes other open files, not the threads
+    of one, so the threads sharing it queue on a thread lock first. Not re-entrant: a store takes
+    it once per outermost write block."""
 
     def __init__(self, path: str) -> None:
         self.path = f"{path}.ledger-lock"
         self._file: IO[bytes] | None = None
+        self._threads = threading.Lock()
 
     @contextmanager
     def held(self, timeout: float = math.inf) -> Iterator[None]:
         """The exclusive lock, waited for up to ``timeout`` seconds (then TimeoutError, nothing
-        taken). Without a finite timeout the kernel wakes the next waiter when it is released; with
-        one, a waiter asks again every 0.1 to 2 ms, as a blocking wait cannot be given up."""
+        taken). The kernel wakes the next waiter the moment it is released: no polling."""
         if fcntl is None:  # pragma: no cover - Windows
             yield
             return
+        deadline = time.monotonic() + timeout
+        if not self._threads.acquire(timeout=-1 if math.isinf(timeout) else max(0.0, timeout)):
+            raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock for more "
+                               f"than {timeout:g} s; nothing of this call was written")
+        try:
+            with self._flocked(deadline, timeout):
+                yield
+        finally:
+            self._threads.release()
+
+    @contextmanager
+    def _flocked(self, deadline: float, timeout: float) -> Iterator[None]:
+        """The ``flock`` itself, inside the thread lock: at once when it is free, else a blocking
+        wait (the kernel hands it over the moment it is released), given up after ``timeout``."""
         if self._file is None:
             self._file = open(self.path, "a+b")  # noqa: SIM115 - held until close()
-        if math.isinf(timeout):
-            fcntl.flock(self._file, fcntl.LOCK_EX)
-        else:
-            deadline, pause = time.monotonic() + timeout, 1e-4
-            while True:
-                try:
-                    fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock "
-                                           f"for more than {timeout:g} s; nothing of this call was written") from None
-                    time.sleep(pause)
-                    pause = min(2 * pause, 2e-3)
+        file = self._file
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if math.isinf(timeout):
+                fcntl.flock(file, fcntl.LOCK_EX)
+            else:
+                self._wait(file, deadline, timeout)
         try:
             yield
         finally:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+    def _wait(self, file: IO[bytes], deadline: float, timeout: float) -> None:
+        """A blocking ``flock`` in a thread of its own (it cannot be given up), waited for until
+        ``deadline``. Given up, the waiting thread owns the file: it unlocks and closes it whenever
+        the lock comes, and the next call opens the lock file again (a lock belongs to an open
+        file, so the late one never counts as the next call's)."""
+        taken, given_up, guard = threading.Event(), [False], threading.Lock()
+
+        def wait() -> None:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            with guard:
+                if not given_up[0]:
+                    taken.set()
+                    return
+            fcntl.flock(file, fcntl.LOCK_UN)
+            file.close()
+
+        threading.Thread(target=wait, name="gae-sqlite-writer-queue", daemon=True).start()
+        if taken.wait(max(0.0, deadline - time.monotonic())):
+            return
+        with guard:
+            if taken.is_set():  # (it came as the wait ended)
+                return
+            given_up[0] = True
+            self._file = None
+        raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock for more than "
+                           f"{timeout:g} s; nothing of this call was written")
 
     def close(self) -> None:
         if self._file is not None:

@@ -56,6 +56,7 @@ class Store(abc.ABC):
         self._erase_tables: dict[str, Table] = {}  # tables erase() was asked for inside the current hold
         self._ready: dict[str, Table] = {}  # the tables verified (or created) on this connection
         self._commits = 0
+        self._writer: Store | None = None  # writer(): a second connection, closed with this one
 
     # -- naming ---------------------------------------------------------------------------------
     @property
@@ -65,13 +66,17 @@ class Store(abc.ABC):
 
     # -- writing and reading ---------------------------------------------------------------------
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, lock: str | None = None) -> Iterator[None]:
         """A block that holds the store's write lock (:meth:`_hold`): its reads see the latest
         committed state, no other writer commits until it ends, and its writes land when it
         ends, or none of them if it raises (then the hooks of :meth:`on_rollback` run). Waits up
         to the store's ``timeout`` for another process' lock, then raises TimeoutError.
         Re-entrant; other threads of this store object wait for the block to end. An erasure
-        asked for inside it (:meth:`erase`, an erasing commit) completes after it."""
+        asked for inside it (:meth:`erase`, an erasing commit) completes after it.
+
+        ``lock`` names a lock of its own where the database can hold several (Postgres: an
+        advisory lock per name, so the writers of one ledger never wait for another's); SQLite
+        has one writer per file whatever the name. A block nested in another holds the outer's."""
         with self._lock:
             if self._held:
                 yield
@@ -82,7 +87,7 @@ class Store(abc.ABC):
             self._check_open()
             self._rollback_hooks = []
             try:
-                with self._hold():
+                with self._hold(lock):
                     self._held = True
                     try:
                         yield
@@ -102,6 +107,23 @@ class Store(abc.ABC):
                 self._erase_now()
             if tables:
                 self._erase(tables)
+
+    def writer(self) -> Store:
+        """A second connection to this store's database with its settings, made on first use and
+        closed with this store: for a write path that must not wait while this connection reads
+        (a ledger's group commit appends there while the Deciders read here). Its writes take the
+        same write locks as this store's."""
+        with self._lock:
+            self._check_open()
+            if self._writer is None:
+                self._writer = self._reopen()
+            return self._writer
+
+    def _close_writer(self) -> None:
+        """Inside ``close()``: close :meth:`writer`'s connection, if one was made."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -453,9 +475,18 @@ class Store(abc.ABC):
     _row_match: str  # the condition that picks one stored row by the id _batches gives it
 
     @abc.abstractmethod
-    def _hold(self) -> AbstractContextManager[None]:
-        """One transaction holding the write lock (waiting up to the store's ``timeout``, then
-        TimeoutError): committed when the block ends, rolled back if it raises."""
+    def _hold(self, lock: str | None = None) -> AbstractContextManager[None]:
+        """One transaction holding the write lock (``lock``'s, where the database keeps one per
+        name; waiting up to the store's ``timeout``, then TimeoutError): committed when the block
+        ends, rolled back if it raises."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection, and :meth:`writer`'s (the data stays)."""
+
+    @abc.abstractmethod
+    def _reopen(self) -> Store:
+        """A new connection to the same database with the same settings (:meth:`writer`)."""
 
     @abc.abstractmethod
     def _read_view(self) -> AbstractContextManager[None]:
