@@ -206,9 +206,9 @@ class Decider:
         elif self.memory.grow:  # (a name met for the first time is kept: in the memory, on a ledger)
             check.check_text("category", category)
 
+        if self._durable is not None:
+            return self._durable_decide(factors, category, id, source, when)
         with self._lock:
-            if self._durable is not None:
-                return self._durable_decide(factors, category, id, source, when)
             book = self._book  # in RAM: no events to build, the decision goes straight into the book
             if id is not None and book.live(id, when):
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
@@ -226,7 +226,7 @@ class Decider:
                         when: float) -> Decision:
         """``decide`` on a ledger: the decision's events (those it expires, itself, those it
         pushes out) built on the caught-up state and written (:meth:`gae.decider.durable.LedgerLink.write`)."""
-        made: list[str] = []
+        made: list[Decision] = []
         durable = self._durable
         assert durable is not None
 
@@ -238,7 +238,7 @@ class Decider:
             expiring = book.expiring(when)  # (an expired decision of this id among them)
             crowded = book.crowded(expiring)
             self._made[decision.id] = (decision, row)
-            made.append(decision.id)
+            made.append(decision)
             return [*_closes(expiring, when), Event(
                 DECIDE, decision.id, decision.category, row, decision.action, source_id=source,
                 decided_version=decision.version, at=when,
@@ -248,11 +248,8 @@ class Decider:
                         "after": durable.seen}),  # the last event of the state it was made on
                 *_closes(crowded, when)]
 
-        try:
-            self._write(build, decision=True)
-            return self._book.open[made[-1]].decision
-        finally:
-            self._made.clear()
+        self._write(build, decision=True, fresh=() if id is None else (id,))
+        return made[-1]
 
     def _decision(self, factors: Any, category: Any, id: str | None, source: int | None,
                   when: float) -> tuple[Decision, Any]:
@@ -339,7 +336,6 @@ class Decider:
         def build() -> list[Event]:
             book, memory, seen = self._book, self.memory, set()
             events: list[Event] = []
-            following = memory.next_source_id() if self._durable is not None else None
             for id_, action, outcome in zip(ids, actions, outcomes, strict=True):
                 opened = book.get(id_, when)
                 if id_ in seen:
@@ -360,28 +356,23 @@ class Decider:
                     continue
                 name = action if isinstance(action, str) else memory.action_names[int(action)]
                 confirmed = d.action is not None and d.action == name
-                source = d.source_id
-                if following is not None:  # the id the memory gives it, in the ledger: forget_ finds it there
-                    source = following if source is None else source
-                    following = max(following, source + 1)
                 events.append(Event(LEARN, d.id, d.category, opened.row, plain_action(action), confirmed, outcome,
-                                    source, d.version, at=when,
+                                    d.source_id, d.version, at=when,  # (on a ledger, None: its next id, there)
                                     detail={"referral": {"confidence": d.confidence, "decided": d.action is not None,
                                                          "reasons": list(d.reasons),
                                                          **verified_detail(d.action is not None, d.reasons)}}))
             return [*events, *_closes([key for key in book.expiring(when) if key not in seen], when)]
 
-        with self._lock:
-            results = self._write(build)
+        results = self._write(build)
         return [{"skipped": True} if result is None else result for result in results[:len(ids)]]
 
     def pending(self, *, now: float | None = None) -> list[Decision]:
         """The decisions not verified yet, oldest first (those past ``pending_ttl`` expire first)."""
         when = stamp(now)
+        if self._book.ttl is not None:  # those past it closed as expired (on a ledger: there)
+            self._write(lambda: _closes(self._book.expiring(when), when))
         with self._lock:
-            if self._book.ttl is not None:  # those past it closed as expired (on a ledger: there)
-                self._write(lambda: _closes(self._book.expiring(when), when))
-            elif self._durable is not None:
+            if self._durable is not None:
                 self._durable.refresh()
             return self._book.decisions(when)
 
@@ -400,13 +391,22 @@ class Decider:
         source = _source(source_id)
 
         def build() -> list[Event]:
-            row = self.memory.factor_row(factors)
-            given = source if source is not None or self._durable is None else self.memory.next_source_id()
+            memory = self.memory
+            row = memory.factor_row(factors)
+            if not (memory.grow and isinstance(action, str) and action):  # (with grow=True a new name is added)
+                check.lookup("action", action, memory.action_names)
+            elif action not in memory.action_names:
+                check.check_text("action", action)
+            if memory.category_names is not None:
+                if not (memory.grow and isinstance(category, str) and category):
+                    memory.category_index(category)  # raises, naming the categories
+                elif category not in memory.category_names:
+                    check.check_text("category", category)
+            # (on a ledger, a verification without a source id is given the ledger's next one when committed)
             return [Event(LEARN, None, plain_category(category), row, plain_action(action),
-                          None if confirmed is None else bool(confirmed), outcome, given)]
+                          None if confirmed is None else bool(confirmed), outcome, source)]
 
-        with self._lock:
-            return self._write(build)[0]  # type: ignore[return-value]
+        return self._write(build)[0]  # type: ignore[no-any-return]
 
     def add_actions_(self, names: str | Sequence[str]) -> None:
         """The memory's ``add_actions_`` (on a ledger: recorded for every process)."""
@@ -433,8 +433,7 @@ class Decider:
             return [Event(GROW, detail={"actions": listed if key == "actions" else [],
                                         "categories": listed if key == "categories" else []})]
 
-        with self._lock:
-            self._write(build)
+        self._write(build)
 
     # -- forgetting --------------------------------------------------------------------------------
     def forget_(self, source_ids: Sequence[int] | Tensor | np.ndarray, *, erase: bool = False,
@@ -532,16 +531,15 @@ class Decider:
     def sync(self) -> None:
         """On a ledger: write the decisions not written yet (``durable_decisions=False``) and apply
         what other writers committed. In RAM: nothing to do."""
-        with self._lock:
-            if self._durable is not None:
-                self._durable.write(list)
+        if self._durable is not None:
+            self._durable.write(list)
 
     def close(self) -> None:
         """Write what is not written yet and leave the ledger: later calls raise. The store stays
         open (its owner closes it). In RAM: nothing to do."""
-        with self._lock:
-            if self._durable is not None and not self._durable.closed:
-                self._durable.write(list)
+        if self._durable is not None and not self._durable.closed:
+            self._durable.write(list)
+            with self._lock:
                 self._durable.closed = True
 
     def __enter__(self) -> Decider:
@@ -602,13 +600,15 @@ class Decider:
         self._lock = self.memory.lock  # (the copy's memory has a lock of its own)
 
     # -- applying events -------------------------------------------------------------------------
-    def _write(self, build: Any, decision: bool = False) -> list[Any]:
-        """Build this call's events (raising there changes nothing) and apply them; on a ledger,
-        append and commit them first (:meth:`gae.decider.durable.LedgerLink.write`). Returns what
-        applying each returned (a DECIDE's, the event itself)."""
+    def _write(self, build: Any, decision: bool = False, fresh: tuple[str, ...] = ()) -> list[Any]:
+        """Build this call's events (raising there changes nothing) and apply them, under the
+        Decider's lock; on a ledger, committed first and applied in commit order
+        (:meth:`gae.decider.durable.LedgerLink.write`, which takes the lock itself: never held
+        while the commit waits). Returns what applying each returned (a DECIDE's, the event itself)."""
         if self._durable is not None:
-            return self._durable.write(build, decision)
-        return [self._apply(event, own=True) for event in build()]
+            return self._durable.write(build, decision, fresh)
+        with self._lock:
+            return [self._apply(event, own=True) for event in build()]
 
     def _apply(self, event: Event, own: bool = False) -> Any:
         """One event on the memory, the pending book and the referral: the same function learns

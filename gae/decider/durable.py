@@ -7,30 +7,37 @@ the latest snapshot (one every ``snapshot_every`` verifications) plus the verifi
 it. Opening a Decider on an existing ledger loads the snapshot and replays the rest with the
 memory's fast engine: it equals the Decider that never stopped, bit for bit.
 
-Many writers, one ledger: each write call holds the Decider's lock and the store's write lock,
-first applies what other writers committed since its last call (in their commit order), then
-builds its own events on that state (raising there changes nothing), applies them, appends them
-and commits before it returns. So every process and thread on one ledger ends with the state of
-one memory replaying the ledger in commit order, and a ``decide`` sees every verification
-committed before it started.
+Many writers, one ledger: a write call builds its events on the state its process holds (after
+reading what others committed, when the store says they did: a read, no lock), checking
+everything it can get wrong; its ledger's group commit (:mod:`gae.decider.commit`) appends them
+under the ledger's write lock with those of the process' other threads, checked there only
+against the ledger's rows (the decision still pending, the id free), and commits. Then, without
+any lock of the store, the process applies every event up to its own in commit order: the
+others' as it reads them, its own as built. So the write lock is held for appends and a
+commit, never for learning; every process and thread on one ledger ends with the state of one
+memory replaying the ledger in commit order; and a ``decide`` is scored on every verification
+committed before it started, its process' own included.
 
-With ``durable_decisions=False`` a decide takes no write lock (microseconds): its event goes
-out with the next commit (any write call, or ``sync``). A crash then loses the pending
-decisions not yet written, never a verification.
+With ``durable_decisions=False`` a decide writes nothing (microseconds): its event goes out
+with the next commit (any write call, or ``sync``). A crash then loses the pending decisions
+not yet written, never a verification.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 
 from gae import validation as check
+from gae.decider.commit import Appended, committer
 from gae.decider.decision import recorded
 from gae.decider.refer import Referral
 from gae.decider.verified import learned, verified_of
 from gae.ledger import Ledger
-from gae.ledger.events import CLOSE, GROW, LEARN, Event, apply_event, grow_to, snapshot_parts
+from gae.ledger.events import CLOSE, DECIDE, GROW, LEARN, Event, apply_event, grow_to, snapshot_parts
+from gae.ledger.ledger import snapshot_data
 
 
 class LedgerLink:
@@ -48,6 +55,11 @@ class LedgerLink:
         self.epoch = 0  # the ledger's deletions the state has seen
         self.since_snapshot = 0  # verifications learned since the latest snapshot
         self.unflushed: list[Event] = []  # decisions made without the write lock, not written yet
+        self.mine: dict[int, tuple[Event, bool]] = {}  # this link's events committed, not applied yet (seq ->
+        self.results: dict[int, Any] = {}  # (event, applied already)); what applying each of them returned
+        self.due: list[tuple[int, int, int, bytes]] = []  # snapshots to write: (seq, version, epoch, state)
+        self.registry = threading.Lock()  # guards mine and unflushed (the committer's thread touches them)
+        self.committer = committer(store, name)
         self.commits_seen = -1  # the store object's commit count the state has seen
         self.names_written: tuple | None = None
         self.closed = False
@@ -108,30 +120,97 @@ class LedgerLink:
         self.mark()
 
     def catch_up(self, force: bool = False) -> None:
-        """Apply what other writers committed since this Decider's last call (all of it again after
-        a deletion: a rebuild). Inside the Decider's lock and a read or write of the ledger. Unless
-        ``force``, nothing is read when no other connection committed and no other Decider on this
-        store object did."""
+        """Apply what was committed since this Decider's last call, in commit order (all of it
+        again after a deletion: a rebuild). Inside the Decider's lock and a read or write of the
+        ledger. Unless ``force``, nothing is read when no other connection committed and no other
+        Decider on this store object did."""
         ledger = self.ledger
         commits = ledger.commits()
         if not ledger.changed() and not force and commits == self.commits_seen:
             return
         head, epoch = ledger.position()
         if epoch != self.epoch:
+            if self.mine:  # this Decider's own events, committed and not applied: their answers first
+                self.advance_through(ledger.events(self.seen))
             self.rebuild()
         elif head != self.seen:
-            for event in ledger.events(self.seen):
-                self.apply(event)
-                self.seen = event.seq  # one at a time: an event that fails is read again
+            self.advance_through(ledger.events(self.seen))
             self.seen = head
         self.commits_seen = commits
-        self.mark()  # (what other writers committed is the ledger's: a call that raises after this keeps it)
+        self.mark()  # (what was committed is the ledger's: a call that raises after this keeps it)
+
+    def advance_through(self, events: list[Event]) -> None:
+        """Apply ``events`` (read from the ledger, in order) past :attr:`seen`: this Decider's own
+        as it built them, keeping what applying each returned for its caller (:attr:`results`),
+        the others' as read. A snapshot falls due on the learn event that completes
+        ``snapshot_every`` verifications; the Decider whose event it is writes it
+        (:meth:`write_due`)."""
+        for event in events:
+            if event.seq <= self.seen:
+                continue
+            with self.registry:
+                own = self.mine.pop(event.seq, None)
+            try:
+                if own is None:
+                    self.apply(event)
+                elif not own[1]:  # (a decision made without writing is applied already)
+                    self.results[event.seq] = self.apply(own[0], own=True)
+            except BaseException:
+                self.epoch = -1  # an event that cannot be applied: the next call rebuilds from the ledger
+                raise
+            self.seen = event.seq  # one at a time: an event that fails is read again
+            if event.kind == LEARN and self.since_snapshot >= self.snapshot_every:
+                self.since_snapshot = 0
+                if own is not None:  # (saved now: the memory moves on)
+                    self.due.append((event.seq, int(self.decider.memory.version), self.epoch,
+                                     snapshot_data(self.snapshot_state())))
+
+    def write_due(self) -> None:
+        """Write the snapshots that fell due on this Decider's events, each under the write lock
+        unless a deletion moved the epoch since (its state would bring deleted decisions back).
+        Outside any block of the store; a snapshot that fails to write is skipped (a reopen
+        replays a little more)."""
+        due, self.due = self.due, []
+        for seq, version, epoch, state in due:
+            try:
+                with self.ledger.writing():
+                    if self.ledger.position()[1] == epoch:
+                        self.ledger.write_snapshot_data(seq, version, state)
+            except Exception:  # noqa: BLE001 - a snapshot shortens a replay; the events are the state
+                pass
 
     def apply(self, event: Event, own: bool = False) -> Any:
         result = self.decider._apply(event, own)
         if event.kind == LEARN:
             self.since_snapshot += 1
         return result
+
+    # -- this Decider's events in flight ----------------------------------------------------------
+    def register(self, head: int, events: list[Event], applied: bool = False) -> list[int]:
+        """The committer's thread, inside the transaction: ``events`` go under ``head + 1, ...``
+        (applied already: decisions made without writing). Returns their sequence numbers."""
+        seqs = list(range(head + 1, head + 1 + len(events)))
+        with self.registry:
+            for seq, event in zip(seqs, events, strict=True):
+                self.mine[seq] = (event, applied)
+        return seqs
+
+    def unregister(self, seqs: list[int]) -> None:
+        """The committer's thread: the transaction that gave ``seqs`` did not land."""
+        with self.registry:
+            for seq in seqs:
+                self.mine.pop(seq, None)
+
+    def take_unflushed(self) -> list[Event]:
+        """The committer's thread: the decisions made without writing, to append now."""
+        with self.registry:
+            taken, self.unflushed = self.unflushed, []
+        return taken
+
+    def untake(self, events: list[Event]) -> None:
+        """The committer's thread: ``events`` were not written after all; kept for the next commit."""
+        with self.registry:
+            self.unflushed[:0] = events
 
     def replayed(self, before: int | None = None) -> tuple[Any, Referral, int]:
         """A memory and a referral in RAM holding the ledger's state just before event ``before``
@@ -187,49 +266,80 @@ class LedgerLink:
         self.seen, self.epoch = position
         for event in self.unflushed:
             decider._apply(event)
+        with self.registry:  # this Decider's events the replay holds: applied, their answers unknown
+            for seq in [seq for seq in self.mine if seq <= self.seen]:
+                self.results.setdefault(seq, None)
+                del self.mine[seq]
         self.mark()
 
     # -- writing --------------------------------------------------------------------------------
-    def write(self, build: Any, decision: bool = False) -> list[Any]:
-        """The write protocol: under the locks, catch up; ``build()`` this call's events on the
-        caught-up state (it raises, changing nothing, on bad input); apply them; append them with
-        the decisions not written yet, a snapshot when due; commit. A decision with
-        ``durable_decisions=False`` is applied and kept for the next commit instead. Returns what
-        applying each event returned."""
-        self.check_memory()
-        ledger, memory = self.ledger, self.decider.memory
-        if decision and not self.durable_decisions:
-            if ledger.changed() or self.commits_seen != ledger.commits():
-                with ledger.reading():
-                    self.catch_up(force=True)
+    def look(self) -> None:
+        """Inside the Decider's lock: apply what was committed since its last call, when the store
+        says something may have been (SQLite's ``data_version``, this store object's commits) and
+        the ledger's head or epoch moved (one read of its meta, no transaction, never waiting for
+        a commit in progress). Events committed through this process' committer are applied as
+        built, others' read in one read transaction."""
+        ledger = self.ledger
+        commits = ledger.commits()
+        if not ledger.changed() and self.commits_seen == commits:
+            return
+        head, epoch = ledger.position()
+        if epoch == self.epoch and head >= self.seen:
+            known = self.committer.known(self.seen, head) if head > self.seen else []
+            if known is not None:
+                self.advance_through(known)
+                self.commits_seen = commits
+                self.mark()  # (what was committed is the ledger's)
+                return
+        with ledger.reading():
+            self.catch_up(force=True)
+
+    def write(self, build: Any, decision: bool = False, fresh: tuple[str, ...] = ()) -> list[Any]:
+        """The write protocol (see the module): under the Decider's lock, apply what others
+        committed and ``build()`` this call's events on that state (it raises, changing nothing,
+        on bad input); outside it, append them with the process' other calls (the group commit:
+        the write lock, one transaction); then, under the Decider's lock again, apply every event
+        up to this call's in commit order. A decision with ``durable_decisions=False`` is applied
+        and kept for the next commit instead. Returns what applying each event returned (None for
+        an event the ledger dropped: an expiry of a decision no longer pending). ``fresh``: ids the
+        caller gave its decisions, which the ledger must not hold pending."""
+        decider = self.decider
+        with decider._lock:
+            self.check_memory()
+            self.look()
             events = build()
-            results = [self.apply(event, own=True) for event in events]
-            self.unflushed.extend(events)
-            self.mark()
-            return results
-        applied, version = False, memory.version
+            if decision and not self.durable_decisions:
+                results = [self.apply(event, own=True) for event in events]
+                with self.registry:
+                    self.unflushed.extend(events)
+                self.mark()
+                return results
+            call = Appended(self, events, decider.memory.next_source_id(), fresh)
         try:
-            with ledger.writing():
-                self.catch_up()
-                events, results = build(), []
-                for i, event in enumerate(events):
-                    results.append(self.apply(event, own=True))
-                    applied = True
-                    if event.kind == LEARN:
-                        events[i] = event._replace(version=memory.version)
-                head = ledger.append([*self.unflushed, *events], self.seen)
-                self.write_names()
-                if self.since_snapshot >= self.snapshot_every:
-                    ledger.write_snapshot(head, memory.version, self.snapshot_state())
-                    self.since_snapshot = 0
-                ledger.count_commit()  # under the store's lock: no other Decider on it commits in between
-                commits = ledger.commits()
+            self.committer.commit(call)
         except BaseException:
-            if applied:  # the state in RAM went ahead of a transaction that did not land
-                self.recover(version)
+            with decider._lock:
+                for event in events:
+                    if event.kind == DECIDE:
+                        decider._made.pop(event.decision_id, None)
             raise
-        self.seen, self.unflushed, self.commits_seen = head, [], commits
-        self.mark()
+        with decider._lock:
+            if self.seen < call.head:  # every event up to the transaction's, in commit order
+                known = self.committer.known(self.seen, call.head) if self.epoch == call.epoch else None
+                if known is None:  # another process wrote in between (or a deletion): read it
+                    with self.ledger.reading():
+                        self.catch_up(force=True)
+                else:  # all of them committed here: applied as built, nothing read back
+                    self.advance_through(known)
+                    if self.ledger.commits() == call.commits:
+                        self.commits_seen = call.commits
+            self.mark()
+            results = [self.results.pop(call.seqs[i], None) if i in call.seqs else None for i in range(len(events))]
+            for event in events:
+                if event.kind == DECIDE:
+                    decider._made.pop(event.decision_id, None)
+            if self.due:
+                self.write_due()
         return results
 
     def write_names(self) -> None:
@@ -243,7 +353,7 @@ class LedgerLink:
             self.names_written = names
 
     def recover(self, version: int) -> None:
-        """After a failed commit: the Decider as the ledger holds it (best effort; the next call
+        """After a failed deletion: the Decider as the ledger holds it (best effort; the next call
         rebuilds otherwise), its memory's :attr:`version` as it was before the call (``version``)
         where the replay counted fewer steps (names it grew at once that the events grew one by one)."""
         self.epoch, self.commits_seen = -1, -2  # whatever happens here, the next catch-up rebuilds
@@ -299,15 +409,15 @@ class LedgerLink:
         for every process), then erase when asked. Returns the verifications removed."""
         self.check_memory()
         ledger, memory = self.ledger, self.decider.memory
-        version, changed, flushed = memory.version, False, list(self.unflushed)
+        version, changed, flushed = memory.version, False, []
         try:
             with ledger.writing():
-                self.catch_up()
+                self.catch_up(force=True)
+                flushed = self.take_unflushed()  # (in the ledger now: the rebuild must not apply them twice)
                 head = ledger.append(flushed, self.seen)  # this Decider's position moves once it commits
                 seqs = seqs_of(ledger)
                 changed = True
                 removed = ledger.delete(seqs, action, reason, getattr(ledger.store, "actor", "gae"))
-                self.unflushed = []  # (in the ledger now: the rebuild must not apply them twice)
                 self.rebuild()
                 memory.note_rebuilt_(version)
                 ledger.write_snapshot(head, memory.version, self.snapshot_state())
@@ -315,8 +425,8 @@ class LedgerLink:
                 ledger.count_commit()
                 self.commits_seen = ledger.commits()
         except BaseException:
+            self.untake(flushed)  # not written after all: kept for the next commit
             if changed:
-                self.unflushed = flushed  # not written after all: kept for the next commit
                 self.recover(version)
             raise
         self.mark()

@@ -87,10 +87,11 @@ class Ledger:
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """The store's write lock and one transaction (:meth:`~gae.storage.store.Store.exclusive`):
-        committed when the block ends, rolled back if it raises. Threads sharing one store object
-        (several memories on it) take turns, and so do processes."""
-        with self.store.exclusive():
+        """The ledger's write lock and one transaction (:meth:`~gae.storage.store.Store.exclusive`,
+        a lock of this ledger's own where the database keeps one per name: Postgres; SQLite has
+        one writer per file): committed when the block ends, rolled back if it raises. Threads
+        sharing one store object (several memories on it) take turns, and so do processes."""
+        with self.store.exclusive(lock=f"ledger.{self.name}"):
             yield
 
     @contextmanager
@@ -190,10 +191,33 @@ class Ledger:
             raise self._damaged(META, "(key='head')", ValueError(f"head {head!r} and epoch {epoch!r} must be ints"))
         return head, epoch
 
+    def counters(self) -> tuple[int, int, int | None]:
+        """Inside :meth:`writing`: ``(head, epoch, sources)``, the last two as :meth:`position` gives
+        them and ``sources`` the next source id the ledger gives a verification made without one
+        (None for a ledger written before it was kept: its writers start it)."""
+        found = {row.key: self._json(META, f"(key={row.key!r})", row.value) for row in self.store.select(
+            META, "ledger = ? AND key IN ('head', 'epoch', 'sources')", (self.name,))}
+        sources = found.pop("sources", None)
+        if sources is not None and (type(sources) is not int or sources < 0):
+            raise self._damaged(META, "(key='sources')", ValueError(f"sources {sources!r} must be an int >= 0"))
+        head, epoch = found.get("head", 0), found.get("epoch", 0)
+        if len(found) == 1 or not all(type(value) is int and value >= 0 for value in (head, epoch)):
+            head, epoch = self.position()  # (raises, naming what is wrong)
+        return head, epoch, sources
+
+    def open_decisions(self, decision_ids: Sequence[str]) -> set[str]:
+        """Which of ``decision_ids`` are pending now (inside :meth:`writing`: as this block leaves them)."""
+        found: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(decision_ids))):
+            found.update(row.decision_id for row in self.store.select(
+                PENDING, f"ledger = ? AND decision_id IN ({_marks(chunk)})", (self.name, *chunk)))
+        return found
+
     # -- events ---------------------------------------------------------------------------------
-    def append(self, events: Sequence[Event], head: int) -> int:
+    def append(self, events: Sequence[Event], head: int, move_head: bool = True) -> int:
         """Inside :meth:`writing`, at ``head`` (the caller's :meth:`position`): the events under
-        ``head + 1, ...``, the pending table kept with them. Returns the new head."""
+        ``head + 1, ...``, the pending table kept with them. Returns the new head, which the meta
+        records unless ``move_head`` is False (the caller sets it once for several appends)."""
         if not events:
             return head
         self.store.insert(EVENTS, [self._event_row(head + i + 1, event) for i, event in enumerate(events)])
@@ -203,7 +227,8 @@ class Ledger:
             elif event.kind in (LEARN, CLOSE) and event.decision_id:
                 self.store.delete(PENDING, "ledger = ? AND decision_id = ?", (self.name, event.decision_id))
         head += len(events)
-        self.set_meta({"head": head})
+        if move_head:
+            self.set_meta({"head": head})
         return head
 
     def events(self, after: int, before: int | None = None, kinds: Sequence[str] | None = None) -> list[Event]:
@@ -274,13 +299,10 @@ class Ledger:
         """Inside :meth:`writing`: the state after event ``seq`` (replacing one written there).
         ``state`` must load back with ``torch.load(weights_only=True)`` (tensors, numbers, strings
         and containers of them): one that would not is refused here, not when the ledger reopens."""
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        data = buffer.getvalue()
-        try:
-            torch.load(io.BytesIO(data), weights_only=True)
-        except Exception as error:  # noqa: BLE001 - what the unpickler refuses, in its words
-            raise TypeError(f"state must load with torch.load(weights_only=True): {error}") from error
+        self.write_snapshot_data(seq, version, snapshot_data(state))
+
+    def write_snapshot_data(self, seq: int, version: int, data: bytes) -> None:
+        """Inside :meth:`writing`: :meth:`write_snapshot` of a state saved already (:func:`snapshot_data`)."""
         self.store.insert(SNAPSHOTS, [(self.name, seq, version, data)], upsert=True)
 
     # -- deleting -------------------------------------------------------------------------------
@@ -372,6 +394,19 @@ class Ledger:
         """After the commit that deleted rows: make them unreadable from the store's files
         (:meth:`~gae.storage.store.Store.erase`; inside :meth:`writing`, once it has committed)."""
         self.store.erase(ERASED)
+
+
+def snapshot_data(state: dict[str, Any]) -> bytes:
+    """``state`` as a snapshot row holds it (``torch.save``), refused with a TypeError unless it loads
+    back with ``torch.load(weights_only=True)`` (tensors, numbers, strings and containers of them)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    try:
+        torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # noqa: BLE001 - what the unpickler refuses, in its words
+        raise TypeError(f"state must load with torch.load(weights_only=True): {error}") from error
+    return data
 
 
 def _dump(value: Any) -> str | None:
