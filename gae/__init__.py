@@ -17,9 +17,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from gae import kernel_cache as _kernel_cache
 from gae import moved as _moved
 
 _moved.install()
+_kernel_cache.install()  # before any kernel is defined: where a read-only install caches them (gae.kernel_cache)
 
 _HOMES = {  # public name -> the module that defines it
     "Admission": "gae.episodic.admission", "AdmissionPolicy": "gae.episodic.admission",

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first: (layer, the module prefixes it holds, what it is)
 LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("foundations", ("gae.types", "gae.validation", "gae.compiled", "gae.loading", "gae.state_dicts", "gae.moved"),
-     "named results, boundary checks, compiled-call helpers, safe loading"),
+    ("foundations", ("gae.types", "gae.validation", "gae.kernel_cache", "gae.compiled", "gae.loading",
+                     "gae.state_dicts", "gae.moved"),
+     "named results, boundary checks, the kernels' cache folder, compiled-call helpers, safe loading"),
     ("storage", ("gae.storage",), "SQLite and Postgres: connections, transactions, locks, checksums, check(), erase"),
     ("episodic", ("gae.episodic",), "EpisodicMemory, its scorer, admission and embedders, on the storage API"),
     ("models", ("gae.models", "gae.judgment"),
