@@ -55,16 +55,21 @@ class Appended:
         events: the call's events, built and checked on its Decider's state.
         next_source: the source id its memory would give next (None: a memory without source ids).
         fresh: decision ids given by the caller, which must not be pending.
+        seen: the last event of the state the call was built on: a decision it verifies or closes
+            must have been decided by then (a later one of the same id is another decision).
+        unwritten: ids of its Decider's decisions made without writing, not committed when the
+            call was built (they get their sequence numbers with it, so they are exempt from ``seen``).
     """
 
     link: Any
     events: list[Event]
     next_source: int | None = None
     fresh: tuple[str, ...] = ()
+    seen: int | None = None
+    unwritten: frozenset[str] = frozenset()
     seqs: dict[int, int] = field(default_factory=dict)  # index in ``events`` -> its sequence number
-    head: int = 0  # the ledger's head once the transaction landed, and its epoch and store commits then
+    head: int = 0  # the ledger's head once the transaction landed, and its epoch then
     epoch: int = -1
-    commits: int = -1
     error: BaseException | None = None
     done: bool = False
 
@@ -100,11 +105,17 @@ class GroupCommit:
             if not call.done:
                 with self._queued:
                     batch, self._queue = self._queue, []
-                self._commit(batch)
+                if not self._commit(batch) and len(batch) > 1:
+                    for alone in batch:  # one call's failure is not the others': each again, alone
+                        alone.error, alone.done = None, False
+                        self._commit([alone])
+                for each in batch:
+                    each.done = True
         if call.error is not None:
             raise call.error
 
-    def _commit(self, batch: list[Appended]) -> None:
+    def _commit(self, batch: list[Appended]) -> bool:
+        """One transaction for ``batch``; False when it failed (every call of it holds the error)."""
         ledger = self.ledger
         taken: list[tuple[Any, list[Event]]] = []  # (link, its decisions not written yet) taken into this batch
         given: list[tuple[Any, list[int]]] = []  # (link, the sequence numbers registered with it)
@@ -115,10 +126,10 @@ class GroupCommit:
                 names: dict[str, list[str]] | None = None
                 for call in batch:
                     link = call.link
-                    unflushed = link.take_unflushed()
+                    unflushed = link.take_unflushed(head)  # (registered with it in the same step)
                     if unflushed:
                         taken.append((link, unflushed))
-                        given.append((link, link.register(head, unflushed, applied=True)))
+                        given.append((link, list(range(head + 1, head + 1 + len(unflushed)))))
                         landed += [e._replace(seq=head + 1 + j) for j, e in enumerate(unflushed)]
                         head = ledger.append(unflushed, head, move_head=False)
                     try:
@@ -151,6 +162,7 @@ class GroupCommit:
                 if call.error is None:
                     call.error = error
                     call.seqs = {}
+            return False
         else:
             self._counters = counters
             with self._queued:
@@ -159,10 +171,8 @@ class GroupCommit:
                 while len(self._known) > KNOWN:
                     self._known.popitem(last=False)
             for call in batch:
-                call.head, call.epoch, call.commits = head, epoch, commits
-        finally:
-            for call in batch:
-                call.done = True
+                call.head, call.epoch = head, epoch
+            return True
 
     def _read_counters(self) -> tuple[int, int, int | None]:
         """Inside the transaction: the ledger's head, epoch and next source id, as this committer
@@ -181,20 +191,25 @@ class GroupCommit:
         source id is given one here (the larger of the ledger's next and its memory's)."""
         ledger, events = self.ledger, call.events
         wanted = [e.decision_id for e in events if e.kind in (LEARN, CLOSE) and e.decision_id is not None]
-        open_now = ledger.open_decisions([*wanted, *call.fresh]) if wanted or call.fresh else set()
+        open_now = ledger.open_decisions([*wanted, *call.fresh]) if wanted or call.fresh else {}
+        seen = call.seen
         kept: list[int] = []
         for i, event in enumerate(events):
             if event.kind in (LEARN, CLOSE) and event.decision_id is not None:
-                if event.decision_id not in open_now:
+                decided = open_now.get(event.decision_id)
+                if decided is not None and seen is not None and decided > seen \
+                        and event.decision_id not in call.unwritten:
+                    decided = None  # another decision of the same id, made after the call's state: not the one it saw
+                if decided is None:
                     if event.kind == CLOSE and event.detail.get("reason") == "expired":
                         continue  # closed already, or verified: nothing left to expire
                     raise KeyError(f"decision {event.decision_id!r} is not pending (another writer verified, closed "
                                    "or forgot it)")
-                open_now.discard(event.decision_id)
+                del open_now[event.decision_id]
             elif event.kind == DECIDE and event.decision_id is not None:
                 if event.decision_id in open_now and event.decision_id in call.fresh:  # (after this call's closings)
                     raise ValueError(f"id {event.decision_id!r} is already pending: verify it first or give another id")
-                open_now.add(event.decision_id)
+                open_now[event.decision_id] = -1  # (pending from here on, in this transaction)
             kept.append(i)
         if call.next_source is None:
             return kept, sources

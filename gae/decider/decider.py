@@ -210,7 +210,7 @@ class Decider:
             return self._durable_decide(factors, category, id, source, when)
         with self._lock:
             book = self._book  # in RAM: no events to build, the decision goes straight into the book
-            if id is not None and book.live(id, when):
+            if id is not None and (book.live(id, when) or id in self._made):  # (or being decided by another thread)
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
             decision, row = self._decision(factors, category, id, source, when)
             if book.ttl is not None:
@@ -232,7 +232,7 @@ class Decider:
 
         def build() -> list[Event]:
             book = self._book
-            if id is not None and book.live(id, when):
+            if id is not None and (book.live(id, when) or id in self._made):  # (or being decided by another thread)
                 raise ValueError(f"id {id!r} is already pending: verify it first or give another id")
             decision, row = self._decision(factors, category, id, source, when)
             expiring = book.expiring(when)  # (an expired decision of this id among them)
@@ -384,6 +384,8 @@ class Decider:
         recorded and committed as a verification is). Returns what ``learn_one`` returns."""
         if outcome is not None and not isinstance(outcome, str):
             raise TypeError(f"outcome must be None or a string, got {outcome!r}")
+        if outcome is not None:
+            check.check_text("outcome", outcome)
         if confirmed is not None and not isinstance(confirmed, (bool, np.bool_)):
             raise TypeError(f"confirmed must be a bool or None, got {confirmed!r}")
         check_name_or_index("category", category)

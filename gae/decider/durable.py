@@ -165,17 +165,18 @@ class LedgerLink:
                     self.due.append((event.seq, int(self.decider.memory.version), self.epoch,
                                      snapshot_data(self.snapshot_state())))
 
-    def write_due(self) -> None:
-        """Write the snapshots that fell due on this Decider's events, each under the write lock
-        unless a deletion moved the epoch since (its state would bring deleted decisions back).
-        Outside any block of the store; a snapshot that fails to write is skipped (a reopen
+    def write_due(self, due: list[tuple[int, int, int, bytes]]) -> None:
+        """Write the snapshots that fell due on this Decider's events (taken from :attr:`due`
+        under its lock), outside that lock, through the group commit's connection: each in a
+        write transaction of its own, unless a deletion moved the epoch since (its state would
+        bring deleted decisions back). A snapshot that fails to write is skipped (a reopen
         replays a little more)."""
-        due, self.due = self.due, []
+        ledger = self.committer.ledger
         for seq, version, epoch, state in due:
             try:
-                with self.ledger.writing():
-                    if self.ledger.position()[1] == epoch:
-                        self.ledger.write_snapshot_data(seq, version, state)
+                with ledger.writing():
+                    if ledger.position()[1] == epoch:
+                        ledger.write_snapshot_data(seq, version, state)
             except Exception:  # noqa: BLE001 - a snapshot shortens a replay; the events are the state
                 pass
 
@@ -201,10 +202,15 @@ class LedgerLink:
             for seq in seqs:
                 self.mine.pop(seq, None)
 
-    def take_unflushed(self) -> list[Event]:
-        """The committer's thread: the decisions made without writing, to append now."""
+    def take_unflushed(self, head: int | None = None) -> list[Event]:
+        """The decisions made without writing, to append now: with ``head`` (the committer's
+        thread, inside its transaction), registered under ``head + 1, ...`` in the same step, so
+        that a rebuild meanwhile finds each of them, in :attr:`unflushed` or in flight."""
         with self.registry:
             taken, self.unflushed = self.unflushed, []
+            if head is not None:
+                for seq, event in enumerate(taken, start=head + 1):
+                    self.mine[seq] = (event, True)
         return taken
 
     def untake(self, events: list[Event]) -> None:
@@ -264,12 +270,15 @@ class LedgerLink:
         book.expired = expired
         self.since_snapshot = count
         self.seen, self.epoch = position
-        for event in self.unflushed:
-            decider._apply(event)
         with self.registry:  # this Decider's events the replay holds: applied, their answers unknown
             for seq in [seq for seq in self.mine if seq <= self.seen]:
-                self.results.setdefault(seq, None)
+                if not self.mine[seq][1]:
+                    self.results.setdefault(seq, None)
                 del self.mine[seq]
+            # its decisions made without writing: kept, or in a commit in flight (applied again when it lands: no)
+            unwritten = [event for _, (event, applied) in sorted(self.mine.items()) if applied] + list(self.unflushed)
+        for event in unwritten:
+            decider._apply(event)
         self.mark()
 
     # -- writing --------------------------------------------------------------------------------
@@ -314,7 +323,16 @@ class LedgerLink:
                     self.unflushed.extend(events)
                 self.mark()
                 return results
-            call = Appended(self, events, decider.memory.next_source_id(), fresh)
+            with self.registry:  # (nothing to write: a sync or an expiry check that found none is a read)
+                idle = not events and not self.unflushed
+            if idle:
+                self.mark()
+                return []
+            with self.registry:  # (its decisions not committed yet: they land with this call or before it)
+                unwritten = frozenset([e.decision_id for e in self.unflushed if e.decision_id is not None]
+                                      + [e.decision_id for e, applied in self.mine.values()
+                                         if applied and e.decision_id is not None])
+            call = Appended(self, events, decider.memory.next_source_id(), fresh, self.seen, unwritten)
         try:
             self.committer.commit(call)
         except BaseException:
@@ -331,15 +349,14 @@ class LedgerLink:
                         self.catch_up(force=True)
                 else:  # all of them committed here: applied as built, nothing read back
                     self.advance_through(known)
-                    if self.ledger.commits() == call.commits:
-                        self.commits_seen = call.commits
             self.mark()
             results = [self.results.pop(call.seqs[i], None) if i in call.seqs else None for i in range(len(events))]
             for event in events:
                 if event.kind == DECIDE:
                     decider._made.pop(event.decision_id, None)
-            if self.due:
-                self.write_due()
+            due, self.due = self.due, []
+        if due:
+            self.write_due(due)
         return results
 
     def write_names(self) -> None:

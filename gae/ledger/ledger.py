@@ -205,11 +205,12 @@ class Ledger:
             head, epoch = self.position()  # (raises, naming what is wrong)
         return head, epoch, sources
 
-    def open_decisions(self, decision_ids: Sequence[str]) -> set[str]:
-        """Which of ``decision_ids`` are pending now (inside :meth:`writing`: as this block leaves them)."""
-        found: set[str] = set()
+    def open_decisions(self, decision_ids: Sequence[str]) -> dict[str, int]:
+        """Which of ``decision_ids`` are pending now, each with the sequence number of its decide
+        event (inside :meth:`writing`: as this block leaves them)."""
+        found: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(decision_ids))):
-            found.update(row.decision_id for row in self.store.select(
+            found.update((row.decision_id, row.seq) for row in self.store.select(
                 PENDING, f"ledger = ? AND decision_id IN ({_marks(chunk)})", (self.name, *chunk)))
         return found
 

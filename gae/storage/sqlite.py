@@ -524,6 +524,8 @@ class SQLiteStore(MemoryStore):
                 self._queue.close()
 
     def _reopen(self) -> SQLiteStore:
+        if not self._on_disk():  # (another connection to ":memory:" would open another database)
+            return self
         writer = SQLiteStore(self.path, synchronous=self.synchronous, actor=self.actor,
                              erase_timeout=self.erase_timeout, timeout=self.timeout)
         if writer._queue is not None:  # one lock file per store object: the writer queues on this one's

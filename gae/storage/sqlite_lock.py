@@ -34,6 +34,7 @@ class WriterQueue:
         self.path = f"{path}.ledger-lock"
         self._file: IO[bytes] | None = None
         self._threads = threading.Lock()
+        self._stranded = threading.Event()  # a wait given up is still blocked in the kernel (see _wait)
 
     @contextmanager
     def held(self, timeout: float = math.inf) -> Iterator[None]:
@@ -44,8 +45,7 @@ class WriterQueue:
             return
         deadline = time.monotonic() + timeout
         if not self._threads.acquire(timeout=-1 if math.isinf(timeout) else max(0.0, timeout)):
-            raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock for more "
-                               f"than {timeout:g} s; nothing of this call was written")
+            raise self._timed_out(timeout)
         try:
             with self._flocked(deadline, timeout):
                 yield
@@ -64,6 +64,8 @@ class WriterQueue:
         except BlockingIOError:
             if math.isinf(timeout):
                 fcntl.flock(file, fcntl.LOCK_EX)
+            elif self._stranded.is_set():  # (at most one thread waits past its call: the others ask again)
+                self._poll(file, deadline, timeout)
             else:
                 self._wait(file, deadline, timeout)
         try:
@@ -86,6 +88,7 @@ class WriterQueue:
                     return
             fcntl.flock(file, fcntl.LOCK_UN)
             file.close()
+            self._stranded.clear()
 
         threading.Thread(target=wait, name="gae-sqlite-writer-queue", daemon=True).start()
         if taken.wait(max(0.0, deadline - time.monotonic())):
@@ -95,8 +98,26 @@ class WriterQueue:
                 return
             given_up[0] = True
             self._file = None
-        raise TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock for more than "
-                           f"{timeout:g} s; nothing of this call was written")
+            self._stranded.set()
+        raise self._timed_out(timeout)
+
+    def _poll(self, file: IO[bytes], deadline: float, timeout: float) -> None:
+        """Ask for the lock again every 0.1 to 2 ms until ``deadline`` (while a wait given up is
+        still blocked: one stranded thread and file at most)."""
+        pause = 1e-4
+        while True:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise self._timed_out(timeout) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 2e-3)
+
+    def _timed_out(self, timeout: float) -> TimeoutError:
+        return TimeoutError(f"{self.path[:-len('.ledger-lock')]}: another writer held the write lock for more than "
+                            f"{timeout:g} s; nothing of this call was written")
 
     def close(self) -> None:
         if self._file is not None:

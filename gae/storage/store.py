@@ -112,7 +112,8 @@ class Store(abc.ABC):
         """A second connection to this store's database with its settings, made on first use and
         closed with this store: for a write path that must not wait while this connection reads
         (a ledger's group commit appends there while the Deciders read here). Its writes take the
-        same write locks as this store's."""
+        same write locks as this store's. A database only this connection can reach (SQLite's
+        ``:memory:``) is its own writer."""
         with self._lock:
             self._check_open()
             if self._writer is None:
@@ -122,7 +123,7 @@ class Store(abc.ABC):
     def _close_writer(self) -> None:
         """Inside ``close()``: close :meth:`writer`'s connection, if one was made."""
         writer, self._writer = self._writer, None
-        if writer is not None:
+        if writer is not None and writer is not self:
             writer.close()
 
     @contextmanager

@@ -1,0 +1,190 @@
+"""Races of the write protocol (build under the Decider's lock, append in the group commit, learn
+after), each forced at the point where it bites by a hook on the committer, and the edges of the
+store layer under it: a verification checked against the decision its call saw, decisions made
+without writing kept through a rebuild while a commit carries them, one id decided by two threads,
+one call's failure kept out of its batch, SQLite's ``:memory:`` and the writer queue's timeouts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gae import Decider, JudgmentMemory
+from gae.ledger import Ledger
+from gae.storage import SQLiteStore
+from gae.storage.sqlite_lock import WriterQueue
+
+
+def memory() -> JudgmentMemory:
+    return JudgmentMemory(["invoice"], ["approve", "reject"], 2)
+
+
+def until(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the other thread never got there"
+        time.sleep(0.001)
+
+
+def learn_rows(path: Path) -> list[list[float]]:
+    store = SQLiteStore(path)
+    try:
+        return [list(event.row) for event in Ledger(store, "judgment").events(0, kinds=("learn",))]
+    finally:
+        store.close()
+
+
+def test_a_verification_built_on_a_decision_another_writer_verified_and_reused_the_id_of_is_refused(tmp_path):
+    path = tmp_path / "l.db"
+    first, second = Decider(memory(), store=SQLiteStore(path)), Decider(memory(), store=SQLiteStore(path))
+    first.decide([0.9, 0.1], "invoice", id="x")  # decision A
+    second.sync()
+    committer = first._durable.committer
+    commit = committer.commit
+
+    def meanwhile(call):  # between the build of first's verify (on A) and its commit:
+        committer.commit = commit
+        second.verify("x", "approve")  # A is verified elsewhere
+        second.decide([0.1, 0.9], "invoice", id="x")  # and its id given to decision B
+        return commit(call)
+
+    committer.commit = meanwhile
+    with pytest.raises(KeyError, match="'x' is not pending"):
+        first.verify("x", "reject")
+    assert learn_rows(path) == [[0.9, 0.1]]  # A learned once; B still pending, for the one who saw it
+    assert [d.id for d in first.pending()] == ["x"] and first.pending()[0].category == "invoice"
+    assert first.verify("x", "reject")["skipped"] is False
+    assert learn_rows(path) == [[0.9, 0.1], [0.1, 0.9]]
+
+
+def test_decisions_made_without_writing_survive_a_rebuild_while_a_commit_carries_them(tmp_path):
+    path = tmp_path / "l.db"
+    mine = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    other = Decider(memory(), store=SQLiteStore(path))  # another process
+    other.learn_one([0.9, 0.1], "approve", "invoice", source_id=1)
+    mine.sync()
+    mine.decide([0.3, 0.7], "invoice", id="u")  # not written: in mine's book only
+    link = mine._durable
+    take, inside, go = link.take_unflushed, threading.Event(), threading.Event()
+
+    def taken(head=None):
+        events = take(head)
+        if head is not None and events and not inside.is_set():
+            inside.set()  # in the committer's transaction, u taken from the unwritten ones
+            go.wait(30)
+        return events
+
+    link.take_unflushed = taken
+    other.forget_([1])  # a deletion elsewhere: mine's next look rebuilds
+    writer = threading.Thread(target=lambda: mine.learn_one([0.5, 0.5], "reject", "invoice", source_id=2))
+    writer.start()
+    assert inside.wait(30)
+    mine.decide([0.1, 0.9], "invoice", id="v")  # rebuilds while u is in flight
+    go.set()
+    writer.join(30)
+    mine.sync()
+    fresh = Decider(memory(), store=SQLiteStore(path))
+    assert sorted(d.id for d in mine.pending()) == sorted(d.id for d in fresh.pending()) == ["u", "v"]
+    assert mine.verify("u", "approve")["skipped"] is False
+
+
+def test_one_id_decided_by_two_threads_at_once_is_pending_once_with_the_winners_factors(tmp_path):
+    path = tmp_path / "l.db"
+    decider = Decider(memory(), store=SQLiteStore(path))
+    committer = decider._durable.committer
+    commit, built, out = committer.commit, threading.Event(), {}
+
+    def held(call):  # the first call waits in the commit until the second has built
+        if call.events[0].row[0] == 0.9:
+            built.wait(30)
+        return commit(call)
+
+    committer.commit = held
+
+    def decide(x: float) -> None:
+        try:
+            out[x] = decider.decide([x, round(1 - x, 1)], "invoice", id="x").id
+        except ValueError as error:
+            out[x] = str(error)
+        finally:
+            built.set()
+
+    first = threading.Thread(target=decide, args=(0.9,))
+    first.start()
+    until(lambda: "x" in decider._made)
+    decide(0.1)
+    first.join(30)
+    assert out[0.9] == "x" and "already pending" in out[0.1]
+    committer.commit = commit
+    decider.verify("x", "approve")
+    assert learn_rows(path) == [[0.9, 0.1]]  # the winner's factors, learned once
+
+
+def test_a_call_the_store_refuses_fails_alone_not_the_calls_sharing_its_transaction(tmp_path, monkeypatch):
+    path = tmp_path / "l.db"
+    decider = Decider(memory(), store=SQLiteStore(path))
+    pending = decider.decide([0.9, 0.1], "invoice")
+    committer, append = decider._durable.committer, Ledger.append
+
+    def refusing(self, events, head, move_head=True):
+        if any(event.outcome == "refused" for event in events):
+            raise RuntimeError("the store refuses this row")
+        return append(self, events, head, move_head)
+
+    monkeypatch.setattr(Ledger, "append", refusing)
+    committer._turn.acquire()  # both calls queue into one batch
+    out = {}
+
+    def run(name, call):
+        try:
+            out[name] = call()
+        except Exception as error:  # noqa: BLE001 - what each call raised is the check
+            out[name] = error
+
+    threads = [threading.Thread(target=run, args=("verify", lambda: decider.verify(pending.id, "approve"))),
+               threading.Thread(target=run, args=("learn", lambda: decider.learn_one([0.2, 0.8], "reject", "invoice",
+                                                                                    outcome="refused")))]
+    for thread in threads:
+        thread.start()
+    until(lambda: len(committer._queue) == 2)
+    committer._turn.release()
+    for thread in threads:
+        thread.join(30)
+    assert out["verify"]["skipped"] is False and isinstance(out["learn"], RuntimeError)
+    assert learn_rows(path) == [[0.9, 0.1]] and int(decider.memory.num_decisions) == 1
+
+
+def test_a_decider_on_sqlite_in_memory_writes_where_it_reads(tmp_path):
+    store = SQLiteStore(":memory:")
+    decider = Decider(memory(), store=store)
+    made = decider.decide([0.9, 0.1], "invoice")
+    decider.verify(made.id, "approve")
+    assert store.writer() is store
+    assert Ledger(store, "judgment").position() == (2, 0)
+    assert decider.decision(made.id).id == made.id
+    assert int(Decider(memory(), store=store).memory.num_decisions) == 1
+    store.close()
+
+
+def test_writes_that_time_out_behind_a_stuck_writer_leave_at_most_one_thread_and_file(tmp_path):
+    path = str(tmp_path / "q.db")
+    stuck = open(path + ".ledger-lock", "a+b")  # noqa: SIM115 - another process's lock, held throughout
+    fcntl.flock(stuck, fcntl.LOCK_EX)
+    queue = WriterQueue(path)
+    files, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+    for _ in range(50):
+        with pytest.raises(TimeoutError, match="nothing of this call was written"):
+            with queue.held(0.001):
+                pass
+    assert threading.active_count() - threads <= 1 and len(os.listdir("/proc/self/fd")) - files <= 2
+    fcntl.flock(stuck, fcntl.LOCK_UN)
+    with queue.held(5.0):  # the lock comes back at once, and the stranded wait lets go of it
+        pass
+    queue.close()
+    stuck.close()
