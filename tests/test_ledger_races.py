@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,7 +140,8 @@ def test_a_call_the_store_refuses_fails_alone_not_the_calls_sharing_its_transact
         return append(self, events, head, move_head)
 
     monkeypatch.setattr(Ledger, "append", refusing)
-    committer._turn.acquire()  # both calls queue into one batch
+    with committer._state:  # as if another thread were committing: both calls queue into one batch
+        committer._committing = True
     out = {}
 
     def run(name, call):
@@ -153,7 +156,9 @@ def test_a_call_the_store_refuses_fails_alone_not_the_calls_sharing_its_transact
     for thread in threads:
         thread.start()
     until(lambda: len(committer._queue) == 2)
-    committer._turn.release()
+    with committer._state:
+        committer._committing = False
+        committer._state.notify_all()
     for thread in threads:
         thread.join(30)
     assert out["verify"]["skipped"] is False and isinstance(out["learn"], RuntimeError)
@@ -188,3 +193,27 @@ def test_writes_that_time_out_behind_a_stuck_writer_leave_at_most_one_thread_and
         pass
     queue.close()
     stuck.close()
+
+
+def test_a_second_connection_in_a_process_keeps_its_sqlite_locks_and_another_process_closing_keeps_the_log(
+        tmp_path):
+    # closing any descriptor of the database file drops every POSIX lock the process holds on it, SQLite's
+    # included: a process reading the header again for its writer() (or a second store) lost them, and the
+    # next process to close thought it was the last, checkpointed and deleted the write-ahead log under it
+    path = tmp_path / "l.db"
+    store = SQLiteStore(path)
+    decider = Decider(memory(), store=store)  # (its writer: a second connection to the file)
+    second = SQLiteStore(path)  # and a second store object in the same process
+    decider.verify(decider.decide([0.9, 0.1], "invoice").id, "approve")
+    child = ("import sys; sys.path.insert(0, sys.argv[1]); from gae import Decider, JudgmentMemory; "
+             "from gae.storage import SQLiteStore; s = SQLiteStore(sys.argv[2]); "
+             "d = Decider(JudgmentMemory(['invoice'], ['approve', 'reject'], 2), store=s); "
+             "d.verify(d.decide([0.1, 0.9], 'invoice').id, 'reject'); d.close(); s.close()")
+    subprocess.run([sys.executable, "-c", child, str(Path(__file__).resolve().parents[1]), str(path)], check=True,
+                   timeout=120)
+    assert Path(f"{path}-wal").exists() and Path(f"{path}-shm").exists()  # still this process's
+    decider.verify(decider.decide([0.5, 0.5], "invoice").id, "approve")
+    second.close()
+    decider.close()
+    store.close()
+    assert learn_rows(path) == [[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]]  # every acknowledged verification, once

@@ -4,10 +4,11 @@ A :class:`~gae.Decider` on a ledger builds a call's events on the state it holds
 everything a call can get wrong), hands them to its ledger's :class:`GroupCommit` and learns
 them once they are committed, in commit order, without any lock of the store
 (:mod:`gae.decider.durable`). The committer is the one place the ledger's write lock is taken
-for that: a thread queues its :class:`Appended` and waits for its turn; the thread whose turn
-comes appends everything queued by then (its own and the calls that arrived while the previous
-turn committed) in one transaction, one flush of the disk for all of them, and each waiting
-call gets its sequence numbers or its error.
+for that: a thread queues its :class:`Appended`; when no thread of the process is committing, it
+leads: it appends everything queued by then (its own call and those that arrived while the
+previous commit ran) in one transaction, one flush of the disk for all of them, and wakes each
+call with its sequence numbers or its error. A call carried by another's commit returns when
+that commit ends.
 
 Under the write lock only what the ledger decides is checked, against its rows, never against a
 process' memory: a verification needs its decision still pending (another process may have
@@ -80,8 +81,9 @@ class GroupCommit:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self._queue: list[Appended] = []
-        self._queued = threading.Lock()  # guards the queue
-        self._turn = threading.Lock()  # one committing thread at a time
+        self._state = threading.Condition()  # guards the queue and whether a thread is committing
+        self._committing = False
+        self._kept = threading.Lock()  # guards the events kept (_known)
         self._known: OrderedDict[int, Event] = OrderedDict()  # the latest events committed here, by seq
         self._counters: tuple[Any, ...] | None = None  # (head, epoch, sources) after this committer's last commit,
         # with the store's data_version and commit count then: still the ledger's while neither moved
@@ -89,7 +91,7 @@ class GroupCommit:
     def known(self, after: int, through: int) -> list[Event] | None:
         """The events ``after < seq <= through`` when every one of them was committed through this
         committer and is still kept (then no other process wrote between them), else None."""
-        with self._queued:
+        with self._kept:
             found = [self._known.get(seq) for seq in range(after + 1, through + 1)]
         return None if any(event is None for event in found) else found  # type: ignore[return-value]
 
@@ -99,18 +101,26 @@ class GroupCommit:
         longer needed has none). Raises what the ledger refused of this call (KeyError: a decision
         no longer pending; ValueError: an id pending already), or what made the transaction fail
         (then nothing of it landed, for every call in it)."""
-        with self._queued:
+        with self._state:  # the leader commits what is queued; the others wait for theirs to be done
             self._queue.append(call)
-        with self._turn:
-            if not call.done:
-                with self._queued:
-                    batch, self._queue = self._queue, []
+            while self._committing and not call.done:
+                self._state.wait()
+            leading = not call.done
+            if leading:
+                self._committing = True
+                batch, self._queue = self._queue, []
+        if leading:
+            try:
                 if not self._commit(batch) and len(batch) > 1:
                     for alone in batch:  # one call's failure is not the others': each again, alone
-                        alone.error, alone.done = None, False
+                        alone.error = None
                         self._commit([alone])
-                for each in batch:
-                    each.done = True
+            finally:
+                with self._state:
+                    for each in batch:
+                        each.done = True
+                    self._committing = False
+                    self._state.notify_all()
         if call.error is not None:
             raise call.error
 
@@ -165,7 +175,7 @@ class GroupCommit:
             return False
         else:
             self._counters = counters
-            with self._queued:
+            with self._kept:
                 for event in landed:
                     self._known[event.seq] = event
                 while len(self._known) > KNOWN:

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import sqlite3
+import threading
 import time as _time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -44,6 +45,12 @@ from gae.validation import check_int
 
 _ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_integrity.SHOWN
 # the tables of the episodic memory (and SQLite's own): check() knows them without the catalog
+# The database files this process holds SQLite connections to, by (device, inode), with how many.
+# Closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+# included (then another process, closing last, deletes the write-ahead log under this one): the
+# header is read with Python's open() only while no connection of the process has the file open.
+_OPEN_FILES: dict[tuple[int, int], int] = {}
+_OPEN_FILES_LOCK = threading.Lock()
 _EPISODIC = {"schema_version", "meta", "memories", "audit", "sqlite_sequence", "sqlite_stat1"}
 
 
@@ -117,12 +124,17 @@ class SQLiteStore(MemoryStore):
         self.erase_timeout = float(erase_timeout)
         self.synchronous = synchronous
         self._check_permissions()
-        existing = self._check_file()
-        try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                         timeout=self.timeout)
-        except sqlite3.Error as error:
-            raise self._refusal(error, "SQLite cannot open it") from error
+        self._file_key: tuple[int, int] | None = None
+        with _OPEN_FILES_LOCK:  # (the header read and the connection's registration, one step for the process)
+            existing = self._check_file()
+            try:
+                self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                             timeout=self.timeout)
+            except sqlite3.Error as error:
+                raise self._refusal(error, "SQLite cannot open it") from error
+            self._file_key = _file_key(self.path) if self._on_disk() else None
+            if self._file_key is not None:
+                _OPEN_FILES[self._file_key] = _OPEN_FILES.get(self._file_key, 0) + 1
         self._queue = WriterQueue(self.path) if self._on_disk() else None
         self._owns_queue = True  # (a writer() shares its store's and leaves it open)
         try:
@@ -133,7 +145,7 @@ class SQLiteStore(MemoryStore):
                 self._conn.execute(f"PRAGMA synchronous={synchronous}")
                 self._conn.execute("PRAGMA secure_delete=ON")  # whatever a delete frees is overwritten with zeros
         except BaseException:
-            self._conn.close()
+            self._close_connection()
             raise
         self.dim: int | None = None
         self._cache: tuple[int, dict[str, Any]] | None = None  # (version, live columns) for retrieve
@@ -181,6 +193,8 @@ class SQLiteStore(MemoryStore):
         reading it only. True when the file exists and is not empty (a store or something else)."""
         if not self._on_disk() or not os.path.isfile(self.path):
             return False
+        if _file_key(self.path) in _OPEN_FILES:  # open here already, and checked then: a read would drop its locks
+            return os.path.getsize(self.path) > 0
         problems = sqlite_file_problems(self.path)
         if problems:
             raise StoreCorrupted(self.path, problems)
@@ -519,9 +533,19 @@ class SQLiteStore(MemoryStore):
         with self._lock:
             self.closed = True
             self._close_writer()
-            self._conn.close()
+            self._close_connection()
             if self._queue is not None and self._owns_queue:
                 self._queue.close()
+
+    def _close_connection(self) -> None:
+        """Close the connection and count it out of :data:`_OPEN_FILES`."""
+        self._conn.close()
+        with _OPEN_FILES_LOCK:
+            key, self._file_key = self._file_key, None
+            if key is not None:
+                _OPEN_FILES[key] -= 1
+                if not _OPEN_FILES[key]:
+                    del _OPEN_FILES[key]
 
     def _reopen(self) -> SQLiteStore:
         if not self._on_disk():  # (another connection to ":memory:" would open another database)
@@ -579,3 +603,12 @@ class SQLiteStore(MemoryStore):
     def _unlisted(self, catalogued: set[str]) -> set[str]:
         return {name for name in self._tables() - _EPISODIC - catalogued - {"gae_tables"}
                 if not name.startswith("memories_text")}
+
+
+def _file_key(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` as (device, inode), or None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
