@@ -104,12 +104,15 @@ def check_real(argument: str, value: float, *, low: float, high: float = math.in
 
 
 def check_text(argument: str, value: str) -> str:
-    """Text a store can keep: UTF-8 encodes it (ValueError naming the value for a lone surrogate,
-    which Python strings can hold and no file or database can)."""
+    """Text a store can keep: UTF-8 encodes it and it holds no NUL (ValueError naming the value
+    for a lone surrogate, which Python strings can hold and no file or database can, and for a
+    NUL, which Postgres' text refuses and SQLite's C API cuts at)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"{argument} must be text UTF-8 can encode (no lone surrogate), got {value!r}") from None
+    if "\x00" in value:
+        raise ValueError(f"{argument} must not hold a NUL character, got {value!r}")
     return value
 
 

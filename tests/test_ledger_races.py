@@ -75,8 +75,8 @@ def test_decisions_made_without_writing_survive_a_rebuild_while_a_commit_carries
     link = mine._durable
     take, inside, go = link.take_unflushed, threading.Event(), threading.Event()
 
-    def taken(head=None):
-        events = take(head)
+    def taken(head=None, keep=None):
+        events = take(head, keep)
         if head is not None and events and not inside.is_set():
             inside.set()  # in the committer's transaction, u taken from the unwritten ones
             go.wait(30)
@@ -217,3 +217,62 @@ def test_a_second_connection_in_a_process_keeps_its_sqlite_locks_and_another_pro
     decider.close()
     store.close()
     assert learn_rows(path) == [[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]]  # every acknowledged verification, once
+
+
+def test_an_id_no_store_can_keep_is_refused_when_decided_not_when_written(tmp_path):
+    decider = Decider(memory(), store=SQLiteStore(tmp_path / "l.db"), durable_decisions=False)
+    for bad in ("abc\x00def", "\ud800"):
+        with pytest.raises(ValueError, match="id must"):
+            decider.decide([0.9, 0.1], "invoice", id=bad)
+    made = decider.decide([0.9, 0.1], "invoice", id="fine")
+    decider.sync()
+    assert decider.verify(made.id, "approve")["skipped"] is False
+    decider.close()
+
+
+def test_a_decision_not_written_yet_whose_id_another_writer_made_pending_is_dropped_not_written_over_it(tmp_path):
+    path = tmp_path / "l.db"
+    lazy = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    eager = Decider(memory(), store=SQLiteStore(path))
+    lazy.decide([0.9, 0.1], "invoice", id="order-1")  # in lazy's book only
+    eager.decide([0.1, 0.9], "invoice", id="order-1")  # written: the ledger's order-1
+    lazy.sync()
+    store = SQLiteStore(path)
+    decided = [list(e.row) for e in Ledger(store, "judgment").events(0, kinds=("decide",))]
+    store.close()
+    assert decided == [[0.1, 0.9]]
+    assert [d.id for d in lazy.pending()] == ["order-1"]
+    assert list(lazy._book.open["order-1"].row) == [0.1, 0.9]  # lazy holds the ledger's order-1, eager's
+    eager.verify("order-1", "reject")
+    assert learn_rows(path) == [[0.1, 0.9]]
+
+
+def test_close_writes_every_decision_that_returned_and_refuses_those_after_it(tmp_path):
+    path = tmp_path / "l.db"
+    decider = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    returned: list[str] = []
+    refused: list[BaseException] = []
+    started = threading.Event()
+
+    def deciding() -> None:
+        started.set()
+        while True:
+            try:
+                returned.append(decider.decide([0.3, 0.7], "invoice").id)
+            except RuntimeError as error:
+                refused.append(error)
+                return
+
+    threads = [threading.Thread(target=deciding) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    started.wait(30)
+    until(lambda: len(returned) > 50)
+    decider.close()
+    for thread in threads:
+        thread.join(30)
+    assert len(refused) == 3 and all("close()" in str(error) for error in refused)
+    store = SQLiteStore(path)
+    written = {e.decision_id for e in Ledger(store, "judgment").events(0, kinds=("decide",))}
+    store.close()
+    assert set(returned) <= written and len(returned) > 50

@@ -136,7 +136,7 @@ class GroupCommit:
                 names: dict[str, list[str]] | None = None
                 for call in batch:
                     link = call.link
-                    unflushed = link.take_unflushed(head)  # (registered with it in the same step)
+                    unflushed = link.take_unflushed(head, self._unclaimed)  # (registered in the same step)
                     if unflushed:
                         taken.append((link, unflushed))
                         given.append((link, list(range(head + 1, head + 1 + len(unflushed)))))
@@ -183,6 +183,17 @@ class GroupCommit:
             for call in batch:
                 call.head, call.epoch = head, epoch
             return True
+
+    def _unclaimed(self, link: Any, events: list[Event]) -> list[Event]:
+        """Of a Decider's decisions made without writing, those to write now: one given an id that
+        another writer made pending since is dropped (its caller's decision is lost, as a crash
+        loses one not written yet; the id names the other's, which the Decider applies as it
+        reads it). Ids the Decider drew itself are unique and not looked up."""
+        prefix = link.decider._ids.prefix
+        given = [e.decision_id for e in events
+                 if e.kind == DECIDE and e.decision_id is not None and not e.decision_id.startswith(prefix)]
+        claimed = self.ledger.open_decisions(given) if given else {}
+        return [e for e in events if not (e.kind == DECIDE and e.decision_id in claimed)]
 
     def _read_counters(self) -> tuple[int, int, int | None]:
         """Inside the transaction: the ledger's head, epoch and next source id, as this committer

@@ -539,10 +539,8 @@ class Decider:
     def close(self) -> None:
         """Write what is not written yet and leave the ledger: later calls raise. The store stays
         open (its owner closes it). In RAM: nothing to do."""
-        if self._durable is not None and not self._durable.closed:
-            self._durable.write(list)
-            with self._lock:
-                self._durable.closed = True
+        if self._durable is not None:
+            self._durable.close()
 
     def __enter__(self) -> Decider:
         return self
@@ -655,5 +653,6 @@ def _check_deletion(erase: Any, reason: Any) -> None:
         raise TypeError(f"erase must be a bool, got {erase!r}")
     if not isinstance(reason, str):
         raise TypeError(f"reason must be a str, got {reason!r}")
+    check.check_text("reason", reason)
 
 

@@ -98,10 +98,10 @@ class LedgerLink:
         """Note the memory as the ledger left it (:attr:`gae.DecisionMemory.state_mark`)."""
         self.marked = self.decider.memory.state_mark
 
-    def check_memory(self) -> None:
+    def check_memory(self, closing: bool = False) -> None:
         """Refuse to go on when ``decider.memory`` was changed outside the Decider since its last
-        call: the ledger no longer describes it."""
-        if self.closed:
+        call (the ledger no longer describes it), or after :meth:`close` (unless ``closing``)."""
+        if self.closed and not closing:
             raise RuntimeError(f"this Decider left ledger {self.ledger.name!r} (close()): open a new Decider")
         now = self.decider.memory.state_mark
         if now != self.marked:
@@ -202,12 +202,16 @@ class LedgerLink:
             for seq in seqs:
                 self.mine.pop(seq, None)
 
-    def take_unflushed(self, head: int | None = None) -> list[Event]:
+    def take_unflushed(self, head: int | None = None, keep: Any = None) -> list[Event]:
         """The decisions made without writing, to append now: with ``head`` (the committer's
         thread, inside its transaction), registered under ``head + 1, ...`` in the same step, so
-        that a rebuild meanwhile finds each of them, in :attr:`unflushed` or in flight."""
+        that a rebuild meanwhile finds each of them, in :attr:`unflushed` or in flight; ``keep(link,
+        events)`` says which to write (the others are dropped)."""
         with self.registry:
-            taken, self.unflushed = self.unflushed, []
+            taken = self.unflushed
+            if keep is not None and taken:
+                taken = keep(self, taken)  # (raising, it takes nothing)
+            self.unflushed = []
             if head is not None:
                 for seq, event in enumerate(taken, start=head + 1):
                     self.mine[seq] = (event, True)
@@ -303,7 +307,23 @@ class LedgerLink:
         with ledger.reading():
             self.catch_up(force=True)
 
-    def write(self, build: Any, decision: bool = False, fresh: tuple[str, ...] = ()) -> list[Any]:
+    def close(self) -> None:
+        """Leave the ledger: later calls raise at once, then what is not written yet is written
+        (a decision made while this runs is refused, never left unwritten). If that write fails,
+        the Decider stays open and this raises."""
+        with self.decider._lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            self.write(list, closing=True)
+        except BaseException:
+            with self.decider._lock:
+                self.closed = False
+            raise
+
+    def write(self, build: Any, decision: bool = False, fresh: tuple[str, ...] = (),
+              closing: bool = False) -> list[Any]:
         """The write protocol (see the module): under the Decider's lock, apply what others
         committed and ``build()`` this call's events on that state (it raises, changing nothing,
         on bad input); outside it, append them with the process' other calls (the group commit:
@@ -314,7 +334,7 @@ class LedgerLink:
         caller gave its decisions, which the ledger must not hold pending."""
         decider = self.decider
         with decider._lock:
-            self.check_memory()
+            self.check_memory(closing)
             self.look()
             events = build()
             if decision and not self.durable_decisions:

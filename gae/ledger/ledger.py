@@ -28,6 +28,7 @@ import torch
 from gae.ledger.events import CLOSE, DECIDE, LEARN, Event
 from gae.ledger.sql import AUDIT, ERASED, EVENTS, META, PENDING, SNAPSHOTS, TABLES
 from gae.storage import Store, StoreCorrupted, Table
+from gae.validation import check_text
 
 CHUNK = 500  # values per IN (...) list: far under every SQLite's limit on bound parameters
 
@@ -77,6 +78,7 @@ class Ledger:
     def __init__(self, store: Store, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"ledger must be a non-empty name, got {name!r}")
+        check_text("ledger", name)
         _check_store(store)
         if store.closed:
             raise ValueError(f"{store!r} is closed: open a new store for the memory")

@@ -38,7 +38,7 @@ from gae.storage.errors import NewerSchema, StoreConflict, StoreCorrupted
 from gae.storage.integrity import checksum, row_checksum, written_columns
 from gae.storage.postgres_vector import Vector, register_vector
 from gae.storage.tables import BLOB, CATALOG, INT, REAL, TEXT, Table
-from gae.validation import check_int
+from gae.validation import check_int, check_text
 
 if TYPE_CHECKING:
     import psycopg
@@ -114,6 +114,7 @@ class PostgresStore(MemoryStore):
             raise ValueError(f"table must be a lowercase SQL identifier of at most 40 characters, got {table!r}")
         if not isinstance(actor, str) or not actor:
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
+        check_text("actor", actor)
         if not isinstance(row_level_security, bool):
             raise ValueError(f"row_level_security must be a bool, got {row_level_security!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:

@@ -41,7 +41,7 @@ from gae.storage.integrity import (
 )
 from gae.storage.sqlite_lock import WriterQueue
 from gae.storage.tables import BLOB, INT, REAL, TEXT, Table
-from gae.validation import check_int
+from gae.validation import check_int, check_text
 
 _ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_integrity.SHOWN
 # the tables of the episodic memory (and SQLite's own): check() knows them without the catalog
@@ -115,6 +115,7 @@ class SQLiteStore(MemoryStore):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
         if not isinstance(actor, str) or not actor:
             raise ValueError(f"actor must be a non-empty string, got {actor!r}")
+        check_text("actor", actor)
         for name, value in (("erase_timeout", erase_timeout), ("timeout", timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
