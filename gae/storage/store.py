@@ -144,6 +144,16 @@ class Store(abc.ABC):
             finally:
                 self._viewing = False
 
+    @contextmanager
+    def _lone_read(self) -> Iterator[None]:
+        """One read statement: inside a block, the block's view; alone, the statement's own
+        snapshot (both databases run a statement outside a transaction as one), with no read
+        transaction around it (on Postgres, three round trips fewer)."""
+        with self._lock:
+            if not (self._held or self._viewing):
+                self._check_open()
+            yield
+
     def on_rollback(self, hook: Callable[[], None]) -> None:
         """Inside :meth:`exclusive`: call ``hook`` if the block's transaction does not land (a
         memory marks its index stale). Outside it, a commit is final: nothing to do."""
@@ -256,7 +266,7 @@ class Store(abc.ABC):
         arguments = (*params, limit) if limit is not None else tuple(params)
         if not self._ensure(table, write=False):
             return []
-        with self.reading(), self._guard(f"table {table.name} cannot be read"):
+        with self._lone_read(), self._guard(f"table {table.name} cannot be read"):
             records = self._rows(statement, arguments)
         return [self._verified(table, record) for record in records]
 
@@ -267,7 +277,7 @@ class Store(abc.ABC):
         statement = f"SELECT COUNT(*) FROM {self._physical(table.name)}" + (f" WHERE {where}" if where else "")
         if not self._ensure(table, write=False):
             return 0
-        with self.reading(), self._guard(f"table {table.name} cannot be read"):
+        with self._lone_read(), self._guard(f"table {table.name} cannot be read"):
             return int(self._rows(statement, tuple(params))[0][0])
 
     def largest(self, table: Table, column: str, where: str = "", params: Sequence[Any] = ()) -> Any:
@@ -280,7 +290,7 @@ class Store(abc.ABC):
         statement = f"SELECT MAX({column}) FROM {self._physical(table.name)}" + (f" WHERE {where}" if where else "")
         if not self._ensure(table, write=False):
             return None
-        with self.reading(), self._guard(f"table {table.name} cannot be read"):
+        with self._lone_read(), self._guard(f"table {table.name} cannot be read"):
             return self._rows(statement, tuple(params))[0][0]
 
     def delete(self, table: Table, where: str = "", params: Sequence[Any] = ()) -> int:
