@@ -276,3 +276,82 @@ def test_close_writes_every_decision_that_returned_and_refuses_those_after_it(tm
     written = {e.decision_id for e in Ledger(store, "judgment").events(0, kinds=("decide",))}
     store.close()
     assert set(returned) <= written and len(returned) > 50
+
+
+def test_a_verification_of_a_buffered_decision_dropped_in_its_own_commit_is_refused(tmp_path):
+    path = tmp_path / "l.db"
+    lazy = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    eager = Decider(memory(), store=SQLiteStore(path))
+    lazy.decide([0.9, 0.1], "invoice", id="x")  # not written
+    committer = lazy._durable.committer
+    commit = committer.commit
+
+    def meanwhile(call):  # another writer takes the id between the build of lazy's verify and its commit
+        committer.commit = commit
+        eager.decide([0.1, 0.9], "invoice", id="x")
+        return commit(call)
+
+    committer.commit = meanwhile
+    with pytest.raises(KeyError, match="'x' is not pending"):
+        lazy.verify("x", "approve")  # its x was dropped: the verification is not eager's
+    assert eager.verify("x", "reject")["skipped"] is False
+    assert learn_rows(path) == [[0.1, 0.9]]
+
+
+def test_a_forget_that_writes_buffered_decisions_never_writes_over_another_writers_id(tmp_path):
+    path = tmp_path / "l.db"
+    lazy = Decider(memory(), store=SQLiteStore(path), durable_decisions=False)
+    eager = Decider(memory(), store=SQLiteStore(path))
+    eager.learn_one([0.5, 0.5], "approve", "invoice", source_id=1)
+    lazy.sync()
+    lazy.decide([0.9, 0.1], "invoice", id="x")
+    eager.decide([0.1, 0.9], "invoice", id="x")
+    lazy.forget_([1])  # writes lazy's buffered decisions first
+    store = SQLiteStore(path)
+    decided = [list(e.row) for e in Ledger(store, "judgment").events(0, kinds=("decide",))]
+    store.close()
+    assert decided == [[0.1, 0.9]]
+
+
+def test_a_batch_that_waits_out_the_lock_fails_once_not_once_per_call(tmp_path):
+    path = tmp_path / "l.db"
+    decider = Decider(memory(), store=SQLiteStore(path, timeout=0.5))
+    other = SQLiteStore(path)  # another writer, holding the lock throughout
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with other.exclusive():
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    committer = decider._durable.committer
+    with committer._state:  # as if a commit were running: the calls queue into one batch
+        committer._committing = True
+    waited: dict[int, tuple[str, float]] = {}
+
+    def learn(i: int) -> None:
+        began = time.monotonic()
+        try:
+            decider.learn_one([0.1 * i, 0.5], "approve", "invoice", source_id=100 + i)
+            waited[i] = ("ok", time.monotonic() - began)
+        except TimeoutError:
+            waited[i] = ("TimeoutError", time.monotonic() - began)
+
+    threads = [threading.Thread(target=learn, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    until(lambda: len(committer._queue) == 4)
+    with committer._state:
+        committer._committing = False
+        committer._state.notify_all()
+    for thread in threads:
+        thread.join(60)
+    release.set()
+    holder.join(30)
+    assert sorted(kind for kind, _ in waited.values()) == ["TimeoutError"] * 4
+    assert max(seconds for _, seconds in waited.values()) < 2.0  # one wait of 0.5 s, not five
+    assert decider.learn_one([0.9, 0.5], "approve", "invoice", source_id=200)["skipped"] is False
+    other.close()

@@ -68,6 +68,10 @@ class Appended:
     fresh: tuple[str, ...] = ()
     seen: int | None = None
     unwritten: frozenset[str] = frozenset()
+    built: list[Event] = field(default_factory=list)  # the events as built (a retry starts from them)
+
+    def __post_init__(self) -> None:
+        self.built = list(self.events)
     seqs: dict[int, int] = field(default_factory=dict)  # index in ``events`` -> its sequence number
     head: int = 0  # the ledger's head once the transaction landed, and its epoch then
     epoch: int = -1
@@ -84,6 +88,7 @@ class GroupCommit:
         self._state = threading.Condition()  # guards the queue and whether a thread is committing
         self._committing = False
         self._kept = threading.Lock()  # guards the events kept (_known)
+        self._dropped: set[Any] = set()  # ids of decisions not written yet that this transaction dropped
         self._known: OrderedDict[int, Event] = OrderedDict()  # the latest events committed here, by seq
         self._counters: tuple[Any, ...] | None = None  # (head, epoch, sources) after this committer's last commit,
         # with the store's data_version and commit count then: still the ledger's while neither moved
@@ -111,9 +116,10 @@ class GroupCommit:
                 batch, self._queue = self._queue, []
         if leading:
             try:
-                if not self._commit(batch) and len(batch) > 1:
-                    for alone in batch:  # one call's failure is not the others': each again, alone
-                        alone.error = None
+                failed = self._commit(batch)
+                if len(batch) > 1 and isinstance(failed, Exception) and not isinstance(failed, TimeoutError):
+                    for alone in batch:  # one call's failure is not the others': each again, alone (a wait
+                        alone.error = None  # for the lock, or an interrupt, is every call's: not again)
                         self._commit([alone])
             finally:
                 with self._state:
@@ -124,9 +130,10 @@ class GroupCommit:
         if call.error is not None:
             raise call.error
 
-    def _commit(self, batch: list[Appended]) -> bool:
-        """One transaction for ``batch``; False when it failed (every call of it holds the error)."""
+    def _commit(self, batch: list[Appended]) -> BaseException | None:
+        """One transaction for ``batch``; what made it fail (every call of it holds it), or None."""
         ledger = self.ledger
+        self._dropped = set()
         taken: list[tuple[Any, list[Event]]] = []  # (link, its decisions not written yet) taken into this batch
         given: list[tuple[Any, list[int]]] = []  # (link, the sequence numbers registered with it)
         try:
@@ -172,7 +179,8 @@ class GroupCommit:
                 if call.error is None:
                     call.error = error
                     call.seqs = {}
-            return False
+                call.events[:] = call.built  # (as built: a retry gives source ids again)
+            return error
         else:
             self._counters = counters
             with self._kept:
@@ -182,18 +190,15 @@ class GroupCommit:
                     self._known.popitem(last=False)
             for call in batch:
                 call.head, call.epoch = head, epoch
-            return True
+            return None
 
     def _unclaimed(self, link: Any, events: list[Event]) -> list[Event]:
-        """Of a Decider's decisions made without writing, those to write now: one given an id that
-        another writer made pending since is dropped (its caller's decision is lost, as a crash
-        loses one not written yet; the id names the other's, which the Decider applies as it
-        reads it). Ids the Decider drew itself are unique and not looked up."""
-        prefix = link.decider._ids.prefix
-        given = [e.decision_id for e in events
-                 if e.kind == DECIDE and e.decision_id is not None and not e.decision_id.startswith(prefix)]
-        claimed = self.ledger.open_decisions(given) if given else {}
-        return [e for e in events if not (e.kind == DECIDE and e.decision_id in claimed)]
+        """:func:`unclaimed` in this committer's transaction, noting the ids it drops (a
+        verification of one of them in the same transaction is checked as anyone's)."""
+        kept = unclaimed(self.ledger, link, events)
+        written = {id(e) for e in kept}  # (by identity: events hold arrays)
+        self._dropped.update(e.decision_id for e in events if e.kind == DECIDE and id(e) not in written)
+        return kept
 
     def _read_counters(self) -> tuple[int, int, int | None]:
         """Inside the transaction: the ledger's head, epoch and next source id, as this committer
@@ -219,7 +224,7 @@ class GroupCommit:
             if event.kind in (LEARN, CLOSE) and event.decision_id is not None:
                 decided = open_now.get(event.decision_id)
                 if decided is not None and seen is not None and decided > seen \
-                        and event.decision_id not in call.unwritten:
+                        and (event.decision_id not in call.unwritten or event.decision_id in self._dropped):
                     decided = None  # another decision of the same id, made after the call's state: not the one it saw
                 if decided is None:
                     if event.kind == CLOSE and event.detail.get("reason") == "expired":
@@ -272,3 +277,15 @@ class GroupCommit:
                 if names[key] is not None and name not in names[key]:
                     names[key].append(name)
         return names
+
+
+def unclaimed(ledger: Ledger, link: Any, events: list[Event]) -> list[Event]:
+    """Inside a write of ``ledger``: of a Decider's decisions made without writing, those to write
+    now. One given an id that another writer made pending since is dropped (its caller's decision
+    is lost, as a crash loses one not written yet; the id names the other's, which the Decider
+    applies as it reads it). Ids the Decider drew itself are unique and not looked up."""
+    prefix = link.decider._ids.prefix
+    given = [e.decision_id for e in events
+             if e.kind == DECIDE and e.decision_id is not None and not e.decision_id.startswith(prefix)]
+    claimed = ledger.open_decisions(given) if given else {}
+    return [e for e in events if not (e.kind == DECIDE and e.decision_id in claimed)]

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gae import validation as check
-from gae.decider.commit import Appended, committer
+from gae.decider.commit import Appended, committer, unclaimed
 from gae.decider.decision import recorded
 from gae.decider.refer import Referral
 from gae.decider.verified import learned, verified_of
@@ -343,8 +343,9 @@ class LedgerLink:
                     self.unflushed.extend(events)
                 self.mark()
                 return results
-            with self.registry:  # (nothing to write: a sync or an expiry check that found none is a read)
-                idle = not events and not self.unflushed
+            with self.registry:  # (nothing to write: a sync or an expiry check that found none is a read; not
+                idle = not events and not self.unflushed and not any(  # while another call's commit carries
+                    applied for _, applied in self.mine.values())  # decisions not written before: it may fail)
             if idle:
                 self.mark()
                 return []
@@ -450,7 +451,8 @@ class LedgerLink:
         try:
             with ledger.writing():
                 self.catch_up(force=True)
-                flushed = self.take_unflushed()  # (in the ledger now: the rebuild must not apply them twice)
+                flushed = self.take_unflushed(  # (in the ledger now: the rebuild must not apply them twice)
+                    None, lambda link, events: unclaimed(ledger, link, events))
                 head = ledger.append(flushed, self.seen)  # this Decider's position moves once it commits
                 seqs = seqs_of(ledger)
                 changed = True

@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import time as _time
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -136,6 +137,8 @@ class SQLiteStore(MemoryStore):
             self._file_key = _file_key(self.path) if self._on_disk() else None
             if self._file_key is not None:
                 _OPEN_FILES[self._file_key] = _OPEN_FILES.get(self._file_key, 0) + 1
+        # counted out when closed, or when collected unclosed (its connection closes with it)
+        self._counted_out = weakref.finalize(self, _count_out, self._file_key)
         self._queue = WriterQueue(self.path) if self._on_disk() else None
         self._owns_queue = True  # (a writer() shares its store's and leaves it open)
         try:
@@ -541,12 +544,7 @@ class SQLiteStore(MemoryStore):
     def _close_connection(self) -> None:
         """Close the connection and count it out of :data:`_OPEN_FILES`."""
         self._conn.close()
-        with _OPEN_FILES_LOCK:
-            key, self._file_key = self._file_key, None
-            if key is not None:
-                _OPEN_FILES[key] -= 1
-                if not _OPEN_FILES[key]:
-                    del _OPEN_FILES[key]
+        self._counted_out()  # (once: a second call does nothing)
 
     def _reopen(self) -> SQLiteStore:
         if not self._on_disk():  # (another connection to ":memory:" would open another database)
@@ -613,3 +611,13 @@ def _file_key(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return found.st_dev, found.st_ino
+
+
+def _count_out(key: tuple[int, int] | None) -> None:
+    """A connection to the file ``key`` closed: one fewer in :data:`_OPEN_FILES`."""
+    if key is None:
+        return
+    with _OPEN_FILES_LOCK:
+        _OPEN_FILES[key] -= 1
+        if not _OPEN_FILES[key]:
+            del _OPEN_FILES[key]
