@@ -50,7 +50,9 @@ _ROW, _AUDIT, _SHOWN = sqlite_integrity.ROW, sqlite_integrity.AUDIT, sqlite_inte
 # Closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
 # included (then another process, closing last, deletes the write-ahead log under this one): the
 # header is read with Python's open() only while no connection of the process has the file open.
-_OPEN_FILES: dict[tuple[int, int], int] = {}
+# (A weak set: a store collected without close() leaves it by itself, its connection closed with it,
+# and nothing of that runs under this module's lock, which a collection inside it would deadlock.)
+_OPEN_FILES: dict[tuple[int, int], weakref.WeakSet[SQLiteStore]] = {}
 _OPEN_FILES_LOCK = threading.Lock()
 _EPISODIC = {"schema_version", "meta", "memories", "audit", "sqlite_sequence", "sqlite_stat1"}
 
@@ -136,9 +138,7 @@ class SQLiteStore(MemoryStore):
                 raise self._refusal(error, "SQLite cannot open it") from error
             self._file_key = _file_key(self.path) if self._on_disk() else None
             if self._file_key is not None:
-                _OPEN_FILES[self._file_key] = _OPEN_FILES.get(self._file_key, 0) + 1
-        # counted out when closed, or when collected unclosed (its connection closes with it)
-        self._counted_out = weakref.finalize(self, _count_out, self._file_key)
+                _OPEN_FILES.setdefault(self._file_key, weakref.WeakSet()).add(self)
         self._queue = WriterQueue(self.path) if self._on_disk() else None
         self._owns_queue = True  # (a writer() shares its store's and leaves it open)
         try:
@@ -197,7 +197,8 @@ class SQLiteStore(MemoryStore):
         reading it only. True when the file exists and is not empty (a store or something else)."""
         if not self._on_disk() or not os.path.isfile(self.path):
             return False
-        if _file_key(self.path) in _OPEN_FILES:  # open here already, and checked then: a read would drop its locks
+        key = _file_key(self.path)
+        if key is not None and _OPEN_FILES.get(key):  # open here already, and checked then: a read would drop its locks
             return os.path.getsize(self.path) > 0
         problems = sqlite_file_problems(self.path)
         if problems:
@@ -542,9 +543,11 @@ class SQLiteStore(MemoryStore):
                 self._queue.close()
 
     def _close_connection(self) -> None:
-        """Close the connection and count it out of :data:`_OPEN_FILES`."""
+        """Close the connection and take this store out of :data:`_OPEN_FILES`."""
         self._conn.close()
-        self._counted_out()  # (once: a second call does nothing)
+        with _OPEN_FILES_LOCK:
+            if self._file_key is not None:
+                _OPEN_FILES.get(self._file_key, weakref.WeakSet()).discard(self)
 
     def _reopen(self) -> SQLiteStore:
         if not self._on_disk():  # (another connection to ":memory:" would open another database)
@@ -611,13 +614,3 @@ def _file_key(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return found.st_dev, found.st_ino
-
-
-def _count_out(key: tuple[int, int] | None) -> None:
-    """A connection to the file ``key`` closed: one fewer in :data:`_OPEN_FILES`."""
-    if key is None:
-        return
-    with _OPEN_FILES_LOCK:
-        _OPEN_FILES[key] -= 1
-        if not _OPEN_FILES[key]:
-            del _OPEN_FILES[key]
