@@ -34,6 +34,21 @@ def until(condition, seconds: float = 30.0) -> None:
         time.sleep(0.001)
 
 
+def in_one_batch(committer, threads: list[threading.Thread]) -> None:
+    """Run ``threads`` (each one call of a Decider on ``committer``) so that their calls queue
+    into one batch: as if another thread were committing until all of them wait."""
+    with committer._state:
+        committer._committing = True
+    for thread in threads:
+        thread.start()
+    until(lambda: len(committer._queue) == len(threads))
+    with committer._state:
+        committer._committing = False
+        committer._state.notify_all()
+    for thread in threads:
+        thread.join(60)
+
+
 def learn_rows(path: Path) -> list[list[float]]:
     store = SQLiteStore(path)
     try:
@@ -140,8 +155,6 @@ def test_a_call_the_store_refuses_fails_alone_not_the_calls_sharing_its_transact
         return append(self, events, head, move_head)
 
     monkeypatch.setattr(Ledger, "append", refusing)
-    with committer._state:  # as if another thread were committing: both calls queue into one batch
-        committer._committing = True
     out = {}
 
     def run(name, call):
@@ -153,14 +166,7 @@ def test_a_call_the_store_refuses_fails_alone_not_the_calls_sharing_its_transact
     threads = [threading.Thread(target=run, args=("verify", lambda: decider.verify(pending.id, "approve"))),
                threading.Thread(target=run, args=("learn", lambda: decider.learn_one([0.2, 0.8], "reject", "invoice",
                                                                                     outcome="refused")))]
-    for thread in threads:
-        thread.start()
-    until(lambda: len(committer._queue) == 2)
-    with committer._state:
-        committer._committing = False
-        committer._state.notify_all()
-    for thread in threads:
-        thread.join(30)
+    in_one_batch(committer, threads)
     assert out["verify"]["skipped"] is False and isinstance(out["learn"], RuntimeError)
     assert learn_rows(path) == [[0.9, 0.1]] and int(decider.memory.num_decisions) == 1
 
@@ -328,8 +334,6 @@ def test_a_batch_that_waits_out_the_lock_fails_once_not_once_per_call(tmp_path):
     holder.start()
     assert held.wait(30)
     committer = decider._durable.committer
-    with committer._state:  # as if a commit were running: the calls queue into one batch
-        committer._committing = True
     waited: dict[int, tuple[str, float]] = {}
 
     def learn(i: int) -> None:
@@ -340,15 +344,7 @@ def test_a_batch_that_waits_out_the_lock_fails_once_not_once_per_call(tmp_path):
         except TimeoutError:
             waited[i] = ("TimeoutError", time.monotonic() - began)
 
-    threads = [threading.Thread(target=learn, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    until(lambda: len(committer._queue) == 4)
-    with committer._state:
-        committer._committing = False
-        committer._state.notify_all()
-    for thread in threads:
-        thread.join(60)
+    in_one_batch(committer, [threading.Thread(target=learn, args=(i,)) for i in range(4)])
     release.set()
     holder.join(30)
     assert sorted(kind for kind, _ in waited.values()) == ["TimeoutError"] * 4

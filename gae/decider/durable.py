@@ -187,13 +187,14 @@ class LedgerLink:
         return result
 
     # -- this Decider's events in flight ----------------------------------------------------------
-    def register(self, head: int, events: list[Event], applied: bool = False) -> list[int]:
-        """The committer's thread, inside the transaction: ``events`` go under ``head + 1, ...``
-        (applied already: decisions made without writing). Returns their sequence numbers."""
+    def register(self, head: int, events: list[Event]) -> list[int]:
+        """The committer's thread, inside the transaction: this call's ``events`` go under
+        ``head + 1, ...`` (the decisions made without writing register in :meth:`take_unflushed`).
+        Returns their sequence numbers."""
         seqs = list(range(head + 1, head + 1 + len(events)))
         with self.registry:
             for seq, event in zip(seqs, events, strict=True):
-                self.mine[seq] = (event, applied)
+                self.mine[seq] = (event, False)
         return seqs
 
     def unregister(self, seqs: list[int]) -> None:
